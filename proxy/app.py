@@ -1,0 +1,97 @@
+"""Wires the running proxy together: server, routers, broker refresh, health, signals.
+
+:func:`serve` is what ``groupgate run`` runs inside ``trio.run``. Besides the server it keeps
+one background task that asks the upstream cluster for its brokers every
+``REFRESH_SECONDS`` (so every broker's listener is open before a client needs it, also after a
+restart of the proxy) and whose success is the readiness signal.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import trio
+
+from proxy.config import ProxyConfig
+from proxy.connection import ListenerError, Router
+from proxy.health import serve_health
+from proxy.metrics import RequestCounters
+from proxy.router import ForwardingRouter, parse_table
+from proxy.server import ProxyServer, RouterFactory
+from proxy.upstream import UpstreamError, fetch_brokers
+
+log = logging.getLogger("groupgate")
+
+REFRESH_SECONDS = 30.0
+READY_WITHIN_SECONDS = 3 * REFRESH_SECONDS
+
+
+class Readiness:
+    def __init__(self) -> None:
+        self.last_success: float | None = None
+        self.last_error = "no upstream contact yet"
+
+    def check(self) -> tuple[bool, str]:
+        if self.last_success is None:
+            return False, self.last_error
+        age = time.monotonic() - self.last_success
+        if age > READY_WITHIN_SECONDS:
+            return False, f"no upstream contact for {age:.0f}s: {self.last_error}"
+        return True, "ok"
+
+
+def make_router_factory() -> RouterFactory:
+    accepted = parse_table()
+
+    def factory(server: ProxyServer, node_id: int | None) -> Router:
+        label = "bootstrap" if node_id is None else str(node_id)
+        return ForwardingRouter(server, RequestCounters(label), accepted)
+
+    return factory
+
+
+async def refresh_brokers(server: ProxyServer, readiness: Readiness,
+                          first_done: trio.Event) -> None:
+    config = server.config
+    while True:
+        for address in config.upstream:
+            try:
+                brokers = await fetch_brokers(address, timeout=config.connect_timeout,
+                                              max_frame_bytes=config.max_frame_bytes)
+            except UpstreamError as exc:
+                readiness.last_error = str(exc)
+                log.warning("broker refresh via %s:%d failed: %s", *address, exc)
+                continue
+            try:
+                for node_id, host, port in brokers:
+                    server.lookup(node_id, host, port)
+            except ListenerError as exc:
+                readiness.last_error = str(exc)
+                log.error("%s", exc)
+                break
+            readiness.last_success = time.monotonic()
+            break
+        first_done.set()
+        await trio.sleep(REFRESH_SECONDS)
+
+
+async def serve(config: ProxyConfig, *,
+                task_status: trio.TaskStatus[ProxyServer] = trio.TASK_STATUS_IGNORED) -> None:
+    server = ProxyServer(config, make_router_factory())
+    readiness = Readiness()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.run)
+        nursery.start_soon(server.watch_signals)
+        if config.metrics_listen is not None:
+            await nursery.start(serve_health, *config.metrics_listen, readiness.check)
+        first_refresh = trio.Event()
+        nursery.start_soon(refresh_brokers, server, readiness, first_refresh)
+        with trio.move_on_after(config.connect_timeout):
+            await first_refresh.wait()
+        ok, why = readiness.check()
+        log.info("ready: bootstrap %s:%d (%s)", config.client_host, server.bootstrap_port,
+                 "upstream reachable" if ok else f"upstream not reachable yet: {why}")
+        task_status.started(server)
+        await server.stopped.wait()
+        nursery.cancel_scope.cancel()

@@ -1,0 +1,62 @@
+"""The ``groupgate`` console script.
+
+``groupgate run`` starts the proxy; the other subcommands are tooling (the simulator and the
+benchmarks). Subcommand modules live in ``proxy.commands`` and are imported only when used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# subcommand path -> (module, help)
+COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
+    ("run",): ("proxy.commands.run", "run the proxy in front of a Kafka cluster"),
+    ("simulate",): ("proxy.commands.simulate",
+                    "run the seeded group simulator (invariants checked after every event)"),
+    ("bench", "passthrough"): ("proxy.commands.bench_passthrough",
+                               "produce/consume throughput and latency, direct vs proxied"),
+    ("bench", "engine"): ("proxy.commands.bench_engine",
+                          "assignor and heartbeat throughput of the engine vs Kafka's"),
+    ("bench", "rebalance"): ("proxy.commands.bench_rebalance",
+                             "rebalance cost felt by real consumers, per target"),
+}
+
+
+def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="groupgate", description=__doc__.splitlines()[0])
+    top = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    groups: dict[str, argparse._SubParsersAction[argparse.ArgumentParser]] = {}
+    wanted = tuple(a for a in argv if not a.startswith("-"))[:2]
+    for path, (module, help_text) in COMMANDS.items():
+        if len(path) == 1:
+            sub = top.add_parser(path[0], help=help_text, description=help_text)
+        else:
+            if path[0] not in groups:
+                group_parser = top.add_parser(path[0], help="benchmarks (commands, not tests)")
+                groups[path[0]] = group_parser.add_subparsers(dest="subcommand", required=True,
+                                                               metavar="BENCHMARK")
+            sub = groups[path[0]].add_parser(path[1], help=help_text, description=help_text)
+        sub.set_defaults(_module=module)
+        # Only the chosen command's module is imported to declare its arguments.
+        if wanted[: len(path)] == path:
+            importlib.import_module(module).configure(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
+    try:
+        module = importlib.import_module(args._module)
+    except ModuleNotFoundError as exc:
+        parser.error(f"{' '.join(a for a in argv if not a.startswith('-'))}: {exc}")
+    code: int = module.run(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""Proxy configuration: one table of settings, read from flags, environment and a file.
+
+Every setting has one name used everywhere: ``--max-frame-bytes`` on the command line,
+``GROUPGATE_MAX_FRAME_BYTES`` in the environment, ``max-frame-bytes`` in the optional TOML file
+given by ``--config`` / ``GROUPGATE_CONFIG``. Precedence: flag, then environment, then file,
+then the default. ``docs/configuration.md`` lists the same table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A setting has a value the proxy cannot use; the message names the setting and source."""
+
+
+def parse_hostport(text: str, *, default_port: int | None = None) -> tuple[str, int]:
+    """Parse ``host:port`` (``[v6]:port`` allowed)."""
+    text = text.strip()
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else ""
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep:
+            host, port_text = text, ""
+    if not port_text:
+        if default_port is None:
+            raise ValueError(f"{text!r} has no port")
+        return host, default_port
+    port = int(port_text)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port {port} out of range")
+    return host, port
+
+
+def _hostport(text: str) -> tuple[str, int]:
+    return parse_hostport(text)
+
+
+def _hostport_list(text: str) -> tuple[tuple[str, int], ...]:
+    items = [part for part in text.split(",") if part.strip()]
+    if not items:
+        raise ValueError("empty list")
+    return tuple(parse_hostport(item, default_port=9092) for item in items)
+
+
+def _optional_hostport(text: str) -> tuple[str, int] | None:
+    return None if text.strip() in ("", "off", "none") else parse_hostport(text)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise ValueError("must be positive")
+    return value
+
+
+def _optional_int(text: str) -> int | None:
+    return None if text.strip() in ("", "auto") else int(text)
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise ValueError("must be positive")
+    return value
+
+
+def _log_level(text: str) -> str:
+    level = text.strip().upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise ValueError("one of DEBUG, INFO, WARNING, ERROR")
+    return level
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    parse: Callable[[str], Any]
+    default: str | None
+    help: str
+
+    @property
+    def attr(self) -> str:
+        return self.name.replace("-", "_")
+
+    @property
+    def env(self) -> str:
+        return "GROUPGATE_" + self.attr.upper()
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("upstream", _hostport_list, None,
+            "Bootstrap servers of the real Kafka cluster, comma separated (required)."),
+    Setting("listen", _hostport, "127.0.0.1:9092",
+            "Address of the bootstrap listener clients connect to."),
+    Setting("advertised-host", str, "",
+            "Host name handed to clients for every proxy listener (default: the listen host)."),
+    Setting("broker-port-base", _optional_int, "auto",
+            "Broker N gets a listener on port broker-port-base + N "
+            "(default: the listen port + 1)."),
+    Setting("max-frame-bytes", _positive_int, str(100 * 1024 * 1024),
+            "Largest request or response frame accepted; bigger ones close the connection."),
+    Setting("max-in-flight", _positive_int, "128",
+            "Requests per client connection awaiting a response before the proxy stops reading."),
+    Setting("connect-timeout", _positive_float, "10",
+            "Seconds to wait for an upstream broker connection."),
+    Setting("shutdown-grace", _positive_float, "10",
+            "Seconds in-flight requests get to finish after SIGTERM."),
+    Setting("metrics-listen", _optional_hostport, "off",
+            "Address of the HTTP endpoint for /metrics, /livez and /readyz ('off' disables)."),
+    Setting("log-level", _log_level, "INFO", "DEBUG, INFO, WARNING or ERROR."),
+)
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    upstream: tuple[tuple[str, int], ...]
+    listen: tuple[str, int] = ("127.0.0.1", 9092)
+    advertised_host: str = ""
+    broker_port_base: int | None = None
+    max_frame_bytes: int = 100 * 1024 * 1024
+    max_in_flight: int = 128
+    connect_timeout: float = 10.0
+    shutdown_grace: float = 10.0
+    metrics_listen: tuple[str, int] | None = None
+    log_level: str = "INFO"
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def client_host(self) -> str:
+        """The host clients are told to connect to."""
+        return self.advertised_host or self.listen[0]
+
+    def broker_port(self, node_id: int, bound_listen_port: int | None = None) -> int:
+        """The deterministic listener port of broker ``node_id``.
+
+        ``bound_listen_port`` is the bootstrap port actually bound, used when the configured one
+        is 0 (ephemeral, tests): then brokers get ephemeral ports too (returns 0).
+        """
+        if self.broker_port_base is not None:
+            return self.broker_port_base + node_id
+        listen_port = self.listen[1]
+        if listen_port == 0:
+            return 0
+        return listen_port + 1 + node_id
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="TOML file with settings "
+                        "(env GROUPGATE_CONFIG); keys are the flag names without dashes prefix.")
+    for setting in SETTINGS:
+        parser.add_argument(f"--{setting.name}", dest=setting.attr, default=None,
+                            help=f"{setting.help} [env {setting.env}; default {setting.default}]")
+
+
+def load(args: argparse.Namespace | None = None,
+         environ: Mapping[str, str] | None = None) -> ProxyConfig:
+    """Build the configuration from parsed flags, the environment and the config file."""
+    environ = os.environ if environ is None else environ
+    flags = vars(args) if args is not None else {}
+    config_path = flags.get("config") or environ.get("GROUPGATE_CONFIG")
+    file_values: dict[str, Any] = {}
+    if config_path:
+        try:
+            file_values = tomllib.loads(Path(config_path).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"config file {config_path}: {exc}") from exc
+        unknown = set(file_values) - {s.name for s in SETTINGS}
+        if unknown:
+            raise ConfigError(f"config file {config_path}: unknown settings {sorted(unknown)}")
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for setting in SETTINGS:
+        raw: str | None
+        if flags.get(setting.attr) is not None:
+            raw, source = str(flags[setting.attr]), f"--{setting.name}"
+        elif setting.env in environ:
+            raw, source = environ[setting.env], setting.env
+        elif setting.name in file_values:
+            value = file_values[setting.name]
+            raw = ",".join(value) if isinstance(value, list) else str(value)
+            source = f"{config_path}:{setting.name}"
+        else:
+            raw, source = setting.default, "default"
+        if raw is None:
+            raise ConfigError(f"{setting.name} is required (--{setting.name} or {setting.env})")
+        try:
+            values[setting.attr] = setting.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{setting.name}={raw!r} from {source}: {exc}") from exc
+        sources[setting.attr] = source
+    return ProxyConfig(**values, sources=sources)
+
+
+def describe(config: ProxyConfig, items: Sequence[Setting] = SETTINGS) -> str:
+    """One line per setting with its value and where it came from (for the startup log)."""
+    return ", ".join(
+        f"{s.name}={getattr(config, s.attr)!r} ({config.sources.get(s.attr, '?')})" for s in items
+    )

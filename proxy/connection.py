@@ -1,0 +1,270 @@
+"""One client connection: read request frames, forward them, return responses in order.
+
+Theory of operation. Each accepted client connection gets its own upstream connection to one
+broker (the bootstrap listener picks the first reachable bootstrap server, a broker listener
+its broker), so correlation ids pass through unchanged and SASL exchanges stay on one socket.
+Two tasks run per connection:
+
+* ``_pump_requests`` reads client bytes, cuts them into frames (hard maximum size), peeks each
+  request header and asks the :class:`Router` what to do: forward (the common case: the frame's
+  bytes are sent upstream as they are, contiguous frames in one write), answer locally, or
+  reject (close the connection with one log line). Forwarded requests reserve a slot in the
+  :class:`~proxy.orderer.ResponseOrderer`, except Produce with ``acks=0``, which gets no
+  response. When ``max-in-flight`` slots are taken the task stops reading: the client's TCP
+  window fills and it slows down, instead of the proxy buffering without bound.
+* ``_pump_responses`` reads upstream frames, hands each to the slot of the oldest outstanding
+  request (brokers answer in order), rewrites the few responses that carry broker addresses or
+  API versions, and releases the ready prefix of slots to the client.
+
+Frames that need no change are never copied into new objects: they are forwarded as slices of
+the buffer they arrived in.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import trio
+
+from proxy.splitter import FrameError, FrameSplitter
+from proxy.codec.errors import CodecError
+from proxy.orderer import OrderingError, ResponseOrderer, Slot
+
+log = logging.getLogger("groupgate.connection")
+
+RECEIVE_BYTES = 256 * 1024
+_HEADER = struct.Struct(">hhi")
+_CORRELATION = struct.Struct(">i")
+
+Payload = bytes | bytearray | memoryview
+
+
+class ListenerError(Exception):
+    """A broker listener could not be opened for an address a response revealed."""
+
+
+class RejectRequest(Exception):
+    """The request breaks the protocol; the connection is closed with this message."""
+
+
+@dataclass(slots=True)
+class RequestInfo:
+    """The peeked request header plus the frame it came in."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    frame: memoryview
+    """The request payload (header and body), without the 4-byte length prefix."""
+
+
+LocalAnswer = Payload | Awaitable[Payload]
+"""What a local handler returns: the full response payload (header included), or an
+awaitable producing it."""
+
+
+class Router(Protocol):
+    """Decides, per request and per response, what the connection does with a frame."""
+
+    def classify(self, request: RequestInfo) -> int:
+        """Return FORWARD, FORWARD_NO_RESPONSE or LOCAL; raise RejectRequest to close."""
+        ...
+
+    def answer(self, request: RequestInfo) -> LocalAnswer:
+        """Answer a request classified LOCAL."""
+        ...
+
+    def response_rewriter(
+        self, api_key: int, api_version: int
+    ) -> Callable[[memoryview], Payload | None] | None:
+        """Return a function rewriting a response payload (None from it: unchanged), or None
+        when responses of this API pass untouched."""
+        ...
+
+
+FORWARD = 0
+FORWARD_NO_RESPONSE = 1
+LOCAL = 2
+
+
+class Connection:
+    """Serves one accepted client stream against one upstream broker stream."""
+
+    def __init__(
+        self,
+        client: trio.SocketStream,
+        upstream: trio.SocketStream,
+        router: Router,
+        *,
+        max_frame_bytes: int,
+        max_in_flight: int,
+        name: str,
+    ) -> None:
+        self.client = client
+        self.upstream = upstream
+        self.router = router
+        self.max_frame_bytes = max_frame_bytes
+        self.max_in_flight = max_in_flight
+        self.name = name
+        self.orderer = ResponseOrderer()
+        self._space = trio.Event()
+        self._send_lock = trio.Lock()
+        self._reader_scope = trio.CancelScope()
+        self._drained = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        self.closing_reason: str | None = None
+
+    async def run(self) -> None:
+        """Serve until either side closes, a protocol error occurs, or we are cancelled."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._requests_then_close, nursery.cancel_scope)
+                nursery.start_soon(self._responses_then_close, nursery.cancel_scope)
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.upstream.aclose()
+                await self.client.aclose()
+
+    async def drain(self, grace: float) -> None:
+        """Stop reading requests; wait up to ``grace`` seconds for outstanding responses."""
+        self._reader_scope.cancel()
+        with trio.move_on_after(grace):
+            while len(self.orderer):
+                self._drained = trio.Event()
+                await self._drained.wait()
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+    def _close(self, reason: str, scope: trio.CancelScope, *, warn: bool) -> None:
+        if self.closing_reason is None:
+            self.closing_reason = reason
+            (log.warning if warn else log.debug)("%s: closing connection: %s", self.name, reason)
+        scope.cancel()
+
+    async def _requests_then_close(self, scope: trio.CancelScope) -> None:
+        try:
+            with self._reader_scope:
+                await self._pump_requests()
+            if self._reader_scope.cancelled_caught:
+                return  # draining: the response side finishes the connection
+            self._close("client closed the connection", scope, warn=False)
+        except (FrameError, RejectRequest) as exc:
+            self._close(f"bad request from client: {exc}", scope, warn=True)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            self._close(f"client connection failed: {exc!r}", scope, warn=False)
+        except OrderingError as exc:
+            self._close(f"upstream protocol error: {exc}", scope, warn=True)
+
+    async def _responses_then_close(self, scope: trio.CancelScope) -> None:
+        try:
+            await self._pump_responses()
+            self._close("upstream broker closed the connection", scope, warn=False)
+        except (FrameError, OrderingError, CodecError, ListenerError) as exc:
+            self._close(f"bad response from upstream: {exc}", scope, warn=True)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            self._close(f"connection failed: {exc!r}", scope, warn=False)
+
+    # -- client -> upstream -------------------------------------------------------------------
+
+    async def _pump_requests(self) -> None:
+        splitter = FrameSplitter(self.max_frame_bytes, min_frame_bytes=_HEADER.size)
+        receive = self.client.receive_some
+        send_upstream = self.upstream.send_all
+        router = self.router
+        orderer = self.orderer
+        while True:
+            while len(orderer) >= self.max_in_flight:
+                self._space = trio.Event()
+                await self._space.wait()
+            data = await receive(RECEIVE_BYTES)
+            if not data:
+                return
+            blob, spans = splitter.feed(data)
+            if not spans:
+                continue
+            view = memoryview(blob)
+            batch_start = -1
+            batch_end = -1
+            for start, end in spans:
+                api_key, api_version, correlation_id = _HEADER.unpack_from(blob, start)
+                request = RequestInfo(api_key, api_version, correlation_id, view[start:end])
+                action = router.classify(request)
+                if action == FORWARD:
+                    orderer.expect_upstream(correlation_id, api_key, api_version)
+                elif action == FORWARD_NO_RESPONSE:
+                    pass
+                else:
+                    if batch_start >= 0:
+                        await send_upstream(view[batch_start:batch_end])
+                        batch_start = -1
+                    slot = orderer.expect_local(correlation_id, api_key, api_version)
+                    answer = router.answer(request)
+                    if isinstance(answer, bytes | bytearray | memoryview):
+                        orderer.fill(slot, answer)
+                        await self._flush()
+                    else:
+                        assert self._nursery is not None
+                        self._nursery.start_soon(self._answer_later, slot, answer)
+                    continue
+                if batch_start < 0:
+                    batch_start = start - 4
+                batch_end = end
+            if batch_start >= 0:
+                await send_upstream(view[batch_start:batch_end])
+
+    async def _answer_later(self, slot: Slot, answer: Awaitable[Payload]) -> None:
+        self.orderer.fill(slot, await answer)
+        await self._flush()
+
+    # -- upstream -> client -------------------------------------------------------------------
+
+    async def _pump_responses(self) -> None:
+        splitter = FrameSplitter(self.max_frame_bytes, min_frame_bytes=_CORRELATION.size)
+        receive = self.upstream.receive_some
+        orderer = self.orderer
+        router = self.router
+        while True:
+            data = await receive(RECEIVE_BYTES)
+            if not data:
+                return
+            blob, spans = splitter.feed(data)
+            if not spans:
+                continue
+            view = memoryview(blob)
+            for start, end in spans:
+                (correlation_id,) = _CORRELATION.unpack_from(blob, start)
+                slot = orderer.upstream_response(correlation_id)
+                rewrite = router.response_rewriter(slot.api_key, slot.api_version)
+                if rewrite is None:
+                    orderer.fill(slot, view[start - 4:end])
+                else:
+                    new_payload = rewrite(view[start:end])
+                    if new_payload is None:
+                        orderer.fill(slot, view[start - 4:end])
+                    else:
+                        orderer.fill(slot, _frame(new_payload))
+            await self._flush()
+
+    async def _flush(self) -> None:
+        """Send every response that is ready, in request order."""
+        async with self._send_lock:
+            ready = self.orderer.take_ready()
+            if not ready:
+                return
+            if len(ready) == 1:
+                await self.client.send_all(ready[0])
+            else:
+                await self.client.send_all(b"".join(ready))
+        if len(self.orderer) < self.max_in_flight:
+            self._space.set()
+        if not len(self.orderer):
+            self._drained.set()
+
+
+def _frame(payload: Payload) -> bytes:
+    return len(payload).to_bytes(4, "big") + bytes(payload)

@@ -1,0 +1,89 @@
+"""Keeps the responses on one client connection in request order.
+
+Kafka clients match responses to requests by correlation id but also rely on the broker's
+guarantee that responses come back in the order the requests were sent. The proxy answers some
+requests itself (ApiVersions it cannot forward, later the group APIs it coordinates) while
+forwarding the rest, so answers become ready out of order. :class:`ResponseOrderer` holds one
+slot per request that expects a response, in arrival order; a slot is filled either at once
+(a local answer) or when the upstream broker's response arrives, and only the filled prefix of
+the queue is released to the client. Produce with ``acks=0`` gets no slot: no response comes.
+
+It is sans-I/O: the connection task calls it and writes what :meth:`take_ready` returns.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+
+class OrderingError(Exception):
+    """The upstream broker answered a correlation id other than the oldest one outstanding."""
+
+
+class Slot:
+    """One request awaiting its response."""
+
+    __slots__ = ("api_key", "api_version", "correlation_id", "data")
+
+    def __init__(self, correlation_id: int, api_key: int, api_version: int) -> None:
+        self.correlation_id = correlation_id
+        self.api_key = api_key
+        self.api_version = api_version
+        self.data: bytes | bytearray | memoryview | None = None
+
+
+class ResponseOrderer:
+    def __init__(self) -> None:
+        self._slots: deque[Slot] = deque()
+        self._upstream: deque[Slot] = deque()
+        """Slots waiting for the upstream broker, oldest first (a subsequence of _slots)."""
+
+    def __len__(self) -> int:
+        """Requests whose responses have not been released to the client yet."""
+        return len(self._slots)
+
+    @property
+    def awaiting_upstream(self) -> int:
+        return len(self._upstream)
+
+    def expect_upstream(self, correlation_id: int, api_key: int, api_version: int) -> Slot:
+        """Reserve a slot for a forwarded request; the upstream response fills it."""
+        slot = Slot(correlation_id, api_key, api_version)
+        self._slots.append(slot)
+        self._upstream.append(slot)
+        return slot
+
+    def expect_local(self, correlation_id: int, api_key: int, api_version: int) -> Slot:
+        """Reserve a slot the proxy fills itself (possibly later) with :meth:`fill`."""
+        slot = Slot(correlation_id, api_key, api_version)
+        self._slots.append(slot)
+        return slot
+
+    def upstream_response(self, correlation_id: int) -> Slot:
+        """Return the slot an upstream response with ``correlation_id`` belongs to.
+
+        Brokers answer in order, so it must be the oldest slot still waiting upstream.
+        """
+        if not self._upstream:
+            raise OrderingError(f"response with correlation id {correlation_id} "
+                                "but no request is outstanding")
+        slot = self._upstream[0]
+        if slot.correlation_id != correlation_id:
+            raise OrderingError(f"response with correlation id {correlation_id}, "
+                                f"expected {slot.correlation_id}")
+        self._upstream.popleft()
+        return slot
+
+    @staticmethod
+    def fill(slot: Slot, data: bytes | bytearray | memoryview) -> None:
+        slot.data = data
+
+    def take_ready(self) -> list[bytes | bytearray | memoryview]:
+        """Pop and return the responses at the head of the queue that are ready, in order."""
+        ready: list[bytes | bytearray | memoryview] = []
+        slots = self._slots
+        while slots and slots[0].data is not None:
+            slot = slots.popleft()
+            ready.append(slot.data)  # type: ignore[arg-type]
+            slot.data = None
+        return ready

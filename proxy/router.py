@@ -1,0 +1,132 @@
+"""What the proxy does with each frame: the forwarding policy between codec and connection.
+
+:class:`ForwardingRouter` is the :class:`proxy.connection.Router` of every client connection.
+Requests: an API key no broker serves, or a version outside what the proxy advertises, closes
+the connection (as a broker would); ApiVersions newer than the proxy parses gets the KIP-511
+answer locally; Produce with ``acks=0`` is forwarded without reserving a response slot;
+everything else is forwarded as opaque bytes. Responses: only ApiVersions (capped to what the
+proxy can parse) and the responses that carry broker addresses (Metadata, FindCoordinator,
+DescribeCluster, Produce v10+ and Fetch v16+ node endpoints) are decoded; the rest pass through.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from proxy import apiversions
+from proxy.codec import messages
+from proxy.codec._runtime import r_uv, s_tags
+from proxy.codec.api_index import ApiInfo, api_index
+from proxy.codec.errors import CodecError
+from proxy.connection import FORWARD, FORWARD_NO_RESPONSE, LOCAL, RejectRequest, RequestInfo
+from proxy.metrics import RequestCounters
+from proxy.rewrite import AddressMap, needs_rewrite, rewrite_response
+
+PRODUCE = 0
+API_VERSIONS = 18
+_INT16 = struct.Struct(">h")
+
+Rewriter = Callable[[memoryview], bytes | None]
+
+
+def parse_table() -> dict[int, tuple[int, int]]:
+    """Versions the proxy accepts per API key: decoded APIs capped by their schemas, the
+    others by the API index (old versions below the index minimum stay forwardable)."""
+    table = {key: (0, info.max_version) for key, info in api_index().items()}
+    table.update(apiversions.default_parse_table())
+    return table
+
+
+class ForwardingRouter:
+    """Per-connection routing decisions; shares the address map of the whole server."""
+
+    __slots__ = ("_accepted", "_address_map", "_counters", "_index")
+
+    def __init__(self, address_map: AddressMap, counters: RequestCounters,
+                 accepted: dict[int, tuple[int, int]]) -> None:
+        self._address_map = address_map
+        self._counters = counters
+        self._accepted = accepted
+        self._index = api_index()
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def classify(self, request: RequestInfo) -> int:
+        key = request.api_key
+        self._counters.inc(key)
+        versions = self._accepted.get(key)
+        if versions is None:
+            raise RejectRequest(f"unknown API key {key}")
+        if not versions[0] <= request.api_version <= versions[1]:
+            if key == API_VERSIONS and request.api_version > versions[1]:
+                return LOCAL
+            info = self._index.get(key)
+            name = info.name if info else str(key)
+            raise RejectRequest(f"unsupported version {request.api_version} of {name} "
+                                f"(api key {key}); the proxy accepts {versions[0]}-{versions[1]}")
+        if key == PRODUCE and produce_acks(request, self._index[PRODUCE]) == 0:
+            return FORWARD_NO_RESPONSE
+        return FORWARD
+
+    def answer(self, request: RequestInfo) -> bytes:
+        # Only ApiVersions newer than the proxy knows is classified LOCAL.
+        return apiversions.unsupported_version_response(request.correlation_id)
+
+    # -- responses --------------------------------------------------------------------------
+
+    def response_rewriter(self, api_key: int, api_version: int) -> Rewriter | None:
+        if api_key == API_VERSIONS:
+            return lambda payload: self._rewrite_api_versions(api_version, payload)
+        if needs_rewrite(api_key, api_version):
+            return lambda payload: self._rewrite_addresses(api_key, api_version, payload)
+        return None
+
+    def _rewrite_addresses(self, api_key: int, api_version: int, payload: memoryview
+                           ) -> bytes | None:
+        start = _body_offset(payload, messages.response_header_version(api_key, api_version))
+        body = payload[start:]
+        new_body = rewrite_response(api_key, api_version, body, self._address_map)
+        if new_body is body:
+            return None
+        return bytes(payload[:start]) + bytes(new_body)
+
+    def _rewrite_api_versions(self, api_version: int, payload: memoryview) -> bytes | None:
+        # ApiVersions responses use header v0; a non-zero error code means a v0 body (KIP-511).
+        body = payload[4:]
+        if len(body) >= 2 and _INT16.unpack_from(body, 0)[0] != 0:
+            return None
+        value, _ = messages.decode_response(API_VERSIONS, api_version, body)
+        view = apiversions.client_view(value, self._accepted)
+        view["api_keys"] = [e for e in view["api_keys"] if e["api_key"] in self._accepted]
+        return bytes(payload[:4]) + messages.encode_response(API_VERSIONS, api_version, view)
+
+
+def _body_offset(payload: memoryview, header_version: int) -> int:
+    if header_version == 0:
+        return 4
+    try:
+        return s_tags(payload, 4)
+    except (IndexError, ValueError, struct.error) as exc:
+        raise CodecError(f"bad response header tagged fields: {exc}") from exc
+
+
+def produce_acks(request: RequestInfo, info: ApiInfo) -> int:
+    """The ``acks`` of a Produce request, read from the raw frame without decoding it."""
+    frame = request.frame
+    version = request.api_version
+    try:
+        (client_id_len,) = _INT16.unpack_from(frame, 8)
+        pos = 10 + max(client_id_len, 0)
+        if info.is_flexible(version):
+            pos = s_tags(frame, pos)
+        if version >= 3:  # transactional_id comes first
+            if info.is_flexible(version):
+                length, pos = r_uv(frame, pos)
+                pos += max(length - 1, 0)
+            else:
+                (length,) = _INT16.unpack_from(frame, pos)
+                pos += 2 + max(length, 0)
+        (acks,) = _INT16.unpack_from(frame, pos)
+    except (struct.error, IndexError, ValueError) as exc:
+        raise RejectRequest(f"malformed Produce request header: {exc}") from exc
+    return int(acks)

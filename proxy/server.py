@@ -1,0 +1,231 @@
+"""The proxy server: listeners, the broker directory, accepting and shutting down.
+
+``ProxyServer`` owns one bootstrap listener and one listener per upstream broker. Broker
+listeners are opened on demand: whenever a response reveals a broker (Metadata,
+FindCoordinator, DescribeCluster, KIP-951 node endpoints), the rewriter asks the server's
+:meth:`ProxyServer.lookup` for that broker's proxy address; the first time a node id is seen its
+listener is bound right there (synchronously, so the port handed to the client is already
+accepting) and its accept loop started. Broker N listens on ``broker-port-base + N``; the
+upstream address of each node is updated from every response that mentions it, so a broker
+that moves is followed.
+
+Shutdown (SIGTERM or SIGINT): stop accepting, close the listeners, let every connection's
+outstanding requests finish within ``shutdown-grace`` seconds, then close what is left. A
+second signal cancels at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import trio
+
+from proxy.config import ProxyConfig
+from proxy.connection import Connection, ListenerError, Router
+
+log = logging.getLogger("groupgate.server")
+
+
+RouterFactory = Callable[["ProxyServer", "int | None"], Router]
+"""Builds the :class:`Router` of each new connection (see ``proxy.router``)."""
+
+
+@dataclass
+class BrokerEntry:
+    node_id: int
+    upstream: tuple[str, int]
+    listener: trio.SocketListener
+    port: int
+    connections: int = 0
+
+
+@dataclass
+class ProxyState:
+    """Counters the health endpoints and tests read."""
+
+    accepted: int = 0
+    active: set[Connection] = field(default_factory=set)
+    upstream_failures: int = 0
+
+
+def bind_listener(host: str, port: int) -> tuple[trio.SocketListener, int]:
+    """Bind and listen synchronously (numeric hosts only), returning the listener and its port."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(512)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    bound_port = sock.getsockname()[1]
+    return trio.SocketListener(trio.socket.from_stdlib_socket(sock)), bound_port
+
+
+class ProxyServer:
+    def __init__(self, config: ProxyConfig, router_factory: RouterFactory) -> None:
+        self.config = config
+        self.router_factory = router_factory
+        self.brokers: dict[int, BrokerEntry] = {}
+        self.state = ProxyState()
+        self.bootstrap_port = 0
+        self._nursery: trio.Nursery | None = None
+        self._connections: trio.Nursery | None = None
+        self._listeners: list[trio.SocketListener] = []
+        self._stop = trio.Event()
+        self.stopped = trio.Event()
+
+    # -- broker directory (the rewriters' AddressMap) ----------------------------------------
+
+    def lookup(self, node_id: int, host: str, port: int) -> tuple[str, int]:
+        """Record broker ``node_id`` at ``host:port`` upstream; return its proxy address."""
+        entry = self.brokers.get(node_id)
+        if entry is None:
+            entry = self._open_broker_listener(node_id, (host, port))
+        elif entry.upstream != (host, port):
+            log.info("broker %d moved from %s:%d to %s:%d", node_id, *entry.upstream, host, port)
+            entry.upstream = (host, port)
+        return self.config.client_host, entry.port
+
+    def _open_broker_listener(self, node_id: int, upstream: tuple[str, int]) -> BrokerEntry:
+        if self._nursery is None:
+            raise ListenerError(f"broker {node_id} appeared while the proxy is not accepting")
+        listen_host = self.config.listen[0]
+        port = self.config.broker_port(node_id)
+        try:
+            listener, bound = bind_listener(listen_host, port)
+        except OSError as exc:
+            raise ListenerError(
+                f"cannot listen for broker {node_id} on {listen_host}:{port}: {exc}"
+            ) from exc
+        entry = BrokerEntry(node_id, upstream, listener, bound)
+        self.brokers[node_id] = entry
+        self._listeners.append(listener)
+        self._nursery.start_soon(self._accept_loop, listener, node_id)
+        log.info("broker %d: listening on %s:%d for upstream %s:%d",
+                 node_id, listen_host, bound, *upstream)
+        return entry
+
+    # -- running ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[ProxyServer] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        async with trio.open_nursery() as connections:
+            self._connections = connections
+            async with trio.open_nursery() as accepting:
+                self._nursery = accepting
+                listener, self.bootstrap_port = bind_listener(*self.config.listen)
+                self._listeners.append(listener)
+                accepting.start_soon(self._accept_loop, listener, None)
+                log.info("bootstrap listener on %s:%d, upstream %s", self.config.listen[0],
+                         self.bootstrap_port,
+                         ",".join(f"{h}:{p}" for h, p in self.config.upstream))
+                task_status.started(self)
+                await self._stop.wait()
+                self._nursery = None
+                accepting.cancel_scope.cancel()
+            await self._shutdown()
+            connections.cancel_scope.cancel()
+        self.stopped.set()
+
+    def stop(self) -> None:
+        """Begin a graceful shutdown."""
+        self._stop.set()
+
+    async def watch_signals(self) -> None:
+        """Graceful stop on the first SIGTERM/SIGINT; immediate exit on the second."""
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                if not self._stop.is_set():
+                    log.info("received %s: shutting down (grace %.1fs)",
+                             signal.Signals(signum).name, self.config.shutdown_grace)
+                    self.stop()
+                else:
+                    log.warning("second signal: exiting now")
+                    raise KeyboardInterrupt
+
+    async def _shutdown(self) -> None:
+        for listener in self._listeners:
+            await listener.aclose()
+        active = list(self.state.active)
+        if active:
+            log.info("draining %d connections", len(active))
+            async with trio.open_nursery() as nursery:
+                for conn in active:
+                    nursery.start_soon(conn.drain, self.config.shutdown_grace)
+        log.info("stopped")
+
+    async def _accept_loop(self, listener: trio.SocketListener, node_id: int | None) -> None:
+        assert self._connections is not None
+        while True:
+            try:
+                stream = await listener.accept()
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                return
+            except OSError as exc:  # e.g. EMFILE: back off instead of spinning
+                log.warning("accept failed on %s: %s", _describe(node_id), exc)
+                await trio.sleep(0.1)
+                continue
+            self.state.accepted += 1
+            self._connections.start_soon(self._serve, stream, node_id)
+
+    async def _serve(self, client: trio.SocketStream, node_id: int | None) -> None:
+        peer = _peer(client)
+        upstream = await self._connect_upstream(node_id, peer)
+        if upstream is None:
+            await client.aclose()
+            return
+        name = f"{peer} -> {_describe(node_id)}"
+        conn = Connection(
+            client,
+            upstream,
+            self.router_factory(self, node_id),
+            max_frame_bytes=self.config.max_frame_bytes,
+            max_in_flight=self.config.max_in_flight,
+            name=name,
+        )
+        self.state.active.add(conn)
+        try:
+            await conn.run()
+        finally:
+            self.state.active.discard(conn)
+
+    async def _connect_upstream(self, node_id: int | None, peer: str
+                                ) -> trio.SocketStream | None:
+        if node_id is None:
+            candidates = list(self.config.upstream)
+        else:
+            entry = self.brokers.get(node_id)
+            candidates = [entry.upstream] if entry else []
+        errors = []
+        for host, port in candidates:
+            with trio.move_on_after(self.config.connect_timeout):
+                try:
+                    return await trio.open_tcp_stream(host, port)
+                except OSError as exc:
+                    errors.append(f"{host}:{port}: {exc.strerror or exc}")
+                    continue
+            errors.append(f"{host}:{port}: timed out")
+        self.state.upstream_failures += 1
+        log.warning("%s: no upstream connection for %s (%s); closing client", peer,
+                    _describe(node_id), "; ".join(errors) or "broker unknown")
+        return None
+
+
+def _describe(node_id: int | None) -> str:
+    return "bootstrap" if node_id is None else f"broker {node_id}"
+
+
+def _peer(stream: trio.SocketStream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+        return f"{host}:{port}"
+    except OSError:
+        return "?"

@@ -1,0 +1,54 @@
+"""Settings have one name across flags, environment and file, with that precedence."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from proxy import config
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    config.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_precedence_flag_over_env_over_file(tmp_path: Path) -> None:
+    path = tmp_path / "groupgate.toml"
+    path.write_text('upstream = ["b1:9093", "b2"]\nmax-in-flight = 7\nshutdown-grace = 3\n')
+    env = {"GROUPGATE_CONFIG": str(path), "GROUPGATE_MAX_IN_FLIGHT": "9"}
+    cfg = config.load(parse(["--shutdown-grace", "1.5"]), env)
+    assert cfg.upstream == (("b1", 9093), ("b2", 9092))
+    assert cfg.max_in_flight == 9
+    assert cfg.shutdown_grace == 1.5
+    assert cfg.sources["max_in_flight"] == "GROUPGATE_MAX_IN_FLIGHT"
+    assert cfg.sources["upstream"].endswith(":upstream")
+
+
+def test_missing_upstream_is_a_clear_error() -> None:
+    with pytest.raises(config.ConfigError, match="upstream is required"):
+        config.load(parse([]), {})
+
+
+def test_bad_value_names_setting_and_source() -> None:
+    with pytest.raises(config.ConfigError, match=r"max-frame-bytes='-5' from GROUPGATE_MAX_FRAME"):
+        config.load(parse(["--upstream", "k:1"]), {"GROUPGATE_MAX_FRAME_BYTES": "-5"})
+
+
+def test_unknown_file_key_is_rejected(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('upstream = "k:1"\nmax_frame_bytes = 5\n')
+    with pytest.raises(config.ConfigError, match="unknown settings"):
+        config.load(parse(["--config", str(path)]), {})
+
+
+def test_broker_port_rule() -> None:
+    cfg = config.load(parse(["--upstream", "k:1", "--listen", "127.0.0.1:9092"]), {})
+    assert [cfg.broker_port(n) for n in (0, 1, 3)] == [9093, 9094, 9096]
+    cfg = config.load(parse(["--upstream", "k:1", "--broker-port-base", "19000"]), {})
+    assert cfg.broker_port(2) == 19002
+    cfg = config.load(parse(["--upstream", "k:1", "--listen", "127.0.0.1:0"]), {})
+    assert cfg.broker_port(5) == 0
