@@ -1,0 +1,114 @@
+"""Run ``groupgate run`` as a child process in front of a test-bed cluster.
+
+Tests, ``dev/up`` and the benchmarks use the proxy exactly as a user would: a separate process
+started with command-line settings. :class:`ProxyProcess` starts it, waits for its ``ready``
+log line, reads the bootstrap port and broker listener ports from its log, and stops it with
+SIGTERM (then SIGKILL after a bound). The log file stays for assertions and for a failing
+test's artefacts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+_READY = re.compile(r"ready: bootstrap (\S+):(\d+)")
+_BROKER = re.compile(r"broker (\d+): listening on (\S+):(\d+)")
+
+
+class ProxyStartError(RuntimeError):
+    pass
+
+
+class ProxyProcess:
+    def __init__(self, upstream: str, log_file: Path, *, listen: str = "127.0.0.1:0",
+                 args: Sequence[str] = (), env: dict[str, str] | None = None) -> None:
+        self.upstream = upstream
+        self.log_file = log_file
+        self.listen = listen
+        self.args = list(args)
+        self.env = env
+        self.process: subprocess.Popen[bytes] | None = None
+        self.host = ""
+        self.port = 0
+
+    @classmethod
+    def start(cls, upstream: str, log_file: Path, *, timeout: float = 30.0,
+              **kwargs: object) -> ProxyProcess:
+        proxy = cls(upstream, log_file, **kwargs)  # type: ignore[arg-type]
+        proxy.launch(timeout)
+        return proxy
+
+    def launch(self, timeout: float = 30.0) -> None:
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "proxy.cli", "run", "--upstream", self.upstream,
+                   "--listen", self.listen, *self.args]
+        env = dict(os.environ, **(self.env or {}))
+        with open(self.log_file, "ab") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                            env=env, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            match = _READY.search(self.log())
+            if match:
+                self.host, self.port = match.group(1), int(match.group(2))
+                return
+            if self.process.poll() is not None:
+                raise ProxyStartError(f"groupgate exited with {self.process.returncode}:\n"
+                                      + self.log()[-3000:])
+            time.sleep(0.05)
+        self.stop()
+        raise ProxyStartError(f"groupgate not ready within {timeout}s:\n" + self.log()[-3000:])
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def log(self) -> str:
+        try:
+            return self.log_file.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def broker_ports(self) -> dict[int, int]:
+        """Node id -> proxy listener port, as the proxy logged them."""
+        return {int(n): int(p) for n, _, p in _BROKER.findall(self.log())}
+
+    def listener_ports(self) -> set[int]:
+        return {self.port, *self.broker_ports().values()}
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def signal(self, signum: int) -> None:
+        if self.alive:
+            assert self.process is not None
+            self.process.send_signal(signum)
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM, wait up to ``timeout``, then SIGKILL. Returns the exit code."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        return self.process.returncode
+
+    def __enter__(self) -> ProxyProcess:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
