@@ -1,0 +1,51 @@
+"""Fixtures for tests that run groupgate itself in front of test-bed brokers.
+
+``start_proxy(cluster, *flags)`` starts ``groupgate run`` as a child process in front of a
+cluster and stops it after the test; a failing test gets the proxy's log copied next to the
+broker logs in ``test-logs/``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.testbed.broker import KafkaCluster
+from proxy.testbed.proxyproc import ProxyProcess
+
+StartProxy = Callable[..., ProxyProcess]
+
+
+@pytest.fixture
+def start_proxy(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StartProxy]:
+    started: list[ProxyProcess] = []
+
+    def start(cluster: KafkaCluster, *flags: str) -> ProxyProcess:
+        log = tmp_path / f"groupgate-{len(started)}.log"
+        proxy = ProxyProcess.start(cluster.bootstrap, log, args=flags)
+        started.append(proxy)
+        return proxy
+
+    yield start
+    for proxy in started:
+        proxy.stop()
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        safe = re.sub(r"[^A-Za-z0-9._-]+", "_", request.node.nodeid)[-150:]
+        dest = request.config.rootpath / "test-logs" / safe
+        dest.mkdir(parents=True, exist_ok=True)
+        for proxy in started:
+            shutil.copy(proxy.log_file, dest / proxy.log_file.name)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.when == "call":
+        item.rep_call = report  # type: ignore[attr-defined]
+    return report
