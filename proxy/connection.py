@@ -39,6 +39,8 @@ log = logging.getLogger("groupgate.connection")
 RECEIVE_BYTES = 256 * 1024
 _HEADER = struct.Struct(">hhi")
 _CORRELATION = struct.Struct(">i")
+TLS_HANDSHAKE = 0x16
+"""First byte of a TLS ClientHello; as a frame length prefix it would mean >= 352 MiB."""
 
 Payload = bytes | bytearray | memoryview
 
@@ -117,18 +119,44 @@ class Connection:
         self._drained = trio.Event()
         self._nursery: trio.Nursery | None = None
         self.closing_reason: str | None = None
+        self._first = b""
 
     async def run(self) -> None:
         """Serve until either side closes, a protocol error occurs, or we are cancelled."""
         try:
+            first = await self.client.receive_some(RECEIVE_BYTES)
+            if not first:
+                return
+            if first[0] == TLS_HANDSHAKE and self.max_frame_bytes < TLS_HANDSHAKE << 24:
+                log.info("%s: TLS from the client: relaying bytes opaquely (no address "
+                         "rewriting on this connection)", self.name)
+                await self._relay_opaque(first)
+                return
+            self._first = first
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._requests_then_close, nursery.cancel_scope)
                 nursery.start_soon(self._responses_then_close, nursery.cancel_scope)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            log.debug("%s: connection failed: %r", self.name, exc)
         finally:
             with trio.CancelScope(shield=True):
                 await self.upstream.aclose()
                 await self.client.aclose()
+
+    async def _relay_opaque(self, first: bytes) -> None:
+        """Copy bytes both ways unchanged until either side closes (TLS pass-through)."""
+
+        async def copy(source: trio.abc.ReceiveStream, sink: trio.abc.SendStream,
+                       scope: trio.CancelScope) -> None:
+            while data := await source.receive_some(RECEIVE_BYTES):
+                await sink.send_all(data)
+            scope.cancel()
+
+        await self.upstream.send_all(first)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(copy, self.client, self.upstream, nursery.cancel_scope)
+            nursery.start_soon(copy, self.upstream, self.client, nursery.cancel_scope)
 
     async def drain(self, grace: float) -> None:
         """Stop reading requests; wait up to ``grace`` seconds for outstanding responses."""
@@ -163,7 +191,12 @@ class Connection:
     async def _responses_then_close(self, scope: trio.CancelScope) -> None:
         try:
             await self._pump_responses()
-            self._close("upstream broker closed the connection", scope, warn=False)
+            outstanding = self.orderer.awaiting_upstream
+            if outstanding:
+                self._close(f"upstream broker closed the connection with {outstanding} "
+                            "request(s) unanswered (it rejected a request)", scope, warn=True)
+            else:
+                self._close("upstream broker closed the connection", scope, warn=False)
         except (FrameError, OrderingError, CodecError, ListenerError) as exc:
             self._close(f"bad response from upstream: {exc}", scope, warn=True)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
@@ -177,14 +210,17 @@ class Connection:
         send_upstream = self.upstream.send_all
         router = self.router
         orderer = self.orderer
+        data, self._first = self._first, b""
         while True:
-            while len(orderer) >= self.max_in_flight:
-                self._space = trio.Event()
-                await self._space.wait()
-            data = await receive(RECEIVE_BYTES)
             if not data:
-                return
+                while len(orderer) >= self.max_in_flight:
+                    self._space = trio.Event()
+                    await self._space.wait()
+                data = await receive(RECEIVE_BYTES)
+                if not data:
+                    return
             blob, spans = splitter.feed(data)
+            data = b""
             if not spans:
                 continue
             view = memoryview(blob)
@@ -205,7 +241,7 @@ class Connection:
                     slot = orderer.expect_local(correlation_id, api_key, api_version)
                     answer = router.answer(request)
                     if isinstance(answer, bytes | bytearray | memoryview):
-                        orderer.fill(slot, answer)
+                        orderer.fill(slot, _frame(answer))
                         await self._flush()
                     else:
                         assert self._nursery is not None
@@ -218,7 +254,7 @@ class Connection:
                 await send_upstream(view[batch_start:batch_end])
 
     async def _answer_later(self, slot: Slot, answer: Awaitable[Payload]) -> None:
-        self.orderer.fill(slot, await answer)
+        self.orderer.fill(slot, _frame(await answer))
         await self._flush()
 
     # -- upstream -> client -------------------------------------------------------------------
