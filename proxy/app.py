@@ -16,12 +16,14 @@ import trio
 from proxy.config import ProxyConfig
 from proxy.connection import ListenerError, Router
 from proxy.health import serve_health
+from proxy.logs import LIFECYCLE
 from proxy.metrics import RequestCounters
 from proxy.router import ForwardingRouter, parse_table
 from proxy.server import ProxyServer, RouterFactory
 from proxy.upstream import UpstreamError, fetch_brokers
 
 log = logging.getLogger("groupgate")
+lifecycle = logging.getLogger(LIFECYCLE)
 
 REFRESH_SECONDS = 30.0
 READY_WITHIN_SECONDS = 3 * REFRESH_SECONDS
@@ -90,7 +92,7 @@ async def serve(config: ProxyConfig, *,
         with trio.move_on_after(config.connect_timeout):
             await first_refresh.wait()
         ok, why = readiness.check()
-        log.info("ready: bootstrap %s:%d (%s)", config.client_host, server.bootstrap_port,
+        lifecycle.info("ready: bootstrap %s:%d (%s)", config.client_host, server.bootstrap_port,
                  "upstream reachable" if ok else f"upstream not reachable yet: {why}")
         task_status.started(server)
         await server.stopped.wait()

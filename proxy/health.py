@@ -7,6 +7,7 @@ connection, GET only, bounded request size; anything else gets 400/404/405.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 
@@ -50,10 +51,8 @@ async def _handle(stream: trio.SocketStream, ready: Callable[[], tuple[bool, str
                               (why + "\n").encode())
         else:
             reply = _response("404 Not Found", b"not found\n")
-        try:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
             await stream.send_all(reply)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
 
 
 async def serve_health(host: str, port: int, ready: Callable[[], tuple[bool, str]],

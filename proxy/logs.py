@@ -1,4 +1,8 @@
-"""Logging setup: one line per event, timestamped, to stderr."""
+"""Logging setup: one line per event, timestamped, to stderr.
+
+Lifecycle lines (listeners opened, ready, stopping) go to ``groupgate.lifecycle``, which logs at
+INFO whatever ``log-level`` says: scripts and operators wait for them.
+"""
 
 from __future__ import annotations
 
@@ -13,3 +17,7 @@ def setup_logging(level: str) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     root.propagate = False
+    logging.getLogger(LIFECYCLE).setLevel(logging.INFO)
+
+
+LIFECYCLE = "groupgate.lifecycle"

@@ -26,8 +26,10 @@ import trio
 
 from proxy.config import ProxyConfig
 from proxy.connection import Connection, ListenerError, Router
+from proxy.logs import LIFECYCLE
 
 log = logging.getLogger("groupgate.server")
+lifecycle = logging.getLogger(LIFECYCLE)
 
 
 RouterFactory = Callable[["ProxyServer", "int | None"], Router]
@@ -109,7 +111,7 @@ class ProxyServer:
         self.brokers[node_id] = entry
         self._listeners.append(listener)
         self._nursery.start_soon(self._accept_loop, listener, node_id)
-        log.info("broker %d: listening on %s:%d for upstream %s:%d",
+        lifecycle.info("broker %d: listening on %s:%d for upstream %s:%d",
                  node_id, listen_host, bound, *upstream)
         return entry
 
@@ -124,7 +126,7 @@ class ProxyServer:
                 listener, self.bootstrap_port = bind_listener(*self.config.listen)
                 self._listeners.append(listener)
                 accepting.start_soon(self._accept_loop, listener, None)
-                log.info("bootstrap listener on %s:%d, upstream %s", self.config.listen[0],
+                lifecycle.info("bootstrap listener on %s:%d, upstream %s", self.config.listen[0],
                          self.bootstrap_port,
                          ",".join(f"{h}:{p}" for h, p in self.config.upstream))
                 task_status.started(self)

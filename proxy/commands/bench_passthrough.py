@@ -1,0 +1,251 @@
+"""``groupgate bench passthrough``: what the proxy costs on the forwarding path.
+
+One run starts a test-bed Kafka broker and groupgate in front of it (a separate process, as in
+production), then measures, alternating direct and proxied rounds so drift hits both alike:
+
+* produce throughput (MB/s of 1 KiB record values, confluent-kafka, acks=1, linger 5 ms);
+* consume throughput (MB/s, a consumer assigned every partition from the beginning);
+* produce latency at a moderate, fixed rate (linger 0, acks=1; time from ``produce()`` to the
+  delivery report), p50 and p99;
+* request round-trip latency: sequential Metadata requests on one connection, p50 and p99.
+
+It prints a table and writes JSON with every round, the medians, the proxied/direct ratios,
+the machine and the versions. It is a command, not a test: nothing here asserts a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import struct
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from proxy.bench.machine import describe_machine, machine_info, median, percentile
+
+VALUE = b"v" * 1024
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", metavar="FILE", type=Path, help="write the results here")
+    parser.add_argument("--kafka", default="3.9", help="test-bed Kafka line (default 3.9)")
+    parser.add_argument("--records", type=int, default=200_000,
+                        help="records per throughput round (1 KiB each)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per target")
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--latency-rate", type=int, default=1000,
+                        help="records per second in the latency phase")
+    parser.add_argument("--latency-seconds", type=float, default=5.0)
+    parser.add_argument("--rtt-requests", type=int, default=2000)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, to check it works")
+
+
+def _client_config(bootstrap: str) -> dict[str, Any]:
+    return {"bootstrap.servers": bootstrap, "log_level": 3}
+
+
+def produce_throughput(bootstrap: str, topic: str, records: int) -> dict[str, float]:
+    from confluent_kafka import Producer
+
+    producer = Producer(dict(_client_config(bootstrap), **{
+        "acks": 1, "linger.ms": 5, "batch.size": 1_000_000, "compression.type": "none",
+        "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 2_000_000}))
+    failed = 0
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        nonlocal failed
+        if err is not None:
+            failed += 1
+
+    started = time.perf_counter()
+    for _ in range(records):
+        while True:
+            try:
+                producer.produce(topic, VALUE, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    remaining = producer.flush(120)
+    elapsed = time.perf_counter() - started
+    if remaining or failed:
+        raise RuntimeError(f"produce round lost records: {remaining} unflushed, {failed} failed")
+    return {"seconds": elapsed, "mb_per_s": records * len(VALUE) / elapsed / 1e6}
+
+
+def consume_throughput(bootstrap: str, topic: str, partitions: int, records: int
+                       ) -> dict[str, float]:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer(dict(_client_config(bootstrap), **{
+        "group.id": f"bench-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
+        "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760}))
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    count = 0
+    size = 0
+    opened = time.perf_counter()
+    first = 0.0
+    deadline = opened + 300
+    while count < records and time.perf_counter() < deadline:
+        for msg in consumer.consume(num_messages=10_000, timeout=1.0):
+            if msg.error() is None:
+                if not count:
+                    first = time.perf_counter()
+                count += 1
+                size += len(msg.value())
+    elapsed = time.perf_counter() - first
+    consumer.close()
+    if count < records:
+        raise RuntimeError(f"consume round got {count} of {records} records")
+    # Throughput from the first record on; the time to the first record (connections,
+    # metadata, first fetch) is reported on its own.
+    return {"seconds": elapsed, "mb_per_s": size / elapsed / 1e6,
+            "first_record_s": first - opened}
+
+
+def produce_latency(bootstrap: str, topic: str, rate: int, seconds: float) -> dict[str, float]:
+    from confluent_kafka import Producer
+
+    producer = Producer(dict(_client_config(bootstrap), **{"acks": 1, "linger.ms": 0}))
+    samples: list[float] = []
+
+    def report(sent: float) -> Any:
+        def on_delivery(err: Any, _msg: Any) -> None:
+            if err is None:
+                samples.append(time.perf_counter() - sent)
+        return on_delivery
+
+    # Warm up connections and metadata before measuring.
+    producer.produce(topic, VALUE)
+    producer.flush(30)
+    interval = 1.0 / rate
+    total = int(rate * seconds)
+    next_send = time.perf_counter()
+    for _ in range(total):
+        now = time.perf_counter()
+        if next_send > now:
+            producer.poll(next_send - now)
+        producer.produce(topic, VALUE, on_delivery=report(time.perf_counter()))
+        producer.poll(0)
+        next_send += interval
+    producer.flush(30)
+    ms = [s * 1000 for s in samples]
+    return {"samples": len(ms), "p50_ms": percentile(ms, 0.5), "p99_ms": percentile(ms, 0.99)}
+
+
+def request_rtt(bootstrap: str, requests: int) -> dict[str, float]:
+    """Sequential Metadata v1 (no topics) round trips on one connection."""
+    host, port = bootstrap.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    client_id = b"bench"
+    samples: list[float] = []
+    for correlation_id in range(requests + 50):
+        payload = (struct.pack(">hhih", 3, 1, correlation_id, len(client_id)) + client_id
+                   + struct.pack(">i", 0))
+        started = time.perf_counter()
+        sock.sendall(struct.pack(">i", len(payload)) + payload)
+        size = struct.unpack(">i", _recv_exact(sock, 4))[0]
+        _recv_exact(sock, size)
+        if correlation_id >= 50:  # the first ones warm up
+            samples.append((time.perf_counter() - started) * 1000)
+    sock.close()
+    return {"samples": len(samples), "p50_ms": percentile(samples, 0.5),
+            "p99_ms": percentile(samples, 0.99)}
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    chunks = []
+    while n:
+        chunk = sock.recv(n)
+        if not chunk:
+            raise ConnectionError("connection closed")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def _summary(rounds: dict[str, list[dict[str, float]]], key: str) -> dict[str, Any]:
+    direct = median([r[key] for r in rounds["direct"]])
+    proxied = median([r[key] for r in rounds["proxied"]])
+    return {"direct_median": direct, "proxied_median": proxied,
+            "ratio": proxied / direct if direct else float("nan"),
+            "direct_all": [r[key] for r in rounds["direct"]],
+            "proxied_all": [r[key] for r in rounds["proxied"]]}
+
+
+def run(args: argparse.Namespace) -> int:
+    from proxy.testbed.broker import KafkaBroker
+    from proxy.testbed.proxyproc import ProxyProcess
+
+    if args.quick:
+        args.records, args.rounds, args.latency_seconds, args.rtt_requests = 5000, 1, 1.0, 200
+    workdir = Path(tempfile.mkdtemp(prefix="groupgate-bench-"))
+    info = machine_info()
+    print(f"machine: {describe_machine(info)}")
+    with KafkaBroker.start(args.kafka, workdir / "kafka") as broker:
+        topic = f"bench-{uuid.uuid4().hex[:6]}"
+        broker.create_topic(topic, args.partitions)
+        with ProxyProcess.start(broker.bootstrap, workdir / "groupgate.log",
+                                args=["--log-level", "WARNING"]) as proxy:
+            targets = {"direct": broker.bootstrap, "proxied": proxy.bootstrap}
+            phases: dict[str, dict[str, list[dict[str, float]]]] = {
+                name: {"direct": [], "proxied": []}
+                for name in ("produce", "consume", "latency", "rtt")}
+            # One unrecorded round per target warms up the broker's JIT and page cache.
+            for bootstrap in targets.values():
+                produce_throughput(bootstrap, topic, min(args.records, 20_000))
+                consume_throughput(bootstrap, topic, args.partitions, min(args.records, 20_000))
+            for round_no in range(args.rounds):
+                order = ["direct", "proxied"] if round_no % 2 == 0 else ["proxied", "direct"]
+                for target in order:
+                    bootstrap = targets[target]
+                    phases["produce"][target].append(
+                        produce_throughput(bootstrap, topic, args.records))
+                    phases["consume"][target].append(
+                        consume_throughput(bootstrap, topic, args.partitions, args.records))
+                    phases["latency"][target].append(
+                        produce_latency(bootstrap, topic, args.latency_rate,
+                                        args.latency_seconds))
+                    phases["rtt"][target].append(request_rtt(bootstrap, args.rtt_requests))
+                    print(f"round {round_no + 1}/{args.rounds} {target}: "
+                          f"produce {phases['produce'][target][-1]['mb_per_s']:.1f} MB/s, "
+                          f"consume {phases['consume'][target][-1]['mb_per_s']:.1f} MB/s, "
+                          f"latency p99 {phases['latency'][target][-1]['p99_ms']:.2f} ms",
+                          flush=True)
+    results = {
+        "benchmark": "passthrough",
+        "machine": info,
+        "kafka": broker.version,
+        "settings": {k: v for k, v in vars(args).items()
+                     if k in ("records", "rounds", "partitions", "latency_rate",
+                              "latency_seconds", "rtt_requests")},
+        "record_bytes": len(VALUE),
+        "produce_mb_per_s": _summary(phases["produce"], "mb_per_s"),
+        "consume_mb_per_s": _summary(phases["consume"], "mb_per_s"),
+        "produce_latency_p50_ms": _summary(phases["latency"], "p50_ms"),
+        "produce_latency_p99_ms": _summary(phases["latency"], "p99_ms"),
+        "request_rtt_p50_ms": _summary(phases["rtt"], "p50_ms"),
+        "request_rtt_p99_ms": _summary(phases["rtt"], "p99_ms"),
+    }
+    rows = [("produce throughput (MB/s)", "produce_mb_per_s"),
+            ("consume throughput (MB/s)", "consume_mb_per_s"),
+            (f"produce latency p50 (ms) @{args.latency_rate}/s", "produce_latency_p50_ms"),
+            (f"produce latency p99 (ms) @{args.latency_rate}/s", "produce_latency_p99_ms"),
+            ("request RTT p50 (ms)", "request_rtt_p50_ms"),
+            ("request RTT p99 (ms)", "request_rtt_p99_ms")]
+    print(f"\nKafka {broker.version}, {args.rounds} rounds per target, medians:")
+    print(f"{'metric':<38} {'direct':>10} {'proxied':>10} {'ratio':>7} {'added':>9}")
+    for label, key in rows:
+        s = results[key]
+        added = s["proxied_median"] - s["direct_median"]
+        print(f"{label:<38} {s['direct_median']:>10.3f} {s['proxied_median']:>10.3f} "
+              f"{s['ratio']:>7.3f} {added:>+9.3f}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+        print(f"\nwrote {args.json}")
+    return 0

@@ -1,0 +1,556 @@
+"""Kafka's own Java tools as subprocesses: VerifiableProducer, VerifiableConsumer, consumer groups.
+
+The verifiable tools print one JSON object per line on stdout; :class:`JavaTool` runs a tool with
+its line's classpath (see :mod:`proxy.testbed.distributions`), collects those events on a reader
+thread, and lets a test wait for conditions on them. :class:`VerifiableConsumer` keeps the current
+assignment and the consumed offsets, :class:`VerifiableProducer` the acknowledged records, so a
+test can check that every acknowledged record was consumed. :func:`consumer_groups` runs the
+consumer-groups command and :func:`parse_table` reads its tables.
+
+Tools are short-lived JVMs in their own process group; :meth:`JavaTool.stop` sends SIGTERM (the
+tools then print ``shutdown_complete``) and SIGKILLs after a grace period.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from proxy.testbed import artifacts
+from proxy.testbed.distributions import KafkaLine, get_line
+
+__all__ = [
+    "TOOL_JVM_FLAGS",
+    "JavaTool",
+    "ToolError",
+    "VerifiableConsumer",
+    "VerifiableProducer",
+    "consumer_groups",
+    "describe_group",
+    "list_groups",
+    "missing_records",
+    "parse_table",
+]
+
+TOOL_JVM_FLAGS: tuple[str, ...] = (
+    "-Xmx256m",
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-Xshare:auto",
+    "-Djava.awt.headless=true",
+)
+
+Event = dict[str, Any]
+TopicPartition = tuple[str, int]
+
+_LIVE: set[JavaTool] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+class ToolError(RuntimeError):
+    """A tool failed, or a condition on its events was not met in time."""
+
+
+def kill_all() -> None:
+    """SIGKILL every tool this process started that is still running."""
+    with _LIVE_LOCK:
+        tools = list(_LIVE)
+    for tool in tools:
+        tool.kill()
+
+
+atexit.register(kill_all)
+
+
+def _die_with_parent() -> None:
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+
+
+def _write_properties(path: Path, props: Mapping[str, str]) -> Path:
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    return path
+
+
+class JavaTool:
+    """A Java main class of a Kafka line, run with the line's tools classpath.
+
+    Call :meth:`start` (or use it as a context manager); ``events`` fills as JSON lines arrive.
+    Non-JSON stdout lines are kept in ``other_output``; stderr goes to ``stderr_file``.
+    """
+
+    def __init__(
+        self,
+        line: str | KafkaLine,
+        main_class: str,
+        args: Sequence[str],
+        *,
+        workdir: Path | None = None,
+        jvm_flags: Sequence[str] = TOOL_JVM_FLAGS,
+        classpath: Sequence[Path] | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.line = get_line(line)
+        self.main_class = main_class
+        self.args = list(args)
+        self.name = name or main_class.rsplit(".", 1)[-1]
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix=f"groupgate-{self.name}-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.jvm_flags = list(jvm_flags)
+        self._classpath = list(classpath) if classpath is not None else None
+        self.events: list[Event] = []
+        self.other_output: list[str] = []
+        self.proc: subprocess.Popen[str] | None = None
+        self._cond = threading.Condition()
+        self._reader: threading.Thread | None = None
+        self._eof = False
+        self.stderr_file = self.workdir / f"{self.name}.stderr"
+
+    def command(self) -> list[str]:
+        cp = self._classpath if self._classpath is not None else self.line.tools_classpath()
+        log_flags = self.line.log_config(self.workdir / f"{self.name}-log.properties", None)
+        return [
+            artifacts.require_java(),
+            *self.jvm_flags,
+            *log_flags,
+            "-cp",
+            artifacts.classpath_string(cp),
+            self.main_class,
+            *self.args,
+        ]
+
+    def start(self) -> JavaTool:
+        if self.proc is not None:
+            raise RuntimeError(f"{self.name} already started")
+        cmd = self.command()
+        (self.workdir / f"{self.name}.cmd").write_text(" ".join(cmd) + "\n")
+        err = open(self.stderr_file, "w")  # noqa: SIM115 - handed to the child
+        try:
+            self.proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                bufsize=1,
+                start_new_session=True,
+                preexec_fn=_die_with_parent
+                if threading.current_thread() is threading.main_thread()
+                else None,
+            )
+        finally:
+            err.close()
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+        self._reader = threading.Thread(target=self._read, name=f"{self.name}-stdout", daemon=True)
+        self._reader.start()
+        return self
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            line = raw.strip()
+            if not line:
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                event = None
+            with self._cond:
+                if isinstance(event, dict):
+                    self._on_event(event)
+                    self.events.append(event)
+                else:
+                    self.other_output.append(line)
+                self._cond.notify_all()
+        with self._cond:
+            self._eof = True
+            self._cond.notify_all()
+
+    def _on_event(self, event: Event) -> None:
+        """Hook for subclasses; called with the condition lock held."""
+
+    # -- waiting ------------------------------------------------------------------------------
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float, what: str = "") -> None:
+        """Wait until ``predicate()`` (evaluated under the event lock) is true."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not predicate():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise ToolError(
+                        f"{self.name}: timed out waiting for {what or predicate}"
+                        f"\n{self.stderr_tail()}"
+                    )
+                if self._eof:
+                    raise ToolError(
+                        f"{self.name} exited (rc={self.returncode}) before {what or predicate}"
+                        f"\n{self.stderr_tail()}"
+                    )
+                self._cond.wait(min(remaining, 0.5))
+
+    def wait_event(
+        self, name: str, timeout: float = 60.0, where: Callable[[Event], bool] | None = None
+    ) -> Event:
+        """Wait for an event called ``name`` (optionally matching ``where``); return it."""
+        found: list[Event] = []
+
+        def match() -> bool:
+            for ev in self.events:
+                if ev.get("name") == name and (where is None or where(ev)):
+                    found.append(ev)
+                    return True
+            return False
+
+        self.wait_for(match, timeout, f"event {name}")
+        return found[0]
+
+    def events_named(self, name: str) -> list[Event]:
+        with self._cond:
+            return [e for e in self.events if e.get("name") == name]
+
+    def wait_exit(self, timeout: float = 60.0) -> int:
+        """Wait for the process to end on its own; return its exit code."""
+        if self.proc is None:
+            raise RuntimeError(f"{self.name} not started")
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise ToolError(f"{self.name} still running after {timeout}s") from exc
+        self._finish()
+        return rc
+
+    def _finish(self) -> None:
+        if self._reader is not None:
+            self._reader.join(10)
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.poll() if self.proc else None
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stderr_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.stderr_file.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    # -- stopping -----------------------------------------------------------------------------
+
+    def _signal(self, sig: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM (the tools shut down cleanly and report it), SIGKILL after ``timeout``."""
+        if self.proc is None:
+            return None
+        self._signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._signal(signal.SIGKILL)
+            self.proc.wait(10)
+        self._finish()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        if self.proc is None:
+            return
+        self._signal(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(10)
+        self._finish()
+
+    def __enter__(self) -> JavaTool:
+        if self.proc is None:
+            self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _config_flag(line: KafkaLine) -> str:
+    # 4.x deprecates --producer.config/--consumer.config in favour of --command-config.
+    return "--command-config" if int(line.tools_version.split(".")[0]) >= 4 else ""
+
+
+class VerifiableProducer(JavaTool):
+    """``VerifiableProducer``: sends increasing integers as values, reports every ack.
+
+    Events: ``startup_complete``, ``producer_send_success`` (topic, partition, offset, key,
+    value), ``producer_send_error``, ``shutdown_complete``, ``tool_data`` (sent, acked, ...).
+    """
+
+    def __init__(
+        self,
+        line: str | KafkaLine,
+        bootstrap: str,
+        topic: str,
+        *,
+        max_messages: int = -1,
+        throughput: int = -1,
+        acks: int = -1,
+        value_prefix: int | None = None,
+        repeating_keys: int | None = None,
+        config: Mapping[str, str] | None = None,
+        workdir: Path | None = None,
+        jvm_flags: Sequence[str] = TOOL_JVM_FLAGS,
+    ) -> None:
+        kline = get_line(line)
+        args = [
+            "--bootstrap-server",
+            bootstrap,
+            "--topic",
+            topic,
+            "--max-messages",
+            str(max_messages),
+            "--throughput",
+            str(throughput),
+            "--acks",
+            str(acks),
+        ]
+        if value_prefix is not None:
+            args += ["--value-prefix", str(value_prefix)]
+        if repeating_keys is not None:
+            args += ["--repeating-keys", str(repeating_keys)]
+        super().__init__(
+            kline,
+            kline.verifiable_producer_main,
+            args,
+            workdir=workdir,
+            jvm_flags=jvm_flags,
+            name="verifiable-producer",
+        )
+        if config:
+            path = _write_properties(self.workdir / "producer.properties", config)
+            self.args += [_config_flag(kline) or "--producer.config", str(path)]
+        self.acked: list[tuple[str, int, int, str | None]] = []  # topic, partition, offset, value
+        self.errors: list[Event] = []
+
+    def _on_event(self, event: Event) -> None:
+        name = event.get("name")
+        if name == "producer_send_success":
+            self.acked.append(
+                (event["topic"], int(event["partition"]), int(event["offset"]), event.get("value"))
+            )
+        elif name == "producer_send_error":
+            self.errors.append(event)
+
+    def wait_acked(self, n: int, timeout: float = 60.0) -> None:
+        self.wait_for(lambda: len(self.acked) >= n, timeout, f"{n} acked records")
+
+    def run(self, timeout: float = 120.0) -> list[tuple[str, int, int, str | None]]:
+        """Start, wait for the tool to finish (needs ``max_messages``), return the acks."""
+        if self.proc is None:
+            self.start()
+        rc = self.wait_exit(timeout)
+        if rc != 0:
+            raise ToolError(f"verifiable producer exited with {rc}:\n{self.stderr_tail()}")
+        return list(self.acked)
+
+
+class VerifiableConsumer(JavaTool):
+    """``VerifiableConsumer``: one group member that reports assignments and consumed ranges.
+
+    Events: ``startup_complete``, ``partitions_assigned`` / ``partitions_revoked`` (partitions:
+    [{topic, partition}]), ``records_consumed`` (count, partitions: [{topic, partition, count,
+    minOffset, maxOffset}]), ``record_data`` (with ``verbose``), ``offsets_committed``,
+    ``shutdown_complete``. ``group_protocol="consumer"`` needs a 4.x broker (or the proxy).
+    """
+
+    def __init__(
+        self,
+        line: str | KafkaLine,
+        bootstrap: str,
+        topic: str,
+        group_id: str,
+        *,
+        group_protocol: str = "classic",
+        group_remote_assignor: str | None = None,
+        assignment_strategy: str | None = None,
+        group_instance_id: str | None = None,
+        max_messages: int = -1,
+        session_timeout_ms: int | None = None,
+        enable_autocommit: bool = False,
+        reset_policy: str = "earliest",
+        verbose: bool = False,
+        config: Mapping[str, str] | None = None,
+        workdir: Path | None = None,
+        jvm_flags: Sequence[str] = TOOL_JVM_FLAGS,
+    ) -> None:
+        kline = get_line(line)
+        args = [
+            "--bootstrap-server",
+            bootstrap,
+            "--topic",
+            topic,
+            "--group-id",
+            group_id,
+            "--max-messages",
+            str(max_messages),
+            "--reset-policy",
+            reset_policy,
+        ]
+        if group_protocol.lower() != "classic":
+            args += ["--group-protocol", group_protocol]
+        if group_remote_assignor:
+            args += ["--group-remote-assignor", group_remote_assignor]
+        if assignment_strategy:
+            args += ["--assignment-strategy", _assignor_class(assignment_strategy)]
+        if group_instance_id:
+            args += ["--group-instance-id", group_instance_id]
+        if session_timeout_ms is not None:
+            args += ["--session-timeout", str(session_timeout_ms)]
+        if enable_autocommit:
+            args.append("--enable-autocommit")
+        if verbose:
+            args.append("--verbose")
+        super().__init__(
+            kline,
+            kline.verifiable_consumer_main,
+            args,
+            workdir=workdir,
+            jvm_flags=jvm_flags,
+            name=f"verifiable-consumer-{group_instance_id or os.urandom(3).hex()}",
+        )
+        if config:
+            path = _write_properties(self.workdir / f"{self.name}.properties", config)
+            self.args += [_config_flag(kline) or "--consumer.config", str(path)]
+        self.assignment: set[TopicPartition] = set()
+        self.consumed: dict[TopicPartition, set[int]] = {}
+        self.consumed_count = 0
+        self.rebalances = 0
+        self.records: list[Event] = []
+
+    def _on_event(self, event: Event) -> None:
+        name = event.get("name")
+        if name == "partitions_assigned":
+            self.rebalances += 1
+            self.assignment |= {(p["topic"], int(p["partition"])) for p in event["partitions"]}
+        elif name == "partitions_revoked":
+            self.assignment -= {(p["topic"], int(p["partition"])) for p in event["partitions"]}
+        elif name == "records_consumed":
+            self.consumed_count += int(event.get("count", 0))
+            for p in event.get("partitions", []):
+                offsets = self.consumed.setdefault((p["topic"], int(p["partition"])), set())
+                offsets.update(range(int(p["minOffset"]), int(p["maxOffset"]) + 1))
+        elif name == "record_data":
+            self.records.append(event)
+
+    def wait_assigned(self, timeout: float = 60.0, at_least: int = 1) -> set[TopicPartition]:
+        self.wait_for(lambda: len(self.assignment) >= at_least, timeout, "an assignment")
+        with self._cond:
+            return set(self.assignment)
+
+    def wait_records(self, n: int, timeout: float = 60.0) -> None:
+        """Wait until ``n`` records were consumed in total (duplicates count)."""
+        self.wait_for(lambda: self.consumed_count >= n, timeout, f"{n} consumed records")
+
+    def consumed_offsets(self) -> set[tuple[str, int, int]]:
+        with self._cond:
+            return {(t, p, o) for (t, p), offs in self.consumed.items() for o in offs}
+
+
+_ASSIGNORS = {
+    "range": "org.apache.kafka.clients.consumer.RangeAssignor",
+    "roundrobin": "org.apache.kafka.clients.consumer.RoundRobinAssignor",
+    "sticky": "org.apache.kafka.clients.consumer.StickyAssignor",
+    "cooperative-sticky": "org.apache.kafka.clients.consumer.CooperativeStickyAssignor",
+}
+
+
+def _assignor_class(name: str) -> str:
+    return _ASSIGNORS.get(name, name)
+
+
+def consumer_groups(
+    line: str | KafkaLine, bootstrap: str, *args: str, timeout: float = 60.0, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run the consumer-groups command (``kafka-consumer-groups.sh``) with ``args``."""
+    kline = get_line(line)
+    tool = JavaTool(
+        kline,
+        kline.consumer_groups_main,
+        ["--bootstrap-server", bootstrap, *args],
+        name="consumer-groups",
+    )
+    proc = subprocess.run(
+        tool.command(), capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if check and proc.returncode != 0:
+        raise ToolError(
+            f"consumer-groups {' '.join(args)} failed ({proc.returncode}):\n"
+            f"{proc.stdout}\n{proc.stderr}"
+        )
+    return proc
+
+
+def parse_table(text: str) -> list[dict[str, str]]:
+    """Rows of the whitespace-aligned tables the group commands print (header row first).
+
+    Several tables (one per group) are merged; a ``-`` cell is kept as ``-``.
+    """
+    rows: list[dict[str, str]] = []
+    header: list[str] | None = None
+    for line in text.splitlines():
+        cells = line.split()
+        if not cells:
+            header = None
+            continue
+        if header is None:
+            if cells[0] == "GROUP" or cells[0] == "GROUP-ID" or "TOPIC" in cells:
+                header = cells
+            continue
+        if len(cells) > len(header):  # e.g. CONSUMER-ID with spaces: fold the tail
+            cells = [*cells[: len(header) - 1], " ".join(cells[len(header) - 1 :])]
+        rows.append(dict(zip(header, cells, strict=False)))
+    return rows
+
+
+def describe_group(
+    line: str | KafkaLine, bootstrap: str, group: str, *extra: str
+) -> list[dict[str, str]]:
+    """``--describe --group GROUP`` (plus e.g. ``--members`` or ``--state``) as rows."""
+    proc = consumer_groups(line, bootstrap, "--describe", "--group", group, *extra)
+    return parse_table(proc.stdout)
+
+
+def list_groups(line: str | KafkaLine, bootstrap: str) -> list[str]:
+    proc = consumer_groups(line, bootstrap, "--list")
+    return [g.strip() for g in proc.stdout.splitlines() if g.strip()]
+
+
+def missing_records(
+    acked: Iterable[tuple[str, int, int, Any]], consumers: Iterable[VerifiableConsumer]
+) -> set[tuple[str, int, int]]:
+    """Acknowledged (topic, partition, offset) triples that no consumer reported: empty is good."""
+    seen: set[tuple[str, int, int]] = set()
+    for c in consumers:
+        seen |= c.consumed_offsets()
+    return {(t, p, o) for t, p, o, _ in acked} - seen
