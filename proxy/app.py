@@ -19,7 +19,7 @@ from proxy.health import serve_health
 from proxy.logs import LIFECYCLE
 from proxy.metrics import RequestCounters
 from proxy.router import ForwardingRouter, parse_table
-from proxy.server import ProxyServer, RouterFactory
+from proxy.server import ProxyServer, RouterFactory, node_label
 from proxy.upstream import UpstreamError, fetch_brokers
 
 log = logging.getLogger("groupgate")
@@ -47,8 +47,7 @@ def make_router_factory() -> RouterFactory:
     accepted = parse_table()
 
     def factory(server: ProxyServer, node_id: int | None) -> Router:
-        label = "bootstrap" if node_id is None else str(node_id)
-        return ForwardingRouter(server, RequestCounters(label), accepted)
+        return ForwardingRouter(server, RequestCounters(node_label(node_id)), accepted)
 
     return factory
 

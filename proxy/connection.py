@@ -30,9 +30,9 @@ from typing import Protocol
 
 import trio
 
-from proxy.splitter import FrameError, FrameSplitter
 from proxy.codec.errors import CodecError
 from proxy.orderer import OrderingError, ResponseOrderer, Slot
+from proxy.splitter import FrameError, FrameSplitter
 
 log = logging.getLogger("groupgate.connection")
 
@@ -120,6 +120,8 @@ class Connection:
         self._nursery: trio.Nursery | None = None
         self.closing_reason: str | None = None
         self._first = b""
+        self.bad_input = False
+        """Set when the client sent something that broke the protocol."""
 
     async def run(self) -> None:
         """Serve until either side closes, a protocol error occurs, or we are cancelled."""
@@ -182,6 +184,7 @@ class Connection:
                 return  # draining: the response side finishes the connection
             self._close("client closed the connection", scope, warn=False)
         except (FrameError, RejectRequest) as exc:
+            self.bad_input = True
             self._close(f"bad request from client: {exc}", scope, warn=True)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             self._close(f"client connection failed: {exc!r}", scope, warn=False)

@@ -14,9 +14,11 @@ from collections.abc import Callable
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from proxy.logs import LIFECYCLE
 from proxy.metrics import REGISTRY
 
 log = logging.getLogger("groupgate.health")
+lifecycle = logging.getLogger(LIFECYCLE)
 
 MAX_REQUEST_BYTES = 8192
 
@@ -59,7 +61,7 @@ async def serve_health(host: str, port: int, ready: Callable[[], tuple[bool, str
                        *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound = listeners[0].socket.getsockname()[1]
-    log.info("metrics and health on http://%s:%d/metrics", host, bound)
+    lifecycle.info("metrics and health on http://%s:%d/metrics", host, bound)
     task_status.started(bound)
 
     async def handler(stream: trio.SocketStream) -> None:

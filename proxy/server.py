@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from proxy import metrics
 from proxy.config import ProxyConfig
 from proxy.connection import Connection, ListenerError, Router
 from proxy.logs import LIFECYCLE
@@ -176,6 +177,7 @@ class ProxyServer:
                 await trio.sleep(0.1)
                 continue
             self.state.accepted += 1
+            metrics.CONNECTIONS.labels(node_label(node_id)).inc()
             self._connections.start_soon(self._serve, stream, node_id)
 
     async def _serve(self, client: trio.SocketStream, node_id: int | None) -> None:
@@ -194,10 +196,15 @@ class ProxyServer:
             name=name,
         )
         self.state.active.add(conn)
+        active = metrics.ACTIVE_CONNECTIONS.labels(node_label(node_id))
+        active.inc()
         try:
             await conn.run()
         finally:
+            active.dec()
             self.state.active.discard(conn)
+            if conn.bad_input:
+                metrics.CLOSED_BAD_INPUT.labels(node_label(node_id)).inc()
 
     async def _connect_upstream(self, node_id: int | None, peer: str
                                 ) -> trio.SocketStream | None:
@@ -216,9 +223,14 @@ class ProxyServer:
                     continue
             errors.append(f"{host}:{port}: timed out")
         self.state.upstream_failures += 1
+        metrics.UPSTREAM_FAILURES.labels(node_label(node_id)).inc()
         log.warning("%s: no upstream connection for %s (%s); closing client", peer,
                     _describe(node_id), "; ".join(errors) or "broker unknown")
         return None
+
+
+def node_label(node_id: int | None) -> str:
+    return "bootstrap" if node_id is None else str(node_id)
 
 
 def _describe(node_id: int | None) -> str:

@@ -52,3 +52,9 @@ def test_broker_port_rule() -> None:
     assert cfg.broker_port(2) == 19002
     cfg = config.load(parse(["--upstream", "k:1", "--listen", "127.0.0.1:0"]), {})
     assert cfg.broker_port(5) == 0
+
+
+def test_configuration_doc_lists_every_setting() -> None:
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "configuration.md").read_text()
+    for setting in config.SETTINGS:
+        assert f"`--{setting.name}`" in doc and f"`{setting.env}`" in doc, setting.name

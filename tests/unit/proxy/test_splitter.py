@@ -3,6 +3,7 @@ lengths raise FrameError; nothing else escapes."""
 
 from __future__ import annotations
 
+import itertools
 import struct
 
 import pytest
@@ -26,7 +27,7 @@ def collect(splitter: FrameSplitter, chunks: list[bytes]) -> list[bytes]:
 
 def chop(data: bytes, cuts: list[int]) -> list[bytes]:
     points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
-    return [data[a:b] for a, b in zip(points, points[1:], strict=False)]
+    return [data[a:b] for a, b in itertools.pairwise(points)]
 
 
 @settings(max_examples=300, deadline=None)
