@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+
 from proxy import apiversions
 from proxy.codec import messages
 from proxy.codec._runtime import r_uv, s_tags

@@ -60,7 +60,7 @@ def test_not_ready_without_upstream(tmp_path: Path) -> None:
         assert match
         status, text = _get(f"{match.group(1)}/readyz")
         assert status == 503, text
-        assert "127.0.0.1:%d" % dead in text
+        assert f"127.0.0.1:{dead}" in text
         # A client is closed at once rather than left hanging.
         sock = socket.create_connection((proxy.host, proxy.port))
         sock.settimeout(5)

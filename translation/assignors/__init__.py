@@ -14,12 +14,23 @@ from translation.assignors.base import (
     PartitionAssignor,
     SubscriptionType,
 )
+from translation.assignors.range import RangeAssignor
+from translation.assignors.uniform import UniformAssignor
+
+BUILTIN_ASSIGNORS: tuple[type[UniformAssignor] | type[RangeAssignor], ...] = (
+    UniformAssignor,
+    RangeAssignor,
+)
+"""The server-side assignors groupgate ships, default first (as in Kafka)."""
 
 __all__ = [
+    "BUILTIN_ASSIGNORS",
     "Assignment",
     "AssignorError",
     "GroupSpec",
     "MemberSubscription",
     "PartitionAssignor",
+    "RangeAssignor",
     "SubscriptionType",
+    "UniformAssignor",
 ]

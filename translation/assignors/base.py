@@ -56,3 +56,25 @@ class PartitionAssignor(Protocol):
     ) -> dict[str, dict[TopicId, frozenset[int]]]:
         """Return the new target assignment for every member of ``group``."""
         ...
+
+
+def looks_homogeneous(group: GroupSpec) -> bool:
+    """Whether a group flagged homogeneous really has one subscription set for everyone.
+
+    Kafka's assignors trust the flag; this is a cheap guard against a mislabelled group. It
+    compares sizes and hashes (a frozenset caches its hash, computed in C from its entries'
+    stored hashes) rather than whole sets, which would cost ``O(members x topics)`` comparisons.
+    """
+    if group.subscription_type is not SubscriptionType.HOMOGENEOUS:
+        return False
+    subscriptions = iter(group.members.values())
+    first = next(subscriptions, None)
+    if first is None:
+        return True
+    topics = first.subscribed_topic_ids
+    size, digest = len(topics), hash(topics)
+    return all(
+        m.subscribed_topic_ids is topics
+        or (len(m.subscribed_topic_ids) == size and hash(m.subscribed_topic_ids) == digest)
+        for m in subscriptions
+    )
