@@ -1,0 +1,1 @@
+"""Tests of the server-side assignors (``translation.assignors``)."""
