@@ -17,8 +17,6 @@ import gc
 import hashlib
 import json
 import os
-import platform
-import re
 import statistics
 import subprocess
 import sys
@@ -28,6 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from proxy.bench import machine
 
 KAFKA_VERSION = "4.4.0"
 KAFKA_COORDINATES = [f"org.apache.kafka:kafka-group-coordinator:{KAFKA_VERSION}"]
@@ -176,49 +176,8 @@ def _run_java(cases: list[Case], runs: int, warmup_ms: int) -> None:
         raise RuntimeError(f"AssignorBench failed ({proc.returncode}):\n{stderr[-3000:]}")
 
 
-def _java_version() -> str:
-    try:
-        from proxy.testbed.artifacts import java_executable
-
-        out = subprocess.run(
-            [java_executable(), "-version"], capture_output=True, text=True, check=False
-        )
-        return (out.stderr or out.stdout).strip().splitlines()[0]
-    except Exception as exc:  # reported, not fatal
-        return f"unavailable ({exc})"
-
-
-def _cpu_model() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor() or "unknown"
-    match = re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE)
-    return match.group(1).strip() if match else "unknown"
-
-
-def _groupgate_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("groupgate")
-    except Exception:
-        pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
-        match = re.search(r'^version = "([^"]+)"', pyproject.read_text(), re.MULTILINE)
-        return match.group(1) if match else "unknown"
-
-
 def machine_info() -> dict[str, Any]:
-    return {
-        "cpu_model": _cpu_model(),
-        "cores": os.cpu_count(),
-        "python": sys.version.split()[0],
-        "python_implementation": platform.python_implementation(),
-        "java": _java_version(),
-        "platform": platform.platform(),
-        "groupgate": _groupgate_version(),
-        "kafka_group_coordinator": KAFKA_VERSION,
-    }
+    return dict(machine.machine_info(), kafka_group_coordinator=KAFKA_VERSION)
 
 
 def _prepare_and_time_ours(
