@@ -1,0 +1,1 @@
+"""Tests of the schema-driven Kafka codec, header peek and their fuzzing."""
