@@ -31,8 +31,8 @@ from typing import Protocol
 import trio
 
 from proxy.codec.errors import CodecError
+from proxy.frames import FrameError, FrameSplitter, encode_frame
 from proxy.orderer import OrderingError, ResponseOrderer, Slot
-from proxy.splitter import FrameError, FrameSplitter
 
 log = logging.getLogger("groupgate.connection")
 
@@ -244,7 +244,7 @@ class Connection:
                     slot = orderer.expect_local(correlation_id, api_key, api_version)
                     answer = router.answer(request)
                     if isinstance(answer, bytes | bytearray | memoryview):
-                        orderer.fill(slot, _frame(answer))
+                        orderer.fill(slot, encode_frame(answer))
                         await self._flush()
                     else:
                         assert self._nursery is not None
@@ -257,7 +257,7 @@ class Connection:
                 await send_upstream(view[batch_start:batch_end])
 
     async def _answer_later(self, slot: Slot, answer: Awaitable[Payload]) -> None:
-        self.orderer.fill(slot, _frame(await answer))
+        self.orderer.fill(slot, encode_frame(await answer))
         await self._flush()
 
     # -- upstream -> client -------------------------------------------------------------------
@@ -286,7 +286,7 @@ class Connection:
                     if new_payload is None:
                         orderer.fill(slot, view[start - 4:end])
                     else:
-                        orderer.fill(slot, _frame(new_payload))
+                        orderer.fill(slot, encode_frame(new_payload))
             await self._flush()
 
     async def _flush(self) -> None:
@@ -305,5 +305,3 @@ class Connection:
             self._drained.set()
 
 
-def _frame(payload: Payload) -> bytes:
-    return len(payload).to_bytes(4, "big") + bytes(payload)

@@ -82,3 +82,8 @@ class FrameSplitter:
             self._chunks.append(tail)
             self._buffered = len(tail)
         return blob, spans
+
+
+def encode_frame(payload: bytes | bytearray | memoryview) -> bytes:
+    """The 4-byte length prefix plus ``payload``."""
+    return _LENGTH.pack(len(payload)) + bytes(payload)

@@ -15,7 +15,7 @@ import trio
 from proxy.codec import messages
 from proxy.codec.errors import CodecError
 from proxy.codec.header import encode_request_header
-from proxy.splitter import FrameError, FrameSplitter
+from proxy.frames import FrameError, FrameSplitter
 
 CLIENT_ID = "groupgate"
 METADATA = 3

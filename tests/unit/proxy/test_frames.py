@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.splitter import FrameError, FrameSplitter, FrameTooLarge, FrameTooSmall
+from proxy.frames import FrameError, FrameSplitter, FrameTooLarge, FrameTooSmall
 
 
 def frame(payload: bytes) -> bytes:
