@@ -1,0 +1,86 @@
+"""``groupgate simulate``: run the discrete-event simulation of KIP-848 groups.
+
+``groupgate simulate --seed N`` replays one seed and, when it fails, prints the violated
+invariant and the tail of the event trace. ``groupgate simulate --seeds COUNT [--start S]
+[--members M]`` runs many seeds and prints a summary line, listing each failing seed with the
+command that replays it. The simulation itself is pure code in ``translation.simulation``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from translation.simulation import SimulationResult, run_seed
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--seed", type=int, help="replay one seed (verbose on failure)")
+    which.add_argument("--seeds", type=int, metavar="COUNT", help="run COUNT seeds")
+    parser.add_argument("--start", type=int, default=0, help="first seed with --seeds (default 0)")
+    parser.add_argument(
+        "--members", type=int, default=None, help="members per group (default: chosen per seed)"
+    )
+    parser.add_argument(
+        "--trace", type=int, default=40, help="event trace lines to print on failure (default 40)"
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="print every seed's stats")
+
+
+def _report_failure(result: SimulationResult) -> None:
+    print(f"seed {result.seed} FAILED: {result.violation}")
+    if result.knobs is not None:
+        print(f"  scenario: {result.knobs}")
+    print("  last events:")
+    for line in result.trace:
+        print(f"    {line}")
+    print(f"  replay: {result.replay}")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.seed is not None:
+        started = time.perf_counter()
+        result = run_seed(args.seed, args.members, trace_length=args.trace)
+        elapsed = time.perf_counter() - started
+        if not result.ok:
+            _report_failure(result)
+            return 1
+        stats = ", ".join(f"{k}={v}" for k, v in sorted(result.stats.items()))
+        print(
+            f"seed {result.seed} ok: {result.events} events, {result.sim_time_ms} ms simulated, "
+            f"{elapsed:.2f}s wall"
+        )
+        if args.verbose:
+            print(f"  {stats}")
+        return 0
+
+    started = time.perf_counter()
+    failures: list[SimulationResult] = []
+    events = 0
+    for seed in range(args.start, args.start + args.seeds):
+        result = run_seed(seed, args.members, trace_length=args.trace)
+        events += result.events
+        if args.verbose:
+            print(f"seed {seed}: {'ok' if result.ok else 'FAILED'} ({result.events} events)")
+        if not result.ok:
+            failures.append(result)
+    elapsed = time.perf_counter() - started
+    print(
+        f"{args.seeds - len(failures)}/{args.seeds} seeds passed "
+        f"(seeds {args.start}..{args.start + args.seeds - 1}, {events} events, {elapsed:.1f}s)"
+    )
+    for result in failures:
+        print(f"  seed {result.seed}: {result.violation}")
+        print(f"    replay: {result.replay}")
+    return 1 if failures else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="groupgate simulate", description=__doc__)
+    configure(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,331 @@
+"""The group coordinator: the engine's entry point, sans-I/O.
+
+Theory of operation
+===================
+
+The coordinator owns every KIP-848 consumer group the proxy serves. Like h11, it is a pure
+state machine: the caller hands it a request and the current time (``now_ms``, integer
+milliseconds on any monotonic clock) and gets back a response and a list of *effects*. It
+never reads a clock, never opens a socket, never sleeps. Everything it does is
+deterministic given its inputs, which is what makes the discrete-event simulator in
+``translation.simulation`` possible.
+
+Three epochs drive a group (KIP-848 "Rebalance Process"):
+
+* the **group epoch** is bumped whenever the assignor's input changes: a member joins,
+  leaves or is fenced, a member changes its subscribed names or regex, a regex resolves to
+  different topics, the subscribed topics change (partitions added, topic created, deleted or
+  recreated with a new id), or the group's preferred assignor changes;
+* the **assignment epoch** is the group epoch the current *target assignment* was computed
+  for. Whenever the group epoch is ahead, the next heartbeat of any member recomputes the
+  target with the group's assignor (the most common ``server_assignor`` among members,
+  else the first configured one), at most once per assignment interval (Kafka 4.2+); bumps
+  in between are folded into one computation, so a join storm costs a few computations,
+  not one per member;
+* each member's **member epoch** is the assignment epoch it has reconciled to. A member moves
+  to the new epoch only after it has revoked the partitions it must give up (revocation
+  before assignment); partitions it gains are added as soon as their previous owner has
+  released them (:mod:`translation.reconciliation`). Member states: STABLE,
+  UNREVOKED_PARTITIONS, UNRELEASED_PARTITIONS, UNKNOWN.
+
+The coordinator tracks which member holds every partition (assigned or pending revocation).
+That map is the safety net: a partition is never given to a member while another still
+holds it, so no two members own a partition at once.
+
+Time enters only through ``now_ms``. Timers (session timeout per member, rebalance timeout
+while a member has partitions to revoke, a group's deferred target computation, expiry of an
+empty group) are stored in
+:class:`~translation.timers.Timers`; the caller may call :meth:`GroupCoordinator.tick` at or
+after :meth:`GroupCoordinator.next_deadline`, or arm its own timers from the
+:class:`~translation.effects.TimerArmed` effects and call :meth:`GroupCoordinator.fire`.
+Timers that have been re-armed or cancelled since are ignored.
+
+The steady heartbeat (a member at the current epoch, nothing changed) does constant work:
+a few dict lookups and comparisons, one timer re-arm (a dict update), one response object.
+Nothing on that path is proportional to the group size.
+
+Topic metadata comes in through :meth:`GroupCoordinator.update_topics` with a full
+:class:`~translation.topics.TopicsImage`; the engine identifies topics by id only.
+
+Offset commits stay in the broker; :meth:`GroupCoordinator.validate_offset_commit` tells the
+proxy whether a commit may be forwarded (strict KIP-848 rule or the relaxed per-partition
+assignment-epoch rule; plus, unlike Kafka, a partition another member holds is always
+rejected, which closes a zombie-commit window the simulator found, see
+:mod:`translation.offsets`). :meth:`GroupCoordinator.describe` and
+:meth:`GroupCoordinator.list_groups` give ConsumerGroupDescribe / ListGroups views.
+
+Where Kafka and the KIP text differ, the engine follows Kafka (noted where it matters):
+a fenced or leaving member's target entry is dropped at once (the KIP's case study still
+shows it until the next computation); a member re-sending epoch 0 rejoins in place; the
+response carries only assigned partitions (no pending list); v1 clients bring their own
+member id (KIP-1082); static members leave temporarily with epoch -2; each partition keeps
+the epoch it was assigned at (relaxed commit fencing, Kafka 4.3+).
+
+Safety also needs the clients' cooperation, which the simulator models explicitly: a member
+must give up partitions it is revoking once its rebalance timeout is about to expire, and
+must treat its partitions as lost when it has not heard from the coordinator for the shorter
+of its session and rebalance timeouts (a lost response may have carried a revocation whose
+rebalance timeout is running). Without those rules the coordinator may fence a member and
+hand its partitions to another while the first still processes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from translation import describe as describe_mod
+from translation import heartbeat as hb
+from translation import offsets as offsets_mod
+from translation.assignors.base import AssignorError, PartitionAssignor
+from translation.config import GroupConfig
+from translation.effects import (
+    Effect,
+    GroupEmptied,
+    GroupEpochBumped,
+    GroupExpired,
+    MemberFenced,
+    TargetAssignmentComputed,
+    TargetAssignmentFailed,
+    TimerArmed,
+    TimerCancelled,
+)
+from translation.errors import ErrorCode, GroupError
+from translation.group import ConsumerGroup
+from translation.heartbeat import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+from translation.member import ConsumerGroupMember, MemberState
+from translation.reconciliation import OwnedPartitions, reconcile
+from translation.target import compute_target
+from translation.timers import TimerKey, TimerKind, Timers
+from translation.topics import TopicId, TopicsImage
+
+
+class GroupCoordinator:
+    """All KIP-848 groups of one engine instance. Not thread-safe; drive it from one task."""
+
+    def __init__(self, config: GroupConfig, topics: TopicsImage | None = None) -> None:
+        self.config = config
+        self.assignors: dict[str, PartitionAssignor] = {a.name: a for a in config.assignors}
+        self.assignor_names: list[str] = [a.name for a in config.assignors]
+        self.groups: dict[str, ConsumerGroup] = {}
+        self.image: TopicsImage = topics if topics is not None else TopicsImage()
+        self.timers = Timers()
+
+    # ------------------------------------------------------------------ public API
+
+    def heartbeat(
+        self, request: ConsumerGroupHeartbeatRequest, now_ms: int
+    ) -> tuple[ConsumerGroupHeartbeatResponse, list[Effect]]:
+        """Handle one ConsumerGroupHeartbeat. Errors come back as error responses."""
+        effects: list[Effect] = []
+        try:
+            hb.validate(request, self.assignor_names)
+            if request.member_epoch < 0:
+                response = hb.handle_leave(self, request, now_ms, effects)
+            else:
+                response = hb.handle_regular(self, request, now_ms, effects)
+        except GroupError as err:
+            return (
+                ConsumerGroupHeartbeatResponse(error_code=int(err.code), error_message=err.message),
+                effects,
+            )
+        return response, effects
+
+    def tick(self, now_ms: int) -> list[Effect]:
+        """Fire every timer due at ``now_ms``."""
+        effects: list[Effect] = []
+        for key, payload in self.timers.pop_due(now_ms):
+            self._on_timer(key, payload, now_ms, effects)
+        return effects
+
+    def fire(self, key: TimerKey, now_ms: int) -> list[Effect]:
+        """Fire one timer if it is still armed and due (a driver's own timer went off)."""
+        effects: list[Effect] = []
+        due, payload = self.timers.take_if_due(key, now_ms)
+        if due:
+            self._on_timer(key, payload, now_ms, effects)
+        return effects
+
+    def next_deadline(self) -> int | None:
+        return self.timers.next_deadline()
+
+    def update_topics(self, image: TopicsImage, now_ms: int) -> list[Effect]:
+        """Install new topic metadata; bumps the epoch of every group whose input changed."""
+        effects: list[Effect] = []
+        self.image = image
+        for group in self.groups.values():
+            reasons = []
+            if group.regex_counts and group.resolve_regexes(image):
+                reasons.append("regex resolution changed")
+            if group.refresh_subscription_metadata(image):
+                reasons.append("subscribed topic metadata changed")
+            if reasons and group.members:
+                self.bump_group_epoch(group, "; ".join(reasons), effects)
+        return effects
+
+    def validate_offset_commit(
+        self,
+        group_id: str,
+        member_id: str,
+        member_epoch: int,
+        partitions: Iterable[tuple[TopicId, int]],
+        *,
+        instance_id: str | None = None,
+        transactional: bool = False,
+        api_version: int = 9,
+    ) -> ErrorCode:
+        """Whether an OffsetCommit / TxnOffsetCommit may be forwarded; NONE when it may.
+
+        ``member_epoch`` is the request's GenerationIdOrMemberEpoch. A rejected partition
+        rejects the whole request.
+        """
+        return offsets_mod.validate_offset_commit(
+            self.groups.get(group_id),
+            member_id,
+            member_epoch,
+            partitions,
+            instance_id=instance_id,
+            transactional=transactional,
+            api_version=api_version,
+            rule=self.config.offset_commit_rule,
+            fence_partitions_held_by_others=self.config.fence_partitions_held_by_others,
+        )
+
+    def describe(self, group_ids: Sequence[str]) -> list[describe_mod.DescribedGroup]:
+        return [describe_mod.describe_group(self, gid) for gid in group_ids]
+
+    def list_groups(self, states_filter: Sequence[str] = ()) -> list[describe_mod.ListedGroup]:
+        return describe_mod.list_groups(self, states_filter)
+
+    def group(self, group_id: str) -> ConsumerGroup | None:
+        return self.groups.get(group_id)
+
+    # ------------------------------------------------------------------ group operations
+
+    def new_group(self, group_id: str) -> ConsumerGroup:
+        return ConsumerGroup(group_id, self.assignor_names[0])
+
+    def bump_group_epoch(self, group: ConsumerGroup, reason: str, effects: list[Effect]) -> None:
+        group.group_epoch += 1
+        effects.append(GroupEpochBumped(group.group_id, group.group_epoch, reason))
+
+    def maybe_compute_target_assignment(
+        self, group: ConsumerGroup, now_ms: int, effects: list[Effect]
+    ) -> None:
+        """Compute the target now, or arm the group's assignment timer if the last computation
+        is less than the assignment interval ago."""
+        interval = self.config.assignment_interval_ms
+        last = group.last_assignment_ms
+        key = TimerKey(TimerKind.ASSIGNMENT, group.group_id)
+        if interval > 0 and last is not None and now_ms < last + interval:
+            if key not in self.timers:
+                self.timers.schedule(key, last + interval)
+                effects.append(TimerArmed(key, last + interval))
+            return
+        self.cancel_timer(key, effects)
+        group.last_assignment_ms = now_ms
+        self.compute_target_assignment(group, effects)
+
+    def compute_target_assignment(self, group: ConsumerGroup, effects: list[Effect]) -> None:
+        name = group.preferred_assignor
+        assignor = self.assignors[name]
+        specs, kind = group.build_specs(self.image)
+        try:
+            changed = compute_target(
+                assignor, specs, kind, group.subscription_metadata, group.target, group.group_epoch
+            )
+        except AssignorError as exc:
+            effects.append(
+                TargetAssignmentFailed(group.group_id, group.group_epoch, name, str(exc))
+            )
+            return
+        group.invalidate_specs(changed)
+        group.new_target_installed()
+        effects.append(
+            TargetAssignmentComputed(group.group_id, group.target.epoch, name, len(changed))
+        )
+
+    def reconcile_member(
+        self,
+        group: ConsumerGroup,
+        member: ConsumerGroupMember,
+        owned: OwnedPartitions | None,
+        now_ms: int,
+        effects: list[Effect],
+    ) -> bool:
+        if member.is_reconciled_to(group.target.epoch):
+            return False
+        changed = reconcile(
+            member, group.target.epoch, group.target.of(member.member_id), group.owners, owned
+        )
+        if changed:
+            group.track(member)
+            key = TimerKey(TimerKind.REBALANCE, group.group_id, member.member_id)
+            if member.state is MemberState.UNREVOKED_PARTITIONS:
+                deadline = now_ms + max(member.rebalance_timeout_ms, 0)
+                self.timers.schedule(key, deadline, member.member_epoch)
+                effects.append(TimerArmed(key, deadline))
+            elif self.timers.cancel(key):
+                effects.append(TimerCancelled(key))
+        return changed
+
+    def schedule_session_timeout(
+        self, group: ConsumerGroup, member: ConsumerGroupMember, now_ms: int, effects: list[Effect]
+    ) -> None:
+        timeout = member.session_timeout_ms or self.config.session_timeout_ms
+        key = TimerKey(TimerKind.SESSION, group.group_id, member.member_id)
+        deadline = now_ms + timeout
+        self.timers.schedule(key, deadline)
+        effects.append(TimerArmed(key, deadline))
+
+    def cancel_timer(self, key: TimerKey, effects: list[Effect]) -> None:
+        if self.timers.cancel(key):
+            effects.append(TimerCancelled(key))
+
+    def cancel_member_timers(self, group_id: str, member_id: str, effects: list[Effect]) -> None:
+        self.cancel_timer(TimerKey(TimerKind.SESSION, group_id, member_id), effects)
+        self.cancel_timer(TimerKey(TimerKind.REBALANCE, group_id, member_id), effects)
+
+    def remove_member(
+        self,
+        group: ConsumerGroup,
+        member: ConsumerGroupMember,
+        reason: str,
+        now_ms: int,
+        effects: list[Effect],
+    ) -> None:
+        """Remove a member (leave or fence): its partitions become free, the epoch is bumped."""
+        self.cancel_member_timers(group.group_id, member.member_id, effects)
+        group.remove_member(member.member_id)
+        self.bump_group_epoch(group, reason, effects)
+        if not group.members:
+            effects.append(GroupEmptied(group.group_id))
+            key = TimerKey(TimerKind.GROUP_EXPIRY, group.group_id)
+            deadline = now_ms + self.config.empty_group_expiry_ms
+            self.timers.schedule(key, deadline)
+            effects.append(TimerArmed(key, deadline))
+
+    # ------------------------------------------------------------------ timers
+
+    def _on_timer(self, key: TimerKey, payload: int, now_ms: int, effects: list[Effect]) -> None:
+        group = self.groups.get(key.group_id)
+        if group is None:
+            return
+        if key.kind is TimerKind.GROUP_EXPIRY:
+            if not group.members:
+                group.dead = True
+                del self.groups[key.group_id]
+                effects.append(GroupExpired(key.group_id))
+            return
+        if key.kind is TimerKind.ASSIGNMENT:
+            if group.members and group.group_epoch > group.target.epoch:
+                self.maybe_compute_target_assignment(group, now_ms, effects)
+            return
+        member = group.members.get(key.member_id)
+        if member is None:
+            return
+        if key.kind is TimerKind.SESSION:
+            self.remove_member(group, member, "session timeout", now_ms, effects)
+            effects.append(MemberFenced(group.group_id, member.member_id, "session-timeout"))
+        elif key.kind is TimerKind.REBALANCE and member.member_epoch == payload:
+            self.remove_member(group, member, "rebalance timeout", now_ms, effects)
+            effects.append(MemberFenced(group.group_id, member.member_id, "rebalance-timeout"))

@@ -1,0 +1,51 @@
+"""Kafka error codes the group engine returns, and the exception that carries one.
+
+The numbers are Kafka's own (``org.apache.kafka.common.protocol.Errors``), so the proxy can
+put ``int(code)`` straight into a response. Inside the engine a failed request raises
+:class:`GroupError`; the coordinator turns it into an error response and never lets it
+escape to the caller.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorCode(enum.IntEnum):
+    """Kafka error codes used by the group engine (Kafka's numbering)."""
+
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    ILLEGAL_GENERATION = 22
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
+    GROUP_AUTHORIZATION_FAILED = 30
+    UNSUPPORTED_VERSION = 35
+    INVALID_REQUEST = 42
+    GROUP_ID_NOT_FOUND = 69
+    MEMBER_ID_REQUIRED = 79
+    GROUP_MAX_SIZE_REACHED = 81
+    FENCED_INSTANCE_ID = 82
+    UNKNOWN_TOPIC_ID = 100
+    FENCED_MEMBER_EPOCH = 110
+    UNRELEASED_INSTANCE_ID = 111
+    UNSUPPORTED_ASSIGNOR = 112
+    STALE_MEMBER_EPOCH = 113
+    INVALID_REGULAR_EXPRESSION = 128
+
+
+class GroupError(Exception):
+    """A request failed with a Kafka error code; ``message`` goes into ErrorMessage."""
+
+    __slots__ = ("code", "message")
+
+    def __init__(self, code: ErrorCode, message: str = "") -> None:
+        super().__init__(f"{code.name}: {message}" if message else code.name)
+        self.code = code
+        self.message = message

@@ -1,0 +1,325 @@
+"""A KIP-848 consumer group: members, epochs, subscriptions, target and ownership.
+
+The group keeps the indexes the heartbeat needs in O(1): members by id and by static
+instance id, how many members subscribe to each topic name / regex / assignor, the resolved
+regexes, the *subscription metadata* (partition count of every subscribed topic id, whose
+change bumps the group epoch), the target assignment, the partition ownership map and the
+set of members not yet reconciled to the target (so the group state is O(1) too).
+
+Group states: EMPTY (no members), ASSIGNING (group epoch > assignment epoch), RECONCILING
+(some member not STABLE at the assignment epoch), STABLE, DEAD (deleted).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+
+from translation import regex as regex_mod
+from translation.assignors.base import MemberSubscription, SubscriptionType
+from translation.member import ConsumerGroupMember
+from translation.ownership import PartitionOwners
+from translation.reconciliation import release_all
+from translation.target import TargetAssignment
+from translation.topics import TopicId, TopicsImage
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+def _incr(counter: dict[str, int], key: str) -> None:
+    counter[key] = counter.get(key, 0) + 1
+
+
+def _decr(counter: dict[str, int], key: str) -> None:
+    n = counter[key] - 1
+    if n:
+        counter[key] = n
+    else:
+        del counter[key]
+
+
+class ConsumerGroup:
+    __slots__ = (
+        "_spec_kinds",
+        "_spec_missing",
+        "_specs",
+        "_topic_ids_cache",
+        "assignor_counts",
+        "dead",
+        "group_epoch",
+        "group_id",
+        "last_assignment_ms",
+        "members",
+        "owners",
+        "preferred_assignor",
+        "regex_counts",
+        "resolved_regex",
+        "static_members",
+        "subscribed_names",
+        "subscription_metadata",
+        "target",
+        "unreconciled",
+    )
+
+    def __init__(self, group_id: str, default_assignor: str) -> None:
+        self.group_id = group_id
+        self.group_epoch = 0
+        self.members: dict[str, ConsumerGroupMember] = {}
+        self.static_members: dict[str, str] = {}
+        """instance id -> member id"""
+        self.target = TargetAssignment()
+        self.owners = PartitionOwners()
+        self.subscribed_names: dict[str, int] = {}
+        self.regex_counts: dict[str, int] = {}
+        self.resolved_regex: dict[str, frozenset[str]] = {}
+        self.subscription_metadata: dict[TopicId, int] = {}
+        self.assignor_counts: dict[str, int] = {}
+        self.preferred_assignor = default_assignor
+        self.unreconciled: set[str] = set()
+        self.dead = False
+        self.last_assignment_ms: int | None = None
+        """When the target was last computed (None: never)."""
+        self._topic_ids_cache: dict[tuple[frozenset[str], str | None], frozenset[TopicId]] = {}
+        self._specs: dict[str, MemberSubscription] = {}
+        """Assignor input per member, kept between computations; stale entries are dropped."""
+        self._spec_missing: set[str] = set()
+        self._spec_kinds: dict[frozenset[TopicId], int] = {}
+        """How many members subscribe to each distinct topic-id set (homogeneous iff one)."""
+
+    # -- state ---------------------------------------------------------------------------
+
+    @property
+    def state(self) -> GroupState:
+        if self.dead:
+            return GroupState.DEAD
+        if not self.members:
+            return GroupState.EMPTY
+        if self.group_epoch > self.target.epoch:
+            return GroupState.ASSIGNING
+        if self.unreconciled:
+            return GroupState.RECONCILING
+        return GroupState.STABLE
+
+    @property
+    def assignment_epoch(self) -> int:
+        return self.target.epoch
+
+    def track(self, member: ConsumerGroupMember) -> None:
+        """Update the not-yet-reconciled index after ``member`` changed."""
+        if member.is_reconciled_to(self.target.epoch):
+            self.unreconciled.discard(member.member_id)
+        else:
+            self.unreconciled.add(member.member_id)
+
+    def track_all(self) -> None:
+        epoch = self.target.epoch
+        self.unreconciled = {
+            mid for mid, m in self.members.items() if not m.is_reconciled_to(epoch)
+        }
+
+    def new_target_installed(self) -> None:
+        """A target with a new (higher) epoch: no member is reconciled to it yet."""
+        self.unreconciled = set(self.members)
+
+    def static_member(self, instance_id: str) -> ConsumerGroupMember | None:
+        member_id = self.static_members.get(instance_id)
+        return None if member_id is None else self.members.get(member_id)
+
+    def owner_epoch(self, topic_id: TopicId, partition: int) -> int:
+        """Epoch of the member holding the partition, or -1 when it is free (Kafka's map)."""
+        owner = self.owners.owner(topic_id, partition)
+        if owner is None:
+            return -1
+        return self.members[owner].member_epoch
+
+    # -- membership ----------------------------------------------------------------------
+
+    def add_member(self, member: ConsumerGroupMember, image: TopicsImage) -> None:
+        self.members[member.member_id] = member
+        if member.instance_id is not None:
+            self.static_members[member.instance_id] = member.member_id
+        for name in member.subscribed_topic_names:
+            _incr(self.subscribed_names, name)
+        regex = member.subscribed_topic_regex
+        if regex:
+            _incr(self.regex_counts, regex)
+            if regex not in self.resolved_regex:
+                self.resolved_regex[regex] = regex_mod.resolve(regex, image)
+        if member.server_assignor is not None:
+            _incr(self.assignor_counts, member.server_assignor)
+        for topic_id, ps in member.assigned.items():
+            self.owners.add(member.member_id, topic_id, ps)
+        for topic_id, ps in member.pending_revocation.items():
+            self.owners.add(member.member_id, topic_id, ps)
+        self._spec_missing.add(member.member_id)
+        self.track(member)
+
+    def remove_member(self, member_id: str) -> ConsumerGroupMember:
+        member = self.members.pop(member_id)
+        if (
+            member.instance_id is not None
+            and self.static_members.get(member.instance_id) == member_id
+        ):
+            del self.static_members[member.instance_id]
+        for name in member.subscribed_topic_names:
+            _decr(self.subscribed_names, name)
+        if member.subscribed_topic_regex:
+            _decr(self.regex_counts, member.subscribed_topic_regex)
+            if member.subscribed_topic_regex not in self.regex_counts:
+                self.resolved_regex.pop(member.subscribed_topic_regex, None)
+        if member.server_assignor is not None:
+            _decr(self.assignor_counts, member.server_assignor)
+        release_all(member, self.owners)
+        self.invalidate_spec(member_id)
+        self._spec_missing.discard(member_id)
+        self.unreconciled.discard(member_id)
+        self.target.members.pop(member_id, None)
+        return member
+
+    def update_subscription(
+        self,
+        member: ConsumerGroupMember,
+        names: frozenset[str],
+        regex: str | None,
+        image: TopicsImage,
+    ) -> None:
+        """Change a member's subscription, keeping counters and regex resolutions in step."""
+        for name in member.subscribed_topic_names - names:
+            _decr(self.subscribed_names, name)
+        for name in names - member.subscribed_topic_names:
+            _incr(self.subscribed_names, name)
+        old_regex = member.subscribed_topic_regex
+        if old_regex != regex:
+            if old_regex:
+                _decr(self.regex_counts, old_regex)
+                if old_regex not in self.regex_counts:
+                    self.resolved_regex.pop(old_regex, None)
+            if regex:
+                _incr(self.regex_counts, regex)
+                if regex not in self.resolved_regex:
+                    self.resolved_regex[regex] = regex_mod.resolve(regex, image)
+        member.subscribed_topic_names = names
+        member.subscribed_topic_regex = regex
+        self.invalidate_spec(member.member_id)
+
+    def update_assignor(self, member: ConsumerGroupMember, assignor: str) -> None:
+        if member.server_assignor is not None:
+            _decr(self.assignor_counts, member.server_assignor)
+        _incr(self.assignor_counts, assignor)
+        member.server_assignor = assignor
+
+    def compute_preferred_assignor(self, configured: Sequence[str]) -> str:
+        """Most common server assignor among members; ties and none go by configured order."""
+        if not self.assignor_counts:
+            return configured[0]
+        best = max(self.assignor_counts.values())
+        for name in configured:
+            if self.assignor_counts.get(name) == best:
+                return name
+        return configured[0]
+
+    # -- subscription metadata -----------------------------------------------------------
+
+    def resolve_regexes(self, image: TopicsImage) -> bool:
+        """Re-resolve every regex against ``image``; returns whether any resolution changed."""
+        changed = False
+        for pattern in self.regex_counts:
+            resolved = regex_mod.resolve(pattern, image)
+            if self.resolved_regex.get(pattern) != resolved:
+                self.resolved_regex[pattern] = resolved
+                changed = True
+        if changed:
+            self._topic_ids_cache.clear()
+            self._specs.clear()
+            self._spec_kinds.clear()
+            self._spec_missing = set(self.members)
+        return changed
+
+    def compute_subscription_metadata(self, image: TopicsImage) -> dict[TopicId, int]:
+        names: set[str] = set(self.subscribed_names)
+        for resolved in self.resolved_regex.values():
+            names.update(resolved)
+        metadata: dict[TopicId, int] = {}
+        by_name = image.by_name
+        for name in names:
+            topic = by_name.get(name)
+            if topic is not None:
+                metadata[topic.topic_id] = topic.partitions
+        return metadata
+
+    def refresh_subscription_metadata(self, image: TopicsImage) -> bool:
+        """Recompute the subscription metadata; returns whether it changed."""
+        metadata = self.compute_subscription_metadata(image)
+        if metadata == self.subscription_metadata:
+            return False
+        self.subscription_metadata = metadata
+        self._topic_ids_cache.clear()
+        self._specs.clear()
+        self._spec_kinds.clear()
+        self._spec_missing = set(self.members)
+        return True
+
+    def member_topic_ids(
+        self, member: ConsumerGroupMember, image: TopicsImage
+    ) -> frozenset[TopicId]:
+        """Topic ids a member subscribes to (names and resolved regex), existing ones only."""
+        key = (member.subscribed_topic_names, member.subscribed_topic_regex)
+        ids = self._topic_ids_cache.get(key)
+        if ids is None:
+            names: Iterable[str] = member.subscribed_topic_names
+            if member.subscribed_topic_regex:
+                resolved = self.resolved_regex.get(member.subscribed_topic_regex, frozenset())
+                names = set(names) | resolved
+            by_name = image.by_name
+            ids = frozenset(by_name[n].topic_id for n in names if n in by_name)
+            self._topic_ids_cache[key] = ids
+        return ids
+
+    # -- assignor input --------------------------------------------------------------------
+
+    def invalidate_spec(self, member_id: str) -> None:
+        """Forget a member's assignor input (subscription or target changed)."""
+        spec = self._specs.pop(member_id, None)
+        if spec is not None:
+            kind = spec.subscribed_topic_ids
+            n = self._spec_kinds[kind] - 1
+            if n:
+                self._spec_kinds[kind] = n
+            else:
+                del self._spec_kinds[kind]
+        if member_id in self.members:
+            self._spec_missing.add(member_id)
+
+    def invalidate_specs(self, member_ids: Iterable[str]) -> None:
+        for member_id in member_ids:
+            self.invalidate_spec(member_id)
+
+    def build_specs(
+        self, image: TopicsImage
+    ) -> tuple[dict[str, MemberSubscription], SubscriptionType]:
+        """The assignor input for every member; only members that changed are rebuilt."""
+        specs = self._specs
+        kinds = self._spec_kinds
+        for member_id in self._spec_missing:
+            member = self.members[member_id]
+            spec = MemberSubscription(
+                member_id=member_id,
+                instance_id=member.instance_id,
+                rack_id=member.rack_id,
+                subscribed_topic_ids=self.member_topic_ids(member, image),
+                assigned_partitions=self.target.of(member_id),
+            )
+            specs[member_id] = spec
+            kinds[spec.subscribed_topic_ids] = kinds.get(spec.subscribed_topic_ids, 0) + 1
+        self._spec_missing = set()
+        kind = SubscriptionType.HOMOGENEOUS if len(kinds) <= 1 else SubscriptionType.HETEROGENEOUS
+        return dict(specs), kind
+
+    def current_assignments(self) -> Mapping[str, ConsumerGroupMember]:
+        return self.members

@@ -1,0 +1,449 @@
+"""ConsumerGroupHeartbeat: request/response dataclasses, validation and the handling flow.
+
+Field names are Kafka's schema names in snake_case, so the proxy maps a decoded request
+dict with ``ConsumerGroupHeartbeatRequest(**fields)``. Null fields mean "unchanged";
+``rebalance_timeout_ms == -1`` means unchanged; an empty ``subscribed_topic_regex`` removes
+the regex. ``client_id``, ``client_host`` and ``api_version`` are not schema fields: they come
+from the request header and connection.
+
+Flow of a regular heartbeat (Kafka's ``GroupMetadataManager.consumerGroupHeartbeat``):
+get or create the group (create only on epoch 0, else GROUP_ID_NOT_FOUND) -> group full and
+member new: GROUP_MAX_SIZE_REACHED -> find or create the member (static members: replacement
+after a -2 leave, UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID) -> member epoch check (with the
+lost-response rule) -> apply changed fields -> bump the group epoch once if the membership, the
+subscription, the resolved regex, the subscribed topics' metadata or the group's preferred
+assignor changed -> recompute the target if the group epoch is ahead (at most once per
+assignment interval) -> reconcile this member
+-> re-arm its session timer. Everything that can fail is checked before anything is changed,
+so an error response leaves the group as it was.
+
+Differences from Kafka, on purpose: a member joining always bumps the group epoch (Kafka
+skips the bump when a new member subscribes to nothing; the KIP bumps on every join); a
+static member re-sending epoch 0 under its own member id rejoins in place like a dynamic one
+(instead of UNRELEASED_INSTANCE_ID).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+from translation import regex as regex_mod
+from translation.effects import (
+    Effect,
+    GroupCreated,
+    MemberJoined,
+    MemberLeft,
+    MemberReplaced,
+    TimerCancelled,
+)
+from translation.errors import ErrorCode, GroupError
+from translation.member import (
+    LEAVE_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    ConsumerGroupMember,
+    MemberState,
+    PartitionEpochs,
+)
+from translation.reconciliation import OwnedPartitions
+from translation.timers import TimerKey, TimerKind
+from translation.topics import TopicId
+
+if TYPE_CHECKING:
+    from translation.coordinator import GroupCoordinator
+    from translation.group import ConsumerGroup
+
+
+class TopicPartitions(NamedTuple):
+    topic_id: TopicId
+    partitions: Sequence[int]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupHeartbeatRequest:
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: Sequence[str] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    topic_partitions: Sequence[tuple[TopicId, Sequence[int]]] | None = None
+    client_id: str = ""
+    client_host: str = ""
+    api_version: int = 1
+
+
+@dataclass(slots=True)
+class ConsumerGroupHeartbeatResponse:
+    error_code: int = 0
+    error_message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: list[TopicPartitions] | None = None
+    """None: unchanged. Else the assigned partitions (wire: Assignment.TopicPartitions)."""
+    throttle_time_ms: int = 0
+
+
+def _blank(value: str | None) -> bool:
+    return value is not None and not value.strip()
+
+
+def validate(request: ConsumerGroupHeartbeatRequest, assignors: Sequence[str]) -> None:
+    """Kafka's request validation: INVALID_REQUEST or UNSUPPORTED_ASSIGNOR."""
+    epoch = request.member_epoch
+    if (request.api_version >= 1 or epoch > 0 or epoch == LEAVE_GROUP_MEMBER_EPOCH) and not (
+        request.member_id and request.member_id.strip()
+    ):
+        raise GroupError(ErrorCode.INVALID_REQUEST, "MemberId can't be empty.")
+    if not request.group_id or not request.group_id.strip():
+        raise GroupError(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
+    if _blank(request.instance_id):
+        raise GroupError(ErrorCode.INVALID_REQUEST, "InstanceId can't be empty.")
+    if _blank(request.rack_id):
+        raise GroupError(ErrorCode.INVALID_REQUEST, "RackId can't be empty.")
+    if epoch == 0:
+        if request.rebalance_timeout_ms == -1:
+            raise GroupError(
+                ErrorCode.INVALID_REQUEST, "RebalanceTimeoutMs must be provided in first request."
+            )
+        if request.topic_partitions is None or len(request.topic_partitions) > 0:
+            raise GroupError(
+                ErrorCode.INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining."
+            )
+        if request.subscribed_topic_names is None and request.subscribed_topic_regex is None:
+            raise GroupError(
+                ErrorCode.INVALID_REQUEST,
+                "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when "
+                "(re-)joining.",
+            )
+    elif epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        if request.instance_id is None:
+            raise GroupError(ErrorCode.INVALID_REQUEST, "InstanceId can't be null.")
+    elif epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        raise GroupError(ErrorCode.INVALID_REQUEST, "MemberEpoch is invalid.")
+    if request.server_assignor is not None and request.server_assignor not in assignors:
+        raise GroupError(
+            ErrorCode.UNSUPPORTED_ASSIGNOR,
+            f"ServerAssignor {request.server_assignor} is not supported. "
+            f"Supported assignors: {', '.join(assignors)}.",
+        )
+
+
+def is_subset(owned: OwnedPartitions | None, assigned: PartitionEpochs) -> bool:
+    if owned is None:
+        return False
+    for topic_id, ps in owned:
+        held = assigned.get(topic_id)
+        if held is None:
+            if ps:
+                return False
+            continue
+        for p in ps:
+            if p not in held:
+                return False
+    return True
+
+
+def check_member_epoch(
+    member: ConsumerGroupMember, received: int, owned: OwnedPartitions | None
+) -> None:
+    """FENCED_MEMBER_EPOCH unless the epoch matches or the lost-response rule applies."""
+    if received > member.member_epoch:
+        raise GroupError(
+            ErrorCode.FENCED_MEMBER_EPOCH,
+            f"The consumer group member has a greater member epoch ({received}) than the one "
+            f"known by the group coordinator ({member.member_epoch}). The member must abandon "
+            "all its partitions and rejoin.",
+        )
+    if received < member.member_epoch and (
+        received != member.previous_member_epoch or not is_subset(owned, member.assigned)
+    ):
+        raise GroupError(
+            ErrorCode.FENCED_MEMBER_EPOCH,
+            f"The consumer group member has a smaller member epoch ({received}) than the one "
+            f"known by the group coordinator ({member.member_epoch}). The member must abandon "
+            "all its partitions and rejoin.",
+        )
+
+
+def _partition_sets_differ(a: PartitionEpochs, b: PartitionEpochs) -> bool:
+    if a is b:
+        return False
+    if a.keys() != b.keys():
+        return True
+    return any(a[t].keys() != b[t].keys() for t in a)
+
+
+def assignment_of(member: ConsumerGroupMember) -> list[TopicPartitions]:
+    return [TopicPartitions(t, sorted(ps)) for t, ps in member.assigned.items()]
+
+
+def handle_regular(
+    engine: GroupCoordinator,
+    request: ConsumerGroupHeartbeatRequest,
+    now_ms: int,
+    effects: list[Effect],
+) -> ConsumerGroupHeartbeatResponse:
+    config = engine.config
+    epoch = request.member_epoch
+    group_id = request.group_id
+    group = engine.groups.get(group_id)
+    created = False
+    if group is None:
+        if epoch != 0:
+            raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
+        group = engine.new_group(group_id)
+        created = True
+
+    member_id = request.member_id
+    instance_id = request.instance_id
+    members = group.members
+    if (
+        len(members) >= config.max_group_size
+        and (not member_id or member_id not in members)
+        and (instance_id is None or instance_id not in group.static_members)
+    ):
+        raise GroupError(
+            ErrorCode.GROUP_MAX_SIZE_REACHED,
+            f"The consumer group has reached its maximum capacity of {config.max_group_size} "
+            "members.",
+        )
+    if not member_id:
+        member_id = config.member_id_factory()
+    owned = request.topic_partitions
+
+    # 1. Find or create the member. Nothing is changed until every check has passed.
+    replaced: ConsumerGroupMember | None = None
+    is_new = False
+    adopt_instance = False
+    member: ConsumerGroupMember | None
+    if instance_id is None:
+        member = members.get(member_id)
+        if member is None:
+            if epoch != 0:
+                raise GroupError(
+                    ErrorCode.UNKNOWN_MEMBER_ID,
+                    f"Member {member_id} is not a member of group {group_id}.",
+                )
+            member = ConsumerGroupMember(member_id)
+            is_new = True
+        elif epoch != 0:
+            check_member_epoch(member, epoch, owned)
+    else:
+        existing = group.static_member(instance_id)
+        if epoch == 0:
+            if existing is None:
+                member = members.get(member_id)
+                if member is None:
+                    member = ConsumerGroupMember(member_id, instance_id=instance_id)
+                    is_new = True
+                elif member.instance_id is None:
+                    adopt_instance = True
+            elif existing.member_id == member_id:
+                member = existing
+            else:
+                if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                    raise GroupError(
+                        ErrorCode.UNRELEASED_INSTANCE_ID,
+                        f"Static member {member_id} with instance id {instance_id} cannot join "
+                        f"the group because the instance id is owned by {existing.member_id} "
+                        "member.",
+                    )
+                replaced = existing
+                member = _static_replacement(existing, member_id)
+        else:
+            if existing is None:
+                raise GroupError(
+                    ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown."
+                )
+            if existing.member_id != member_id:
+                raise GroupError(
+                    ErrorCode.FENCED_INSTANCE_ID,
+                    f"Static member {member_id} with instance id {instance_id} was fenced by "
+                    f"member {existing.member_id}.",
+                )
+            member = existing
+            check_member_epoch(member, epoch, owned)
+
+    new_regex = request.subscribed_topic_regex
+    if new_regex and new_regex != member.subscribed_topic_regex:
+        regex_mod.validate_regex(new_regex)
+    if member.state is MemberState.UNKNOWN and (owned is None or len(owned) > 0):
+        raise GroupError(
+            ErrorCode.FENCED_MEMBER_EPOCH,
+            "The consumer group member is in a unknown state. "
+            "The member must abandon all its partitions and rejoin.",
+        )
+
+    # 2. Apply. From here on nothing raises (barring internal invariant violations).
+    if created:
+        engine.groups[group_id] = group
+        effects.append(GroupCreated(group_id))
+    reasons: list[str] = []
+    if group.group_epoch == 0:
+        reasons.append("group created")
+    if replaced is not None:
+        _replace_static_member(engine, group, replaced, member, effects)
+    elif is_new:
+        if not members:
+            engine.cancel_timer(TimerKey(TimerKind.GROUP_EXPIRY, group_id), effects)
+        group.add_member(member, engine.image)
+        reasons.append("member joined")
+        effects.append(MemberJoined(group_id, member_id, instance_id))
+
+    if adopt_instance:
+        # A dynamic member rejoining with an instance id becomes static.
+        assert instance_id is not None
+        member.instance_id = instance_id
+        group.static_members[instance_id] = member_id
+    if request.rack_id is not None:
+        member.rack_id = request.rack_id
+    if request.rebalance_timeout_ms != -1:
+        member.rebalance_timeout_ms = request.rebalance_timeout_ms
+    member.client_id = request.client_id
+    member.client_host = request.client_host
+    if request.server_assignor is not None and request.server_assignor != member.server_assignor:
+        group.update_assignor(member, request.server_assignor)
+
+    names = (
+        member.subscribed_topic_names
+        if request.subscribed_topic_names is None
+        else frozenset(request.subscribed_topic_names)
+    )
+    regex = member.subscribed_topic_regex if new_regex is None else (new_regex or None)
+    if names != member.subscribed_topic_names or regex != member.subscribed_topic_regex:
+        group.update_subscription(member, names, regex, engine.image)
+        reasons.append("subscription changed")
+
+    if reasons and group.refresh_subscription_metadata(engine.image):
+        reasons.append("subscribed topic metadata changed")
+    preferred = group.compute_preferred_assignor(engine.assignor_names)
+    if preferred != group.preferred_assignor:
+        group.preferred_assignor = preferred
+        reasons.append("preferred assignor changed")
+    if reasons:
+        engine.bump_group_epoch(group, "; ".join(reasons), effects)
+
+    # 3. Target assignment, then reconciliation of this member.
+    if group.group_epoch > group.target.epoch:
+        engine.maybe_compute_target_assignment(group, now_ms, effects)
+    old_assigned = member.assigned if not is_new and replaced is None else {}
+    engine.reconcile_member(group, member, owned, now_ms, effects)
+    engine.schedule_session_timeout(group, member, now_ms, effects)
+
+    response = ConsumerGroupHeartbeatResponse(
+        member_id=member_id,
+        member_epoch=member.member_epoch,
+        heartbeat_interval_ms=config.heartbeat_interval_ms,
+    )
+    full = epoch == 0 or (
+        request.rebalance_timeout_ms != -1
+        and (request.subscribed_topic_names is not None or new_regex is not None)
+        and owned is not None
+    )
+    if full or _partition_sets_differ(old_assigned, member.assigned):
+        response.assignment = assignment_of(member)
+    return response
+
+
+def _static_replacement(old: ConsumerGroupMember, member_id: str) -> ConsumerGroupMember:
+    new = ConsumerGroupMember(
+        member_id,
+        instance_id=old.instance_id,
+        rack_id=old.rack_id,
+        client_id=old.client_id,
+        client_host=old.client_host,
+        subscribed_topic_names=old.subscribed_topic_names,
+        subscribed_topic_regex=old.subscribed_topic_regex,
+        server_assignor=old.server_assignor,
+        rebalance_timeout_ms=old.rebalance_timeout_ms,
+        member_epoch=0,
+        previous_member_epoch=0,
+        state=old.state,
+        protocol=old.protocol,
+    )
+    # Relaxed commit fencing: a rejoining static member holds its partitions "from epoch 0".
+    new.assigned = {t: dict.fromkeys(ps, 0) for t, ps in old.assigned.items()}
+    return new
+
+
+def _replace_static_member(
+    engine: GroupCoordinator,
+    group: ConsumerGroup,
+    old: ConsumerGroupMember,
+    new: ConsumerGroupMember,
+    effects: list[Effect],
+) -> None:
+    target = group.target.members.get(old.member_id)
+    engine.cancel_member_timers(group.group_id, old.member_id, effects)
+    group.remove_member(old.member_id)
+    if target is not None:
+        group.target.members[new.member_id] = target
+    group.add_member(new, engine.image)
+    assert new.instance_id is not None
+    effects.append(MemberReplaced(group.group_id, old.member_id, new.member_id, new.instance_id))
+
+
+def handle_leave(
+    engine: GroupCoordinator,
+    request: ConsumerGroupHeartbeatRequest,
+    now_ms: int,
+    effects: list[Effect],
+) -> ConsumerGroupHeartbeatResponse:
+    group_id = request.group_id
+    group = engine.groups.get(group_id)
+    if group is None:
+        raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
+    member_id = request.member_id
+    instance_id = request.instance_id
+    if instance_id is None:
+        member = group.members.get(member_id)
+        if member is None:
+            raise GroupError(
+                ErrorCode.UNKNOWN_MEMBER_ID,
+                f"Member {member_id} is not a member of group {group_id}.",
+            )
+    else:
+        member = group.static_member(instance_id)
+        if member is None:
+            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+        if member.member_id != member_id:
+            raise GroupError(
+                ErrorCode.FENCED_INSTANCE_ID,
+                f"Static member {member_id} with instance id {instance_id} was fenced by member "
+                f"{member.member_id}.",
+            )
+    if request.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        _static_leave(engine, group, member, now_ms, effects)
+    else:
+        engine.remove_member(group, member, "member left", now_ms, effects)
+        effects.append(MemberLeft(group_id, member_id, static=False))
+    return ConsumerGroupHeartbeatResponse(member_id=member_id, member_epoch=request.member_epoch)
+
+
+def _static_leave(
+    engine: GroupCoordinator,
+    group: ConsumerGroup,
+    member: ConsumerGroupMember,
+    now_ms: int,
+    effects: list[Effect],
+) -> None:
+    """Epoch -2: the member keeps its assigned partitions (nobody else gets them) until it
+    rejoins or its session expires; partitions it was revoking are released now."""
+    for topic_id, ps in member.pending_revocation.items():
+        group.owners.remove(member.member_id, topic_id, ps)
+    member.pending_revocation = {}
+    member.assigned = {t: dict.fromkeys(ps, 0) for t, ps in member.assigned.items()}
+    member.previous_member_epoch = member.member_epoch
+    member.member_epoch = LEAVE_GROUP_STATIC_MEMBER_EPOCH
+    group.track(member)
+    key = TimerKey(TimerKind.REBALANCE, group.group_id, member.member_id)
+    if engine.timers.cancel(key):
+        effects.append(TimerCancelled(key))
+    engine.schedule_session_timeout(group, member, now_ms, effects)
+    effects.append(MemberLeft(group.group_id, member.member_id, static=True))
