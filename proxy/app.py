@@ -43,8 +43,8 @@ class Readiness:
         return True, "ok"
 
 
-def make_router_factory() -> RouterFactory:
-    accepted = parse_table()
+def make_router_factory(config: ProxyConfig) -> RouterFactory:
+    accepted = parse_table(fetch_node_endpoints=config.fetch_node_endpoints)
 
     def factory(server: ProxyServer, node_id: int | None) -> Router:
         return ForwardingRouter(server, RequestCounters(node_label(node_id)), accepted)
@@ -79,7 +79,7 @@ async def refresh_brokers(server: ProxyServer, readiness: Readiness,
 
 async def serve(config: ProxyConfig, *,
                 task_status: trio.TaskStatus[ProxyServer] = trio.TASK_STATUS_IGNORED) -> None:
-    server = ProxyServer(config, make_router_factory())
+    server = ProxyServer(config, make_router_factory(config))
     readiness = Readiness()
     async with trio.open_nursery() as nursery:
         await nursery.start(server.run)

@@ -74,6 +74,15 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("on or off")
+
+
 def _log_level(text: str) -> str:
     level = text.strip().upper()
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
@@ -115,6 +124,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Seconds to wait for an upstream broker connection."),
     Setting("shutdown-grace", _positive_float, "10",
             "Seconds in-flight requests get to finish after SIGTERM."),
+    Setting("fetch-node-endpoints", _bool, "off",
+            "Advertise Fetch v16+ (KIP-951 node endpoints, rewritten to proxy addresses). Off "
+            "keeps Fetch at v15 so large fetch responses stream through without being held."),
     Setting("metrics-listen", _optional_hostport, "off",
             "Address of the HTTP endpoint for /metrics, /livez and /readyz ('off' disables)."),
     Setting("log-level", _log_level, "INFO", "DEBUG, INFO, WARNING or ERROR."),
@@ -131,6 +143,7 @@ class ProxyConfig:
     max_in_flight: int = 128
     connect_timeout: float = 10.0
     shutdown_grace: float = 10.0
+    fetch_node_endpoints: bool = False
     metrics_listen: tuple[str, int] | None = None
     log_level: str = "INFO"
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)

@@ -1,11 +1,12 @@
 """Cuts a byte stream into Kafka frames (4-byte big-endian length, then payload).
 
 The splitter is sans-I/O and built for the forwarding hot path: :meth:`FrameSplitter.feed`
-takes the bytes one ``receive`` returned and gives back an immutable buffer plus the
-``(start, end)`` offsets of every complete payload in it, so the caller can forward frames as
-slices of that buffer without copying them. Only an incomplete tail is kept, as a list of
-chunks joined once the frame it belongs to is complete, so a large frame arriving in many
-small reads is copied once, not once per read.
+takes the bytes one ``receive`` returned and gives back a buffer plus the ``(start, end)``
+offsets of every complete payload in it, so the caller can forward frames as slices of that
+buffer without copying them. Only an incomplete tail is kept, as a list of chunks joined once
+the frame it belongs to is complete. For a large frame the caller does better still: it asks
+:attr:`FrameSplitter.incomplete_frame_size`, allocates the frame once, moves the tail in with
+:meth:`FrameSplitter.take_incomplete` and receives the rest directly into that buffer.
 """
 
 from __future__ import annotations
@@ -41,7 +42,34 @@ class FrameSplitter:
         """Bytes held for an incomplete frame."""
         return self._buffered
 
-    def feed(self, data: bytes) -> tuple[bytes, list[tuple[int, int]]]:
+    @property
+    def incomplete_frame_size(self) -> int:
+        """Size, prefix included, of the frame the buffered tail begins; 0 while unknown."""
+        return self._needed if self._chunks and self._needed > 4 else 0
+
+    def peek_incomplete(self, n: int) -> bytes:
+        """Up to ``n`` first bytes of the buffered tail (the prefix of the incomplete frame)."""
+        if not self._chunks:
+            return b""
+        first = self._chunks[0]
+        return first[:n] if len(first) >= n else b"".join(self._chunks)[:n]
+
+    def take_incomplete(self, into: bytearray) -> int:
+        """Move the buffered tail to the start of ``into``; return how many bytes it was.
+
+        For large frames the caller allocates the whole frame once, takes the tail, and
+        receives the rest straight into the same buffer.
+        """
+        pos = 0
+        for chunk in self._chunks:
+            into[pos:pos + len(chunk)] = chunk
+            pos += len(chunk)
+        self._chunks.clear()
+        self._buffered = 0
+        self._needed = 4
+        return pos
+
+    def feed(self, data: bytes | bytearray) -> tuple[bytes | bytearray, list[tuple[int, int]]]:
         """Add received bytes; return a buffer and the payload spans complete in it.
 
         Raises :class:`FrameError` on a length below ``min_frame_bytes`` (negative included)

@@ -74,6 +74,20 @@ class ResponseOrderer:
         self._upstream.popleft()
         return slot
 
+    def is_next(self, slot: Slot) -> bool:
+        """Whether ``slot`` is the oldest unreleased one (its response may go out now)."""
+        return bool(self._slots) and self._slots[0] is slot
+
+    def release_next(self, slot: Slot) -> None:
+        """Drop the head slot whose response the caller sent itself (cut-through)."""
+        if not self.is_next(slot):
+            raise OrderingError(f"slot {slot.correlation_id} is not next in order")
+        self._slots.popleft()
+
+    def push_back(self, slot: Slot) -> None:
+        """Undo :meth:`upstream_response` for a slot whose frame is read later."""
+        self._upstream.appendleft(slot)
+
     @staticmethod
     def fill(slot: Slot, data: bytes | bytearray | memoryview) -> None:
         slot.data = data

@@ -30,11 +30,23 @@ _INT16 = struct.Struct(">h")
 Rewriter = Callable[[memoryview], bytes | None]
 
 
-def parse_table() -> dict[int, tuple[int, int]]:
+FETCH = 1
+FETCH_WITHOUT_NODE_ENDPOINTS = 15
+"""Fetch v16 added KIP-951 node endpoints, which must be found at the end of the response."""
+
+
+def parse_table(*, fetch_node_endpoints: bool = False) -> dict[int, tuple[int, int]]:
     """Versions the proxy accepts per API key: decoded APIs capped by their schemas, the
-    others by the API index (old versions below the index minimum stay forwardable)."""
+    others by the API index (old versions below the index minimum stay forwardable).
+
+    Without ``fetch_node_endpoints`` Fetch is capped at v15: its responses then carry no broker
+    address and stream through the proxy unexamined (see docs/decisions/0005-fetch-cut-through.md).
+    """
     table = {key: (0, info.max_version) for key, info in api_index().items()}
     table.update(apiversions.default_parse_table())
+    if not fetch_node_endpoints:
+        lo, hi = table[FETCH]
+        table[FETCH] = (lo, min(hi, FETCH_WITHOUT_NODE_ENDPOINTS))
     return table
 
 

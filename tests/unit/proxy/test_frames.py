@@ -69,3 +69,27 @@ def test_large_frame_in_many_pieces_is_joined_once() -> None:
     stream = frame(payload) + frame(b"tail")
     pieces = chop(stream, list(range(0, len(stream), 65536)))
     assert collect(splitter, pieces) == [payload, b"tail"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(small=st.lists(st.binary(max_size=50), max_size=5), big=st.integers(100, 5000),
+       cut=st.integers(1, 99))
+def test_large_frame_taken_over_by_the_caller(small: list[bytes], big: int, cut: int) -> None:
+    """The caller-owned path for large frames yields the same frames as feeding everything."""
+    payload = bytes(i % 251 for i in range(big))
+    stream = b"".join(frame(p) for p in small) + frame(payload) + frame(b"after")
+    head_len = sum(4 + len(p) for p in small) + 4 + min(cut, big)
+    splitter = FrameSplitter(max_frame_bytes=10_000)
+    blob, spans = splitter.feed(stream[:head_len])
+    out = [bytes(blob[a:b]) for a, b in spans]
+    size = splitter.incomplete_frame_size
+    assert size == 4 + big
+    whole = bytearray(size)
+    have = splitter.take_incomplete(whole)
+    rest = stream[head_len:]
+    whole[have:] = rest[: size - have]
+    out.append(bytes(whole[4:]))
+    blob, spans = splitter.feed(rest[size - have:])
+    out += [bytes(blob[a:b]) for a, b in spans]
+    assert out == [*small, payload, b"after"]
+    assert splitter.buffered == 0
