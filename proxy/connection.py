@@ -43,6 +43,8 @@ LARGE_FRAME_BYTES = 128 * 1024
 """Frames at least this big are received into one buffer of their own size, or, for
 responses that pass unchanged, streamed through as they arrive."""
 CUT_THROUGH_CHUNK = 256 * 1024
+CLASSIFY_PREFIX_BYTES = 1024
+"""How much of a large request is read before it is classified and streamed upstream."""
 _HEADER = struct.Struct(">hhi")
 _CORRELATION = struct.Struct(">i")
 TLS_HANDSHAKE = 0x16
@@ -228,6 +230,9 @@ class Connection:
                 while len(orderer) >= self.max_in_flight:
                     self._space = trio.Event()
                     await self._space.wait()
+                if (splitter.incomplete_frame_size >= LARGE_FRAME_BYTES
+                        and await self._cut_through_request(splitter)):
+                    continue
                 received = await _receive_frames(self.client, receive, splitter)
                 if received is None:
                     return
@@ -317,23 +322,33 @@ class Connection:
                 or self.router.response_rewriter(slot.api_key, slot.api_version) is not None):
             orderer.push_back(slot)
             return False
-        size = splitter.incomplete_frame_size
-        buffer = bytearray(max(CUT_THROUGH_CHUNK, splitter.buffered))
-        view = memoryview(buffer)
         async with self._send_lock:
-            have = splitter.take_incomplete(buffer)
-            await self.client.send_all(view[:have])
-            recv_into = self.upstream.socket.recv_into
-            send = self.client.send_all
-            remaining = size - have
-            while remaining:
-                n = await recv_into(view[:min(remaining, len(buffer))])
-                if not n:
-                    raise trio.BrokenResourceError("upstream closed in the middle of a response")
-                await send(view[:n])
-                remaining -= n
+            await _stream_frame(splitter, self.upstream, self.client)
             orderer.release_next(slot)
         self._after_release()
+        return True
+
+    async def _cut_through_request(self, splitter: FrameSplitter) -> bool:
+        """Stream a large request upstream while it arrives (the requests' cut-through).
+
+        The header, and for Produce the ``acks``, sit at the start of the frame, so a large
+        request is classified from its first bytes. Returns False (nothing consumed) when the
+        prefix is too short to classify or the request is not simply forwarded.
+        """
+        if splitter.buffered < CLASSIFY_PREFIX_BYTES:
+            return False
+        prefix = splitter.peek_incomplete(CLASSIFY_PREFIX_BYTES)
+        api_key, api_version, correlation_id = _HEADER.unpack_from(prefix, 4)
+        request = RequestInfo(api_key, api_version, correlation_id, memoryview(prefix)[4:])
+        try:
+            action = self.router.classify(request)
+        except RejectRequest:
+            return False  # decide on the whole frame, which may just be longer than the prefix
+        if action == LOCAL:
+            return False
+        if action == FORWARD:
+            self.orderer.expect_upstream(correlation_id, api_key, api_version)
+        await _stream_frame(splitter, self.client, self.upstream)
         return True
 
     async def _flush(self) -> None:
@@ -381,3 +396,23 @@ async def _receive_frames(
     if not data:
         return None
     return splitter.feed(data)
+
+
+async def _stream_frame(splitter: FrameSplitter, source: trio.SocketStream,
+                        sink: trio.SocketStream) -> None:
+    """Send the splitter's incomplete frame to ``sink`` and relay the rest of it from
+    ``source`` as it arrives, through one reused buffer."""
+    size = splitter.incomplete_frame_size
+    buffer = bytearray(max(CUT_THROUGH_CHUNK, splitter.buffered))
+    view = memoryview(buffer)
+    have = splitter.take_incomplete(buffer)
+    send = sink.send_all
+    await send(view[:have])
+    recv_into = source.socket.recv_into
+    remaining = size - have
+    while remaining:
+        n = await recv_into(view[:min(remaining, len(buffer))])
+        if not n:
+            raise trio.BrokenResourceError("peer closed in the middle of a frame")
+        await send(view[:n])
+        remaining -= n

@@ -7,7 +7,9 @@ production), then measures, alternating direct and proxied rounds so drift hits 
 * consume throughput (MB/s, a consumer assigned every partition from the beginning);
 * produce latency at a moderate, fixed rate (linger 0, acks=1; time from ``produce()`` to the
   delivery report), p50 and p99;
-* request round-trip latency: sequential Metadata requests on one connection, p50 and p99.
+* request round-trip latency: sequential Metadata requests on one connection, p50 and p99;
+* the proxy process's CPU time (user + system) per MB forwarded, which depends much less on
+  what else the machine is doing than the throughput figures do.
 
 It prints a table and writes JSON with every round, the medians, the proxied/direct ratios,
 the machine and the versions. It is a command, not a test: nothing here asserts a timing.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import struct
 import tempfile
@@ -157,6 +160,12 @@ def request_rtt(bootstrap: str, requests: int) -> dict[str, float]:
             "p99_ms": percentile(samples, 0.99)}
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
     chunks = []
     while n:
@@ -203,10 +212,18 @@ def run(args: argparse.Namespace) -> int:
                 order = ["direct", "proxied"] if round_no % 2 == 0 else ["proxied", "direct"]
                 for target in order:
                     bootstrap = targets[target]
-                    phases["produce"][target].append(
-                        produce_throughput(bootstrap, topic, args.records))
-                    phases["consume"][target].append(
-                        consume_throughput(bootstrap, topic, args.partitions, args.records))
+                    pid = proxy.process.pid if proxy.process else 0
+                    cpu0 = process_cpu_seconds(pid)
+                    produced = produce_throughput(bootstrap, topic, args.records)
+                    cpu1 = process_cpu_seconds(pid)
+                    consumed = consume_throughput(bootstrap, topic, args.partitions, args.records)
+                    cpu2 = process_cpu_seconds(pid)
+                    megabytes = args.records * len(VALUE) / 1e6
+                    if target == "proxied":
+                        produced["proxy_cpu_ms_per_mb"] = (cpu1 - cpu0) * 1000 / megabytes
+                        consumed["proxy_cpu_ms_per_mb"] = (cpu2 - cpu1) * 1000 / megabytes
+                    phases["produce"][target].append(produced)
+                    phases["consume"][target].append(consumed)
                     phases["latency"][target].append(
                         produce_latency(bootstrap, topic, args.latency_rate,
                                         args.latency_seconds))
@@ -226,6 +243,10 @@ def run(args: argparse.Namespace) -> int:
         "record_bytes": len(VALUE),
         "produce_mb_per_s": _summary(phases["produce"], "mb_per_s"),
         "consume_mb_per_s": _summary(phases["consume"], "mb_per_s"),
+        "proxy_cpu_ms_per_mb": {
+            "produce": median([r["proxy_cpu_ms_per_mb"] for r in phases["produce"]["proxied"]]),
+            "consume": median([r["proxy_cpu_ms_per_mb"] for r in phases["consume"]["proxied"]]),
+        },
         "produce_latency_p50_ms": _summary(phases["latency"], "p50_ms"),
         "produce_latency_p99_ms": _summary(phases["latency"], "p99_ms"),
         "request_rtt_p50_ms": _summary(phases["rtt"], "p50_ms"),
@@ -244,6 +265,9 @@ def run(args: argparse.Namespace) -> int:
         added = s["proxied_median"] - s["direct_median"]
         print(f"{label:<38} {s['direct_median']:>10.3f} {s['proxied_median']:>10.3f} "
               f"{s['ratio']:>7.3f} {added:>+9.3f}")
+    cpu = results["proxy_cpu_ms_per_mb"]
+    print(f"proxy CPU per MB forwarded: produce {cpu['produce']:.2f} ms, "
+          f"consume {cpu['consume']:.2f} ms (user + system time of the proxy process)")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2) + "\n")
