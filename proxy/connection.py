@@ -24,7 +24,10 @@ would double the time a big Fetch response takes to reach the client.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
+import os
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -43,6 +46,9 @@ LARGE_FRAME_BYTES = 128 * 1024
 """Frames at least this big are received into one buffer of their own size, or, for
 responses that pass unchanged, streamed through as they arrive."""
 CUT_THROUGH_CHUNK = 256 * 1024
+F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ, Linux
+SPLICE = hasattr(os, "splice") and os.environ.get("GROUPGATE_SPLICE", "1") != "0"
+"""Relay cut-through frames with splice(2); GROUPGATE_SPLICE=0 copies through Python instead."""
 CLASSIFY_PREFIX_BYTES = 1024
 """How much of a large request is read before it is classified and streamed upstream."""
 _HEADER = struct.Struct(">hhi")
@@ -128,6 +134,7 @@ class Connection:
         self._nursery: trio.Nursery | None = None
         self.closing_reason: str | None = None
         self._first = b""
+        self._pipes: list[Pipe | None] | None = None
         self.bad_input = False
         """Set when the client sent something that broke the protocol."""
 
@@ -150,9 +157,18 @@ class Connection:
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             log.debug("%s: connection failed: %r", self.name, exc)
         finally:
+            for pipe in self._pipes or ():
+                if pipe is not None:
+                    pipe.close()
             with trio.CancelScope(shield=True):
                 await self.upstream.aclose()
                 await self.client.aclose()
+
+    def _pipe(self, direction: int) -> Pipe | None:
+        """The splice pipe of one direction (0: requests, 1: responses), opened on first use."""
+        if self._pipes is None:
+            self._pipes = [Pipe.open(), Pipe.open()] if SPLICE else [None, None]
+        return self._pipes[direction]
 
     async def _relay_opaque(self, first: bytes) -> None:
         """Copy bytes both ways unchanged until either side closes (TLS pass-through)."""
@@ -323,7 +339,7 @@ class Connection:
             orderer.push_back(slot)
             return False
         async with self._send_lock:
-            await _stream_frame(splitter, self.upstream, self.client)
+            await _stream_frame(splitter, self.upstream, self.client, self._pipe(1))
             orderer.release_next(slot)
         self._after_release()
         return True
@@ -348,7 +364,7 @@ class Connection:
             return False
         if action == FORWARD:
             self.orderer.expect_upstream(correlation_id, api_key, api_version)
-        await _stream_frame(splitter, self.client, self.upstream)
+        await _stream_frame(splitter, self.client, self.upstream, self._pipe(0))
         return True
 
     async def _flush(self) -> None:
@@ -399,20 +415,84 @@ async def _receive_frames(
 
 
 async def _stream_frame(splitter: FrameSplitter, source: trio.SocketStream,
-                        sink: trio.SocketStream) -> None:
+                        sink: trio.SocketStream, pipe: Pipe | None = None) -> None:
     """Send the splitter's incomplete frame to ``sink`` and relay the rest of it from
-    ``source`` as it arrives, through one reused buffer."""
+    ``source`` as it arrives: through a kernel pipe with ``splice(2)`` when one is given (the
+    bytes never enter Python), else through one reused buffer."""
     size = splitter.incomplete_frame_size
     buffer = bytearray(max(CUT_THROUGH_CHUNK, splitter.buffered))
     view = memoryview(buffer)
     have = splitter.take_incomplete(buffer)
     send = sink.send_all
     await send(view[:have])
-    recv_into = source.socket.recv_into
     remaining = size - have
+    if pipe is not None:
+        await pipe.relay(source.socket, sink.socket, remaining)
+        return
+    recv_into = source.socket.recv_into
     while remaining:
         n = await recv_into(view[:min(remaining, len(buffer))])
         if not n:
             raise trio.BrokenResourceError("peer closed in the middle of a frame")
         await send(view[:n])
         remaining -= n
+
+
+class Pipe:
+    """A kernel pipe for ``splice(2)``: socket -> pipe -> socket without user-space copies.
+
+    Linux only; :meth:`open` returns None elsewhere, and callers fall back to copying.
+    """
+
+    SIZE = 1 << 20
+
+    def __init__(self, read_fd: int, write_fd: int) -> None:
+        self.read_fd = read_fd
+        self.write_fd = write_fd
+
+    @classmethod
+    def open(cls) -> Pipe | None:
+        if not hasattr(os, "splice"):
+            return None
+        read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(write_fd, F_SETPIPE_SZ, cls.SIZE)
+        return cls(read_fd, write_fd)
+
+    def close(self) -> None:
+        os.close(self.read_fd)
+        os.close(self.write_fd)
+
+    async def relay(self, source: trio.socket.SocketType, sink: trio.socket.SocketType,
+                    count: int) -> None:
+        """Move exactly ``count`` bytes from ``source`` to ``sink``."""
+        flags = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
+        src, dst = source.fileno(), sink.fileno()
+        in_pipe = 0
+        since_checkpoint = 0
+        while count or in_pipe:
+            progressed = 0
+            if count and in_pipe < self.SIZE:
+                try:
+                    n = os.splice(src, self.write_fd, min(count, self.SIZE - in_pipe),
+                                  flags=flags)
+                except BlockingIOError:
+                    n = -1
+                if n == 0:
+                    raise trio.BrokenResourceError("peer closed in the middle of a frame")
+                if n > 0:
+                    count -= n
+                    in_pipe += n
+            if in_pipe:
+                with contextlib.suppress(BlockingIOError):
+                    progressed = os.splice(self.read_fd, dst, in_pipe, flags=flags)
+                    in_pipe -= progressed
+            if progressed:
+                since_checkpoint += progressed
+                if since_checkpoint >= self.SIZE:  # stay fair to other connections
+                    since_checkpoint = 0
+                    await trio.lowlevel.checkpoint()
+            elif in_pipe >= self.SIZE or (in_pipe and not count):
+                await trio.lowlevel.wait_writable(sink)
+            elif count:
+                await trio.lowlevel.wait_readable(source)

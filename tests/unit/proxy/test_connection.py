@@ -1,0 +1,126 @@
+"""Connection over loopback sockets, with a scripted peer in place of the broker.
+
+No Kafka semantics are faked here: the peer only echoes framed bytes back, which is all the
+connection layer may rely on. What is checked is the forwarding machinery itself: bytes arrive
+unchanged in both directions, large frames take the cut-through path (splice or copy) intact,
+responses stay in request order, and Produce with acks=0 reserves no response slot.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Awaitable, Callable
+
+import pytest
+import trio
+
+from proxy import connection as connection_module
+from proxy.connection import FORWARD, Connection, RequestInfo
+from proxy.frames import FrameSplitter, encode_frame
+from proxy.metrics import RequestCounters
+from proxy.rewrite import DictAddressMap
+from proxy.router import ForwardingRouter, parse_table
+
+
+class EchoRouter:
+    def classify(self, request: RequestInfo) -> int:
+        return FORWARD
+
+    def answer(self, request: RequestInfo) -> bytes:
+        raise AssertionError("no local answers here")
+
+    def response_rewriter(self, api_key: int, api_version: int) -> None:
+        return None
+
+
+def request(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes:
+    return encode_frame(struct.pack(">hhih", api_key, version, correlation_id, 1) + b"c" + body)
+
+
+async def read_frames(stream: trio.SocketStream, count: int) -> list[bytes]:
+    splitter = FrameSplitter(1 << 26)
+    frames: list[bytes] = []
+    while len(frames) < count:
+        data = await stream.receive_some(1 << 16)
+        assert data, "stream closed early"
+        blob, spans = splitter.feed(data)
+        frames += [bytes(blob[a:b]) for a, b in spans]
+    return frames
+
+
+async def run_with_peer(router: object, script: Callable[[trio.SocketStream, trio.SocketStream],
+                                                           Awaitable[None]]) -> None:
+    """Connect client <-> Connection <-> peer over loopback and run ``script(client, peer)``."""
+    async with trio.open_nursery() as nursery:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        port = listeners[0].socket.getsockname()[1]
+        proxy_listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        proxy_port = proxy_listeners[0].socket.getsockname()[1]
+
+        async def serve_one() -> None:
+            client_side = await proxy_listeners[0].accept()
+            upstream = await trio.open_tcp_stream("127.0.0.1", port)
+            conn = Connection(client_side, upstream, router,  # type: ignore[arg-type]
+                              max_frame_bytes=1 << 26, max_in_flight=16, name="test")
+            await conn.run()
+
+        nursery.start_soon(serve_one)
+        client = await trio.open_tcp_stream("127.0.0.1", proxy_port)
+        peer = await listeners[0].accept()
+        with trio.fail_after(30):
+            await script(client, peer)
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("splice", [True, False], ids=["splice", "copy"])
+async def test_large_frames_pass_intact_both_ways(monkeypatch: pytest.MonkeyPatch,
+                                                  splice: bool) -> None:
+    monkeypatch.setattr(connection_module, "SPLICE", splice)
+    big = os.urandom(3 << 20)
+    small = b"tiny"
+
+    async def script(client: trio.SocketStream, peer: trio.SocketStream) -> None:
+        sent = [request(1, 4, 1, small), request(0, 3, 2, big), request(3, 1, 3, small)]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client.send_all, b"".join(sent))
+            got = await read_frames(peer, 3)
+        assert [encode_frame(g) for g in got] == sent
+        responses = [struct.pack(">i", 1) + small, struct.pack(">i", 2) + big,
+                     struct.pack(">i", 3) + small]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(peer.send_all, b"".join(encode_frame(r) for r in responses))
+            back = await read_frames(client, 3)
+        assert back == responses
+
+    await run_with_peer(EchoRouter(), script)
+
+
+async def test_produce_acks_zero_gets_no_slot_and_order_holds() -> None:
+    router = ForwardingRouter(DictAddressMap({}), RequestCounters("test"), parse_table())
+
+    def produce(correlation_id: int, acks: int) -> bytes:
+        # Produce v3: transactional_id (null), acks, timeout, topics (empty)
+        body = struct.pack(">hhii", -1, acks, 1000, 0)
+        return request(0, 3, correlation_id, body)
+
+    async def script(client: trio.SocketStream, peer: trio.SocketStream) -> None:
+        await client.send_all(produce(10, 0) + produce(11, 1) + produce(12, 0))
+        got = await read_frames(peer, 3)
+        assert [struct.unpack_from(">i", g, 4)[0] for g in got] == [10, 11, 12]
+        # The broker answers only the acks=1 request; the client must get exactly that.
+        await peer.send_all(encode_frame(struct.pack(">i", 11) + b"\x00" * 8))
+        back = await read_frames(client, 1)
+        assert struct.unpack_from(">i", back[0], 0)[0] == 11
+
+    await run_with_peer(router, script)
+
+
+async def test_response_for_an_unexpected_correlation_id_closes_the_connection() -> None:
+    async def script(client: trio.SocketStream, peer: trio.SocketStream) -> None:
+        await client.send_all(request(3, 1, 5, b"\x00\x00\x00\x00"))
+        await read_frames(peer, 1)
+        await peer.send_all(encode_frame(struct.pack(">i", 6) + b"x"))
+        assert await client.receive_some(100) == b""
+
+    await run_with_peer(EchoRouter(), script)
