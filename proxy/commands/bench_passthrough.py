@@ -44,6 +44,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="records per second in the latency phase")
     parser.add_argument("--latency-seconds", type=float, default=5.0)
     parser.add_argument("--rtt-requests", type=int, default=2000)
+    parser.add_argument("--proxy-arg", action="append", default=[], metavar="FLAG",
+                        help="extra `groupgate run` flag for the proxied side (repeatable), "
+                             "e.g. --proxy-arg=--fetch-node-endpoints=on")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, to check it works")
 
 
@@ -199,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
         topic = f"bench-{uuid.uuid4().hex[:6]}"
         broker.create_topic(topic, args.partitions)
         with ProxyProcess.start(broker.bootstrap, workdir / "groupgate.log",
-                                args=["--log-level", "WARNING"]) as proxy:
+                                args=["--log-level", "WARNING", *args.proxy_arg]) as proxy:
             targets = {"direct": broker.bootstrap, "proxied": proxy.bootstrap}
             phases: dict[str, dict[str, list[dict[str, float]]]] = {
                 name: {"direct": [], "proxied": []}
@@ -239,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
         "kafka": broker.version,
         "settings": {k: v for k, v in vars(args).items()
                      if k in ("records", "rounds", "partitions", "latency_rate",
-                              "latency_seconds", "rtt_requests")},
+                              "latency_seconds", "rtt_requests", "proxy_arg")},
         "record_bytes": len(VALUE),
         "produce_mb_per_s": _summary(phases["produce"], "mb_per_s"),
         "consume_mb_per_s": _summary(phases["consume"], "mb_per_s"),
