@@ -20,7 +20,7 @@ import logging
 import signal
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import trio
 
@@ -46,15 +46,6 @@ class BrokerEntry:
     connections: int = 0
 
 
-@dataclass
-class ProxyState:
-    """Counters the health endpoints and tests read."""
-
-    accepted: int = 0
-    active: set[Connection] = field(default_factory=set)
-    upstream_failures: int = 0
-
-
 def bind_listener(host: str, port: int) -> tuple[trio.SocketListener, int]:
     """Bind and listen synchronously (numeric hosts only), returning the listener and its port."""
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -77,7 +68,8 @@ class ProxyServer:
         self.config = config
         self.router_factory = router_factory
         self.brokers: dict[int, BrokerEntry] = {}
-        self.state = ProxyState()
+        self.active: set[Connection] = set()
+        """Open client connections, drained on shutdown."""
         self.bootstrap_port = 0
         self._nursery: trio.Nursery | None = None
         self._connections: trio.Nursery | None = None
@@ -157,7 +149,7 @@ class ProxyServer:
     async def _shutdown(self) -> None:
         for listener in self._listeners:
             await listener.aclose()
-        active = list(self.state.active)
+        active = list(self.active)
         if active:
             log.info("draining %d connections", len(active))
             async with trio.open_nursery() as nursery:
@@ -176,7 +168,6 @@ class ProxyServer:
                 log.warning("accept failed on %s: %s", _describe(node_id), exc)
                 await trio.sleep(0.1)
                 continue
-            self.state.accepted += 1
             metrics.CONNECTIONS.labels(node_label(node_id)).inc()
             self._connections.start_soon(self._serve, stream, node_id)
 
@@ -195,14 +186,14 @@ class ProxyServer:
             max_in_flight=self.config.max_in_flight,
             name=name,
         )
-        self.state.active.add(conn)
+        self.active.add(conn)
         active = metrics.ACTIVE_CONNECTIONS.labels(node_label(node_id))
         active.inc()
         try:
             await conn.run()
         finally:
             active.dec()
-            self.state.active.discard(conn)
+            self.active.discard(conn)
             if conn.bad_input:
                 metrics.CLOSED_BAD_INPUT.labels(node_label(node_id)).inc()
 
@@ -222,7 +213,6 @@ class ProxyServer:
                     errors.append(f"{host}:{port}: {exc.strerror or exc}")
                     continue
             errors.append(f"{host}:{port}: timed out")
-        self.state.upstream_failures += 1
         metrics.UPSTREAM_FAILURES.labels(node_label(node_id)).inc()
         log.warning("%s: no upstream connection for %s (%s); closing client", peer,
                     _describe(node_id), "; ".join(errors) or "broker unknown")
