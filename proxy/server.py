@@ -191,6 +191,9 @@ class ProxyServer:
         active.inc()
         try:
             await conn.run()
+        except Exception:
+            # A bug on one connection must not take the others down with the server's nursery.
+            log.exception("%s: connection failed unexpectedly; closed", name)
         finally:
             active.dec()
             self.active.discard(conn)
