@@ -47,6 +47,7 @@ LARGE_FRAME_BYTES = 128 * 1024
 responses that pass unchanged, streamed through as they arrive."""
 CUT_THROUGH_CHUNK = 256 * 1024
 F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ, Linux
+F_GETPIPE_SZ = 1032
 SPLICE = hasattr(os, "splice") and os.environ.get("GROUPGATE_SPLICE", "1") != "0"
 """Relay cut-through frames with splice(2); GROUPGATE_SPLICE=0 copies through Python instead."""
 CLASSIFY_PREFIX_BYTES = 1024
@@ -67,6 +68,10 @@ class RejectRequest(Exception):
     """The request breaks the protocol; the connection is closed with this message."""
 
 
+class IncompleteHeader(Exception):
+    """The part of a large request read so far ends before the fields the router needs."""
+
+
 @dataclass(slots=True)
 class RequestInfo:
     """The peeked request header plus the frame it came in."""
@@ -76,6 +81,8 @@ class RequestInfo:
     correlation_id: int
     frame: memoryview
     """The request payload (header and body), without the 4-byte length prefix."""
+    complete: bool = True
+    """False when ``frame`` is only the first bytes of a large request (cut-through)."""
 
 
 LocalAnswer = Payload | Awaitable[Payload]
@@ -129,8 +136,11 @@ class Connection:
         self.orderer = ResponseOrderer()
         self._space = trio.Event()
         self._send_lock = trio.Lock()
-        self._reader_scope = trio.CancelScope()
-        self._drained = trio.Event()
+        self._draining = False
+        self._boundary_wait: trio.CancelScope | None = None
+        """The cancel scope of the request pump's wait for a new frame, while it waits."""
+        self._progress = trio.Event()
+        self._finished = False
         self._nursery: trio.Nursery | None = None
         self.closing_reason: str | None = None
         self._first = b""
@@ -157,6 +167,8 @@ class Connection:
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             log.debug("%s: connection failed: %r", self.name, exc)
         finally:
+            self._finished = True
+            self._progress.set()
             for pipe in self._pipes or ():
                 if pipe is not None:
                     pipe.close()
@@ -168,6 +180,7 @@ class Connection:
         """The splice pipe of one direction (0: requests, 1: responses), opened on first use."""
         if self._pipes is None:
             self._pipes = [Pipe.open(), Pipe.open()] if SPLICE else [None, None]
+            # Pipe.open returns None rather than raising, so no descriptor can leak here.
         return self._pipes[direction]
 
     async def _relay_opaque(self, first: bytes) -> None:
@@ -175,8 +188,11 @@ class Connection:
 
         async def copy(source: trio.abc.ReceiveStream, sink: trio.abc.SendStream,
                        scope: trio.CancelScope) -> None:
-            while data := await source.receive_some(RECEIVE_BYTES):
-                await sink.send_all(data)
+            try:
+                while data := await source.receive_some(RECEIVE_BYTES):
+                    await sink.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                log.debug("%s: opaque relay ended: %r", self.name, exc)
             scope.cancel()
 
         await self.upstream.send_all(first)
@@ -185,12 +201,19 @@ class Connection:
             nursery.start_soon(copy, self.upstream, self.client, nursery.cancel_scope)
 
     async def drain(self, grace: float) -> None:
-        """Stop reading requests; wait up to ``grace`` seconds for outstanding responses."""
-        self._reader_scope.cancel()
+        """Stop reading requests at the next frame boundary; wait up to ``grace`` seconds for
+        the outstanding responses, then close.
+
+        A request in the middle of being received or forwarded is finished first, so the
+        broker never sees a truncated frame and the client never a truncated response.
+        """
+        self._draining = True
+        if self._boundary_wait is not None:
+            self._boundary_wait.cancel()
         with trio.move_on_after(grace):
-            while len(self.orderer):
-                self._drained = trio.Event()
-                await self._drained.wait()
+            while len(self.orderer) and not self._finished:
+                self._progress = trio.Event()
+                await self._progress.wait()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
@@ -202,10 +225,9 @@ class Connection:
 
     async def _requests_then_close(self, scope: trio.CancelScope) -> None:
         try:
-            with self._reader_scope:
-                await self._pump_requests()
-            if self._reader_scope.cancelled_caught:
-                return  # draining: the response side finishes the connection
+            await self._pump_requests()
+            if self._draining:
+                return  # the response side and drain() finish the connection
             self._close("client closed the connection", scope, warn=False)
         except (FrameError, RejectRequest) as exc:
             self.bad_input = True
@@ -243,13 +265,22 @@ class Connection:
                 blob, spans = splitter.feed(data)
                 data = b""
             else:
-                while len(orderer) >= self.max_in_flight:
-                    self._space = trio.Event()
-                    await self._space.wait()
-                if (splitter.incomplete_frame_size >= LARGE_FRAME_BYTES
-                        and await self._cut_through_request(splitter)):
-                    continue
-                received = await _receive_frames(self.client, receive, splitter)
+                at_boundary = splitter.buffered == 0
+                if at_boundary and self._draining:
+                    return
+                with trio.CancelScope() as wait:
+                    if at_boundary:
+                        self._boundary_wait = wait
+                    while len(orderer) >= self.max_in_flight:
+                        self._space = trio.Event()
+                        await self._space.wait()
+                    if not at_boundary and (splitter.incomplete_frame_size >= LARGE_FRAME_BYTES
+                                            and await self._cut_through_request(splitter)):
+                        continue
+                    received = await _receive_frames(self.client, receive, splitter)
+                self._boundary_wait = None
+                if wait.cancelled_caught:
+                    return  # draining; nothing of a new frame was consumed
                 if received is None:
                     return
                 blob, spans = received
@@ -355,11 +386,12 @@ class Connection:
             return False
         prefix = splitter.peek_incomplete(CLASSIFY_PREFIX_BYTES)
         api_key, api_version, correlation_id = _HEADER.unpack_from(prefix, 4)
-        request = RequestInfo(api_key, api_version, correlation_id, memoryview(prefix)[4:])
+        request = RequestInfo(api_key, api_version, correlation_id, memoryview(prefix)[4:],
+                              complete=False)
         try:
             action = self.router.classify(request)
-        except RejectRequest:
-            return False  # decide on the whole frame, which may just be longer than the prefix
+        except IncompleteHeader:
+            return False  # decide on the whole frame
         if action == LOCAL:
             return False
         if action == FORWARD:
@@ -382,8 +414,7 @@ class Connection:
     def _after_release(self) -> None:
         if len(self.orderer) < self.max_in_flight:
             self._space.set()
-        if not len(self.orderer):
-            self._drained.set()
+        self._progress.set()
 
 
 async def _receive_frames(
@@ -452,12 +483,23 @@ class Pipe:
 
     @classmethod
     def open(cls) -> Pipe | None:
+        """A pipe of ``SIZE`` bytes, or None (copy instead) when it cannot be had."""
         if not hasattr(os, "splice"):
             return None
-        read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        with contextlib.suppress(OSError):
+        try:
+            read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            log.debug("no pipe for splice (%s); copying instead", exc)
+            return None
+        pipe = cls(read_fd, write_fd)
+        try:
             fcntl.fcntl(write_fd, F_SETPIPE_SZ, cls.SIZE)
-        return cls(read_fd, write_fd)
+            if fcntl.fcntl(write_fd, F_GETPIPE_SZ) >= cls.SIZE:
+                return pipe
+        except OSError:
+            pass
+        pipe.close()  # e.g. the user's pipe-buffer quota is used up: copy instead
+        return None
 
     def close(self) -> None:
         os.close(self.read_fd)
@@ -465,34 +507,39 @@ class Pipe:
 
     async def relay(self, source: trio.socket.SocketType, sink: trio.socket.SocketType,
                     count: int) -> None:
-        """Move exactly ``count`` bytes from ``source`` to ``sink``."""
+        """Move exactly ``count`` bytes from ``source`` to ``sink``.
+
+        Whether the pipe is full is learnt from ``splice`` itself (EAGAIN), not from a byte
+        count: a pipe fills by page slots, and small TCP segments use one slot each. When
+        nothing moved, the task sleeps on the side that blocked: the sink when bytes wait in
+        the pipe and could not be written, else the source.
+        """
         flags = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
         src, dst = source.fileno(), sink.fileno()
         in_pipe = 0
         since_checkpoint = 0
         while count or in_pipe:
-            progressed = 0
-            if count and in_pipe < self.SIZE:
+            moved_in = moved_out = 0
+            if count:
                 try:
-                    n = os.splice(src, self.write_fd, min(count, self.SIZE - in_pipe),
-                                  flags=flags)
-                except BlockingIOError:
-                    n = -1
-                if n == 0:
-                    raise trio.BrokenResourceError("peer closed in the middle of a frame")
-                if n > 0:
-                    count -= n
-                    in_pipe += n
+                    moved_in = os.splice(src, self.write_fd, min(count, self.SIZE), flags=flags)
+                except BlockingIOError:  # no data yet, or the pipe is full
+                    pass
+                else:
+                    if moved_in == 0:
+                        raise trio.BrokenResourceError("peer closed in the middle of a frame")
+                    count -= moved_in
+                    in_pipe += moved_in
             if in_pipe:
-                with contextlib.suppress(BlockingIOError):
-                    progressed = os.splice(self.read_fd, dst, in_pipe, flags=flags)
-                    in_pipe -= progressed
-            if progressed:
-                since_checkpoint += progressed
+                with contextlib.suppress(BlockingIOError):  # the sink's buffer is full
+                    moved_out = os.splice(self.read_fd, dst, in_pipe, flags=flags)
+                    in_pipe -= moved_out
+            if moved_in or moved_out:
+                since_checkpoint += moved_in + moved_out
                 if since_checkpoint >= self.SIZE:  # stay fair to other connections
                     since_checkpoint = 0
                     await trio.lowlevel.checkpoint()
-            elif in_pipe >= self.SIZE or (in_pipe and not count):
+            elif in_pipe:
                 await trio.lowlevel.wait_writable(sink)
-            elif count:
+            else:
                 await trio.lowlevel.wait_readable(source)

@@ -65,9 +65,10 @@ async def serve_health(host: str, port: int, ready: Callable[[], tuple[bool, str
     task_status.started(bound)
 
     async def handler(stream: trio.SocketStream) -> None:
+        # A probe that resets or garbles its request must never reach the proxy's nursery.
         try:
             await _handle(stream, ready)
-        except OSError as exc:
-            log.debug("health request failed: %s", exc)
+        except Exception as exc:
+            log.debug("health request failed: %r", exc)
 
     await trio.serve_listeners(handler, listeners)

@@ -19,7 +19,14 @@ from proxy.codec import messages
 from proxy.codec._runtime import r_uv, s_tags
 from proxy.codec.api_index import ApiInfo, api_index
 from proxy.codec.errors import CodecError
-from proxy.connection import FORWARD, FORWARD_NO_RESPONSE, LOCAL, RejectRequest, RequestInfo
+from proxy.connection import (
+    FORWARD,
+    FORWARD_NO_RESPONSE,
+    LOCAL,
+    IncompleteHeader,
+    RejectRequest,
+    RequestInfo,
+)
 from proxy.metrics import RequestCounters
 from proxy.rewrite import AddressMap, needs_rewrite, rewrite_response
 
@@ -141,5 +148,7 @@ def produce_acks(request: RequestInfo, info: ApiInfo) -> int:
                 pos += 2 + max(length, 0)
         (acks,) = _INT16.unpack_from(frame, pos)
     except (struct.error, IndexError, ValueError) as exc:
+        if not request.complete:
+            raise IncompleteHeader from exc
         raise RejectRequest(f"malformed Produce request header: {exc}") from exc
     return int(acks)

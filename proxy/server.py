@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import signal
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,6 +31,7 @@ from proxy.connection import Connection, ListenerError, Router
 from proxy.logs import LIFECYCLE
 
 log = logging.getLogger("groupgate.server")
+RETRY_BIND_SECONDS = 10.0
 lifecycle = logging.getLogger(LIFECYCLE)
 
 
@@ -73,6 +75,7 @@ class ProxyServer:
         self.bootstrap_port = 0
         self._nursery: trio.Nursery | None = None
         self._connections: trio.Nursery | None = None
+        self._bind_failures: dict[int, float] = {}
         self._listeners: list[trio.SocketListener] = []
         self._stop = trio.Event()
         self.stopped = trio.Event()
@@ -80,10 +83,25 @@ class ProxyServer:
     # -- broker directory (the rewriters' AddressMap) ----------------------------------------
 
     def lookup(self, node_id: int, host: str, port: int) -> tuple[str, int]:
-        """Record broker ``node_id`` at ``host:port`` upstream; return its proxy address."""
+        """Record broker ``node_id`` at ``host:port`` upstream; return its proxy address.
+
+        If the broker's listener cannot be bound (port taken, out of range), the error is logged
+        and retried at most every ``RETRY_BIND_SECONDS``; meanwhile clients are handed the
+        listener's address anyway and find it refusing connections, so they retry, and the
+        other brokers in the same response stay usable. A broker's real address is never
+        handed out.
+        """
         entry = self.brokers.get(node_id)
         if entry is None:
-            entry = self._open_broker_listener(node_id, (host, port))
+            try:
+                entry = self._open_broker_listener(node_id, (host, port))
+            except ListenerError as exc:
+                now = time.monotonic()
+                if now - self._bind_failures.get(node_id, -RETRY_BIND_SECONDS) >= \
+                        RETRY_BIND_SECONDS:
+                    log.error("%s", exc)
+                    self._bind_failures[node_id] = now
+                return self.config.client_host, self.config.broker_port(node_id)
         elif entry.upstream != (host, port):
             log.info("broker %d moved from %s:%d to %s:%d", node_id, *entry.upstream, host, port)
             entry.upstream = (host, port)
@@ -94,6 +112,9 @@ class ProxyServer:
             raise ListenerError(f"broker {node_id} appeared while the proxy is not accepting")
         listen_host = self.config.listen[0]
         port = self.config.broker_port(node_id)
+        if not 0 <= port <= 65535:
+            raise ListenerError(f"broker {node_id}: port {port} is outside 0-65535; "
+                                "lower broker-port-base")
         try:
             listener, bound = bind_listener(listen_host, port)
         except OSError as exc:
@@ -173,7 +194,11 @@ class ProxyServer:
 
     async def _serve(self, client: trio.SocketStream, node_id: int | None) -> None:
         peer = _peer(client)
-        upstream = await self._connect_upstream(node_id, peer)
+        try:
+            upstream = await self._connect_upstream(node_id, peer)
+        except Exception:
+            log.exception("%s: connecting upstream failed unexpectedly", peer)
+            upstream = None
         if upstream is None:
             await client.aclose()
             return
@@ -212,8 +237,8 @@ class ProxyServer:
             with trio.move_on_after(self.config.connect_timeout):
                 try:
                     return await trio.open_tcp_stream(host, port)
-                except OSError as exc:
-                    errors.append(f"{host}:{port}: {exc.strerror or exc}")
+                except (OSError, ValueError) as exc:  # ValueError: a malformed host name
+                    errors.append(f"{host}:{port}: {getattr(exc, 'strerror', None) or exc}")
                     continue
             errors.append(f"{host}:{port}: timed out")
         metrics.UPSTREAM_FAILURES.labels(node_label(node_id)).inc()

@@ -38,7 +38,7 @@ class UpstreamClient:
         with trio.move_on_after(timeout):
             try:
                 stream = await trio.open_tcp_stream(*address)
-            except OSError as exc:
+            except (OSError, ValueError) as exc:  # ValueError: a malformed host name
                 raise UpstreamError(f"{address[0]}:{address[1]}: {exc}") from exc
             return cls(stream, max_frame_bytes=max_frame_bytes)
         raise UpstreamError(f"{address[0]}:{address[1]}: connect timed out")

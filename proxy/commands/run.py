@@ -26,8 +26,9 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("groupgate").info("starting: %s", config_module.describe(config))
     from proxy.app import serve
 
+    interrupted = False
     try:
         trio.run(serve, config)
-    except KeyboardInterrupt:
-        return 130
-    return 0
+    except* KeyboardInterrupt:  # a second SIGTERM/SIGINT: exit at once
+        interrupted = True
+    return 130 if interrupted else 0

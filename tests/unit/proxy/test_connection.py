@@ -124,3 +124,86 @@ async def test_response_for_an_unexpected_correlation_id_closes_the_connection()
         assert await client.receive_some(100) == b""
 
     await run_with_peer(EchoRouter(), script)
+
+
+@pytest.mark.parametrize("splice", [True, False], ids=["splice", "copy"])
+async def test_slow_client_large_response_streams_without_spinning(
+        monkeypatch: pytest.MonkeyPatch, splice: bool) -> None:
+    """A client that reads slowly must make the relay sleep, not busy-loop; and the large
+    response must go through the cut-through path."""
+    monkeypatch.setattr(connection_module, "SPLICE", splice)
+    waits = {"readable": 0, "writable": 0}
+    streamed = []
+    real_readable, real_writable = trio.lowlevel.wait_readable, trio.lowlevel.wait_writable
+    real_stream = connection_module._stream_frame
+
+    async def counting_readable(sock: object) -> None:
+        waits["readable"] += 1
+        await real_readable(sock)
+
+    async def counting_writable(sock: object) -> None:
+        waits["writable"] += 1
+        await real_writable(sock)
+
+    async def recording_stream(*args: object) -> None:
+        streamed.append(args)
+        await real_stream(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(connection_module.trio.lowlevel, "wait_readable", counting_readable)
+    monkeypatch.setattr(connection_module.trio.lowlevel, "wait_writable", counting_writable)
+    monkeypatch.setattr(connection_module, "_stream_frame", recording_stream)
+    big = os.urandom(8 << 20)
+
+    async def script(client: trio.SocketStream, peer: trio.SocketStream) -> None:
+        await client.send_all(request(1, 4, 1, b"fetch"))
+        await read_frames(peer, 1)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(peer.send_all, encode_frame(struct.pack(">i", 1) + big))
+            received = bytearray()
+            while len(received) < 8 + len(big):
+                received += await client.receive_some(16384)
+                await trio.sleep(0.001)  # a slow consumer
+        assert bytes(received[8:]) == big
+
+    await run_with_peer(EchoRouter(), script)
+    assert len(streamed) == 1, "the large response was not streamed through"
+    # 8 MiB in 16 KiB reads is ~512 client reads; a busy loop would wait 100,000s of times.
+    assert waits["readable"] + waits["writable"] < 20_000, waits
+
+
+async def test_drain_finishes_a_request_in_the_middle_of_arriving() -> None:
+    """Shutdown waits for the frame boundary: the broker gets the whole request and the
+    client its response, then the connection closes."""
+    big = os.urandom(2 << 20)
+    frame = request(0, 3, 9, struct.pack(">hhii", -1, 1, 1000, 0) + big)
+    async with trio.open_nursery() as nursery:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        port = listeners[0].socket.getsockname()[1]
+        proxy_listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        proxy_port = proxy_listeners[0].socket.getsockname()[1]
+        conns: list[Connection] = []
+        router = ForwardingRouter(DictAddressMap({}), RequestCounters("test"), parse_table())
+
+        async def serve_one() -> None:
+            client_side = await proxy_listeners[0].accept()
+            upstream = await trio.open_tcp_stream("127.0.0.1", port)
+            conn = Connection(client_side, upstream, router, max_frame_bytes=1 << 26,
+                              max_in_flight=16, name="test")
+            conns.append(conn)
+            await conn.run()
+
+        nursery.start_soon(serve_one)
+        client = await trio.open_tcp_stream("127.0.0.1", proxy_port)
+        peer = await listeners[0].accept()
+        with trio.fail_after(20):
+            await client.send_all(frame[: len(frame) // 2])
+            await trio.sleep(0.2)
+            nursery.start_soon(conns[0].drain, 10.0)
+            await trio.sleep(0.2)
+            await client.send_all(frame[len(frame) // 2:])
+            got = await read_frames(peer, 1)
+            assert encode_frame(got[0]) == frame
+            await peer.send_all(encode_frame(struct.pack(">i", 9) + b"ok"))
+            assert await read_frames(client, 1) == [struct.pack(">i", 9) + b"ok"]
+            assert await client.receive_some(10) == b""  # closed after the drain
+        nursery.cancel_scope.cancel()

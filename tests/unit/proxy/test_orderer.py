@@ -57,3 +57,19 @@ def test_release_order_equals_request_order(kinds: list[tuple[bool, int]], rnd) 
             orderer.fill(slot, str(slot.correlation_id).encode())
         released.extend(orderer.take_ready())  # type: ignore[arg-type]
     assert released == [str(c).encode() for c in range(len(kinds))]
+
+
+def test_cut_through_takes_the_head_slot_or_pushes_it_back() -> None:
+    orderer = ResponseOrderer()
+    local = orderer.expect_local(1, 18, 3)
+    big = orderer.expect_upstream(2, 1, 15)
+    slot = orderer.upstream_response(2)
+    assert slot is big and not orderer.is_next(big)
+    orderer.push_back(big)  # a local answer is still ahead: not streamed now
+    with pytest.raises(OrderingError, match="not next"):
+        orderer.release_next(big)
+    orderer.fill(local, b"local")
+    assert orderer.take_ready() == [b"local"]
+    assert orderer.upstream_response(2) is big and orderer.is_next(big)
+    orderer.release_next(big)
+    assert len(orderer) == 0 and orderer.awaiting_upstream == 0

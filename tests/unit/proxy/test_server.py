@@ -67,3 +67,41 @@ async def test_unexpected_error_closes_only_its_connection() -> None:
         server.stop()
         await server.stopped.wait()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_broker_port_that_cannot_be_bound_does_not_break_the_others() -> None:
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    config = ProxyConfig(upstream=(("127.0.0.1", 1),), listen=("127.0.0.1", 0),
+                         broker_port_base=port - 1)
+    server = ProxyServer(config, lambda _server, _node: ExplodingRouter())
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.run)
+        # Node 1 maps onto the taken port: the client gets that (refusing) address, no error.
+        assert server.lookup(1, "broker-1", 9092) == ("127.0.0.1", port)
+        assert 1 not in server.brokers
+        host, other = server.lookup(2, "broker-2", 9092)
+        assert other == port + 1 and server.brokers[2].upstream == ("broker-2", 9092)
+        # Ports past 65535 are refused the same way instead of wrapping around.
+        far = ProxyConfig(upstream=config.upstream, broker_port_base=65535)
+        server.config = far
+        assert server.lookup(7, "broker-7", 9092)[1] == 65542 and 7 not in server.brokers
+        server.stop()
+    taken.close()
+
+
+async def test_a_malformed_upstream_host_closes_the_client_only() -> None:
+    config = ProxyConfig(upstream=(("kafka-7..internal", 9092),), listen=("127.0.0.1", 0),
+                         connect_timeout=2.0)
+    server = ProxyServer(config, lambda _server, _node: ExplodingRouter())
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.run)
+        for _ in range(2):
+            client = await trio.open_tcp_stream("127.0.0.1", server.bootstrap_port)
+            with trio.fail_after(10):
+                assert await client.receive_some(10) == b""
+        server.stop()
