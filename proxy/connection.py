@@ -141,6 +141,8 @@ class Connection:
         """The cancel scope of the request pump's wait for a new frame, while it waits."""
         self._progress = trio.Event()
         self._finished = False
+        self._reading = True
+        """The request pump still runs (it stops at the first frame boundary once draining)."""
         self._nursery: trio.Nursery | None = None
         self.closing_reason: str | None = None
         self._first = b""
@@ -211,7 +213,7 @@ class Connection:
         if self._boundary_wait is not None:
             self._boundary_wait.cancel()
         with trio.move_on_after(grace):
-            while len(self.orderer) and not self._finished:
+            while (self._reading or len(self.orderer)) and not self._finished:
                 self._progress = trio.Event()
                 await self._progress.wait()
         if self._nursery is not None:
@@ -225,7 +227,11 @@ class Connection:
 
     async def _requests_then_close(self, scope: trio.CancelScope) -> None:
         try:
-            await self._pump_requests()
+            try:
+                await self._pump_requests()
+            finally:
+                self._reading = False
+                self._progress.set()
             if self._draining:
                 return  # the response side and drain() finish the connection
             self._close("client closed the connection", scope, warn=False)

@@ -30,6 +30,15 @@ def test_probes_and_metrics(kafka39: KafkaBroker, start_proxy: StartProxy) -> No
     assert _get(f"{base}/livez") == (200, "ok\n")
     assert _get(f"{base}/readyz") == (200, "ok\n")
     assert _get(f"{base}/nope")[0] == 404
+    # A probe that sends half a request and resets the connection harms nothing.
+    host, port = base.removeprefix("http://").rsplit(":", 1)
+    probe = socket.create_connection((host, int(port)))
+    probe.sendall(b"GET /liv")
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    probe.close()  # RST
+    time.sleep(0.2)
+    assert proxy.alive
+    assert _get(f"{base}/livez") == (200, "ok\n")
 
     bad = socket.create_connection((proxy.host, proxy.port))
     bad.sendall(struct.pack(">i", -1))

@@ -69,3 +69,19 @@ def test_sigterm_drains_in_flight_requests(kafka39: KafkaBroker, topic: Callable
     assert proxy.process is not None
     assert proxy.process.wait(15) == 0
     assert "received SIGTERM" in proxy.log() and "stopped" in proxy.log()
+
+
+def test_second_signal_exits_at_once(kafka39: KafkaBroker, start_proxy: StartProxy) -> None:
+    proxy = start_proxy(kafka39, "--shutdown-grace", "30")
+    # A client that keeps a request outstanding would hold a graceful stop for 30 s.
+    sock = socket.create_connection((proxy.host, proxy.port))
+    payload = struct.pack(">hhih", 3, 1, 1, -1)
+    sock.sendall(struct.pack(">i", len(payload) + 100) + payload)  # incomplete: never answered
+    time.sleep(0.3)
+    proxy.signal(signal.SIGTERM)
+    time.sleep(0.5)
+    assert proxy.alive, "the first signal should start a graceful drain"
+    proxy.signal(signal.SIGTERM)
+    assert proxy.process is not None
+    assert proxy.process.wait(10) == 130
+    assert "second signal: exiting now" in proxy.log()
