@@ -20,6 +20,31 @@ class OffsetCommitRule(enum.Enum):
     """Relaxed fencing (Kafka 4.3+): assignment epoch <= commit epoch <= member epoch."""
 
 
+class MigrationPolicy(enum.Enum):
+    """Which conversions between the broker's classic group and the engine's group are allowed
+    (Kafka's ``group.consumer.migration.policy``; see :mod:`translation.classic.migration`)."""
+
+    BIDIRECTIONAL = "bidirectional"
+    UPGRADE = "upgrade"
+    """Only classic (broker) -> engine, when a new-protocol member joins a classic group."""
+    DOWNGRADE = "downgrade"
+    """Only engine -> classic (broker), when the last new-protocol member leaves."""
+    DISABLED = "disabled"
+
+    @property
+    def upgrade_enabled(self) -> bool:
+        return self in (MigrationPolicy.BIDIRECTIONAL, MigrationPolicy.UPGRADE)
+
+    @property
+    def downgrade_enabled(self) -> bool:
+        return self in (MigrationPolicy.BIDIRECTIONAL, MigrationPolicy.DOWNGRADE)
+
+
+CLASSIC_ASSIGNORS = frozenset({"range", "roundrobin", "sticky", "cooperative-sticky"})
+"""Client-side assignors of the Java client and librdkafka whose assignments carry no userData;
+a classic member whose first protocol is one of them can be served by the engine."""
+
+
 def random_member_id() -> str:
     return str(uuid.uuid4())
 
@@ -44,6 +69,20 @@ class GroupConfig:
     (stricter than Kafka; see :mod:`translation.offsets`)."""
     member_id_factory: Callable[[], str] = field(default=random_member_id)
     """Member ids for v0 requests with an empty MemberId (v1 clients bring their own)."""
+    migration_policy: MigrationPolicy = MigrationPolicy.BIDIRECTIONAL
+    """What may move between the broker's classic group and the engine (Kafka's semantics)."""
+    adopt_classic_groups: bool = True
+    """Serve groups whose members all speak the classic protocol on the engine too (each member
+    reconciled on its own). False follows Kafka: such groups stay with the broker, and a group
+    whose last new-protocol member leaves is handed back when downgrades are allowed."""
+    classic_assignors: frozenset[str] = CLASSIC_ASSIGNORS
+    """Protocol names a classic member's first protocol must have for the engine to take it."""
+    classic_min_session_timeout_ms: int = 6_000
+    classic_max_session_timeout_ms: int = 1_800_000
+    """Kafka's ``group.min/max.session.timeout.ms``: JoinGroup outside: INVALID_SESSION_TIMEOUT."""
+    defer_classic_join: bool = True
+    """Hold a classic JoinGroup while the group's target assignment waits for the assignment
+    interval, and complete it once the target is computed (one rebalance loop instead of two)."""
 
     def __post_init__(self) -> None:
         if not self.assignors:

@@ -54,6 +54,14 @@ rejected, which closes a zombie-commit window the simulator found, see
 :mod:`translation.offsets`). :meth:`GroupCoordinator.describe` and
 :meth:`GroupCoordinator.list_groups` give ConsumerGroupDescribe / ListGroups views.
 
+Members that speak the classic protocol (JoinGroup/SyncGroup/Heartbeat/LeaveGroup) are members
+of the same groups, handled by :class:`translation.classic.coordinator.ClassicGroupCoordinator`,
+which rides on this class as an :class:`EngineListener`: it hears about every target
+computation and member removal, whoever caused them, to complete held JoinGroups
+(:class:`~translation.effects.JoinCompleted`) and to hand a group back to the broker
+(:class:`~translation.effects.GroupHandedBack`). A classic member carries its own session
+timeout and two more timers (join and sync, :class:`~translation.timers.TimerKind`).
+
 Where Kafka and the KIP text differ, the engine follows Kafka (noted where it matters):
 a fenced or leaving member's target entry is dropped at once (the KIP's case study still
 shows it until the next computation); a member re-sending epoch 0 rejoins in place; the
@@ -72,6 +80,7 @@ hand its partitions to another while the first still processes them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 from translation import describe as describe_mod
 from translation import heartbeat as hb
@@ -99,6 +108,25 @@ from translation.timers import TimerKey, TimerKind, Timers
 from translation.topics import TopicId, TopicsImage
 
 
+class EngineListener(Protocol):
+    """Something riding on the engine that must hear about target computations and member
+    removals, whoever caused them (the classic-protocol translation,
+    :class:`translation.classic.coordinator.ClassicGroupCoordinator`)."""
+
+    def target_updated(self, group: ConsumerGroup, now_ms: int, effects: list[Effect]) -> None:
+        """A target computation ran for ``group`` (installed or failed)."""
+
+    def member_removed(
+        self,
+        group: ConsumerGroup,
+        member: ConsumerGroupMember,
+        reason: str,
+        now_ms: int,
+        effects: list[Effect],
+    ) -> None:
+        """``member`` left or was fenced; it is already out of ``group``."""
+
+
 class GroupCoordinator:
     """All KIP-848 groups of one engine instance. Not thread-safe; drive it from one task."""
 
@@ -109,6 +137,7 @@ class GroupCoordinator:
         self.groups: dict[str, ConsumerGroup] = {}
         self.image: TopicsImage = topics if topics is not None else TopicsImage()
         self.timers = Timers()
+        self.listeners: list[EngineListener] = []
 
     # ------------------------------------------------------------------ public API
 
@@ -224,6 +253,8 @@ class GroupCoordinator:
         self.cancel_timer(key, effects)
         group.last_assignment_ms = now_ms
         self.compute_target_assignment(group, effects)
+        for listener in self.listeners:
+            listener.target_updated(group, now_ms, effects)
 
     def compute_target_assignment(self, group: ConsumerGroup, effects: list[Effect]) -> None:
         name = group.preferred_assignor
@@ -284,6 +315,8 @@ class GroupCoordinator:
     def cancel_member_timers(self, group_id: str, member_id: str, effects: list[Effect]) -> None:
         self.cancel_timer(TimerKey(TimerKind.SESSION, group_id, member_id), effects)
         self.cancel_timer(TimerKey(TimerKind.REBALANCE, group_id, member_id), effects)
+        self.cancel_timer(TimerKey(TimerKind.CLASSIC_JOIN, group_id, member_id), effects)
+        self.cancel_timer(TimerKey(TimerKind.CLASSIC_SYNC, group_id, member_id), effects)
 
     def remove_member(
         self,
@@ -303,6 +336,8 @@ class GroupCoordinator:
             deadline = now_ms + self.config.empty_group_expiry_ms
             self.timers.schedule(key, deadline)
             effects.append(TimerArmed(key, deadline))
+        for listener in self.listeners:
+            listener.member_removed(group, member, reason, now_ms, effects)
 
     # ------------------------------------------------------------------ timers
 
@@ -329,3 +364,9 @@ class GroupCoordinator:
         elif key.kind is TimerKind.REBALANCE and member.member_epoch == payload:
             self.remove_member(group, member, "rebalance timeout", now_ms, effects)
             effects.append(MemberFenced(group.group_id, member.member_id, "rebalance-timeout"))
+        elif key.kind is TimerKind.CLASSIC_JOIN:
+            self.remove_member(group, member, "classic join timeout", now_ms, effects)
+            effects.append(MemberFenced(group.group_id, member.member_id, "join-timeout"))
+        elif key.kind is TimerKind.CLASSIC_SYNC:
+            self.remove_member(group, member, "classic sync timeout", now_ms, effects)
+            effects.append(MemberFenced(group.group_id, member.member_id, "sync-timeout"))

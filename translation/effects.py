@@ -8,9 +8,14 @@ metrics and the proxy's own bookkeeping (e.g. when to give up a broker-side memb
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from translation.timers import TimerKey
+
+if TYPE_CHECKING:
+    from translation.classic.messages import JoinGroupResponse
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +89,8 @@ class MemberFenced:
     group_id: str
     member_id: str
     reason: str
-    """``"session-timeout"`` or ``"rebalance-timeout"``."""
+    """``"session-timeout"`` or ``"rebalance-timeout"``; classic members also
+    ``"join-timeout"`` and ``"sync-timeout"``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +103,29 @@ class GroupExpired:
     """The group stayed empty past the expiry delay and was deleted (DEAD)."""
 
     group_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class JoinCompleted:
+    """A classic JoinGroup the engine answered with "pending" is complete: send ``response``
+    to the client whose JoinGroup (``group_id``, ``member_id``) the proxy is holding."""
+
+    group_id: str
+    member_id: str
+    response: JoinGroupResponse
+
+
+@dataclass(frozen=True, slots=True)
+class GroupHandedBack:
+    """The engine gave the group up (downgrade): only classic members were left and the
+    migration policy lets the broker's classic coordinator take it back. The proxy stops
+    coordinating the group and forwards its requests to the broker again; the classic members
+    listed rejoin there (their next request gets UNKNOWN_MEMBER_ID from the broker)."""
+
+    group_id: str
+    reason: str
+    members: Sequence[tuple[str, str | None]]
+    """``(member_id, instance_id)`` of the classic members that were in the group."""
 
 
 Effect = (
@@ -112,4 +141,6 @@ Effect = (
     | MemberFenced
     | GroupEmptied
     | GroupExpired
+    | JoinCompleted
+    | GroupHandedBack
 )

@@ -20,7 +20,9 @@ so an error response leaves the group as it was.
 Differences from Kafka, on purpose: a member joining always bumps the group epoch (Kafka
 skips the bump when a new member subscribes to nothing; the KIP bumps on every join); a
 static member re-sending epoch 0 under its own member id rejoins in place like a dynamic one
-(instead of UNRELEASED_INSTANCE_ID).
+(instead of UNRELEASED_INSTANCE_ID). As in Kafka, a static member joining with the instance id
+of a *classic* member (a client rolled from the classic protocol to the new one) replaces it at
+once, without waiting for a leave.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from translation.member import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
     ConsumerGroupMember,
+    MemberProtocol,
     MemberState,
     PartitionEpochs,
 )
@@ -247,7 +250,12 @@ def handle_regular(
             elif existing.member_id == member_id:
                 member = existing
             else:
-                if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                # A classic member holding the instance id is replaced at once (Kafka checks
+                # UNRELEASED_INSTANCE_ID only when both members use the consumer protocol).
+                if (
+                    existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH
+                    and existing.protocol is not MemberProtocol.CLASSIC
+                ):
                     raise GroupError(
                         ErrorCode.UNRELEASED_INSTANCE_ID,
                         f"Static member {member_id} with instance id {instance_id} cannot join "
@@ -288,7 +296,7 @@ def handle_regular(
     if group.group_epoch == 0:
         reasons.append("group created")
     if replaced is not None:
-        _replace_static_member(engine, group, replaced, member, effects)
+        _replace_static_member(engine, group, replaced, member, now_ms, effects)
     elif is_new:
         if not members:
             engine.cancel_timer(TimerKey(TimerKind.GROUP_EXPIRY, group_id), effects)
@@ -365,7 +373,7 @@ def _static_replacement(old: ConsumerGroupMember, member_id: str) -> ConsumerGro
         member_epoch=0,
         previous_member_epoch=0,
         state=old.state,
-        protocol=old.protocol,
+        protocol=MemberProtocol.CONSUMER,
     )
     # Relaxed commit fencing: a rejoining static member holds its partitions "from epoch 0".
     new.assigned = {t: dict.fromkeys(ps, 0) for t, ps in old.assigned.items()}
@@ -377,6 +385,7 @@ def _replace_static_member(
     group: ConsumerGroup,
     old: ConsumerGroupMember,
     new: ConsumerGroupMember,
+    now_ms: int,
     effects: list[Effect],
 ) -> None:
     target = group.target.members.get(old.member_id)
@@ -387,6 +396,11 @@ def _replace_static_member(
     group.add_member(new, engine.image)
     assert new.instance_id is not None
     effects.append(MemberReplaced(group.group_id, old.member_id, new.member_id, new.instance_id))
+    if old.classic is not None:
+        # A classic member replaced by a new-protocol one: let the classic side answer a
+        # JoinGroup it may still hold for it (the replacement is already in the group).
+        for listener in engine.listeners:
+            listener.member_removed(group, old, "replaced by a static member", now_ms, effects)
 
 
 def handle_leave(

@@ -17,8 +17,12 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from translation.topics import TopicId
+
+if TYPE_CHECKING:
+    from translation.classic.member import ClassicMemberMetadata
 
 PartitionEpochs = dict[TopicId, dict[int, int]]
 """Partitions per topic, each with its assignment epoch."""
@@ -56,6 +60,7 @@ class ConsumerGroupMember:
 
     __slots__ = (
         "assigned",
+        "classic",
         "client_host",
         "client_id",
         "instance_id",
@@ -107,6 +112,8 @@ class ConsumerGroupMember:
         """Per-member session timeout (classic members bring theirs); None: the group's."""
         self.assigned: PartitionEpochs = {}
         self.pending_revocation: PartitionEpochs = {}
+        self.classic: ClassicMemberMetadata | None = None
+        """JoinGroup-side state of a classic member (:mod:`translation.classic`); else None."""
 
     def __repr__(self) -> str:
         return (

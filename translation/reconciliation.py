@@ -55,11 +55,17 @@ def reconcile(
     target: Mapping[TopicId, frozenset[int]],
     owners: PartitionOwners,
     owned: OwnedPartitions | None,
+    *,
+    subscription_changed: bool = False,
 ) -> bool:
-    """Advance ``member`` towards ``target``; returns whether anything changed."""
+    """Advance ``member`` towards ``target``; returns whether anything changed.
+
+    ``subscription_changed`` (Kafka's "force consistency with the subscription") recomputes the
+    next assignment even for a member STABLE at the target epoch, so that partitions the caller
+    filtered out of ``target`` (topics no longer subscribed) are revoked at once."""
     state = member.state
     if state is MemberState.STABLE:
-        if member.member_epoch == target_epoch:
+        if member.member_epoch == target_epoch and not subscription_changed:
             return False
         return _next_assignment(member, member.member_epoch, target_epoch, target, owners, owned)
     if state is MemberState.UNREVOKED_PARTITIONS:

@@ -28,6 +28,10 @@ class TimerKind(enum.Enum):
     """The assignment interval has passed: compute the target the group is waiting for."""
     GROUP_EXPIRY = "group-expiry"
     """The group stayed empty for the expiry delay: delete it (state DEAD)."""
+    CLASSIC_JOIN = "classic-join"
+    """A classic member told to rejoin did not send JoinGroup within its rebalance timeout."""
+    CLASSIC_SYNC = "classic-sync"
+    """A classic member did not send SyncGroup within its rebalance timeout after joining."""
 
 
 class TimerKey(NamedTuple):

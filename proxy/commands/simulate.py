@@ -3,7 +3,9 @@
 ``groupgate simulate --seed N`` replays one seed and, when it fails, prints the violated
 invariant and the tail of the event trace. ``groupgate simulate --seeds COUNT [--start S]
 [--members M]`` runs many seeds and prints a summary line, listing each failing seed with the
-command that replays it. The simulation itself is pure code in ``translation.simulation``.
+command that replays it. ``--classic-share F`` makes each new client a classic
+(JoinGroup/SyncGroup) consumer with probability F instead of the per-seed choice. The
+simulation itself is pure code in ``translation.simulation``.
 """
 
 from __future__ import annotations
@@ -23,28 +25,51 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--members", type=int, default=None, help="members per group (default: chosen per seed)"
     )
     parser.add_argument(
+        "--classic-share",
+        type=float,
+        default=None,
+        metavar="F",
+        help="probability that a new client speaks the classic protocol (default: per seed)",
+    )
+    parser.add_argument(
         "--trace", type=int, default=40, help="event trace lines to print on failure (default 40)"
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="print every seed's stats")
 
 
-def _report_failure(result: SimulationResult) -> None:
+def _report_failure(result: SimulationResult, args: argparse.Namespace) -> None:
     print(f"seed {result.seed} FAILED: {result.violation}")
     if result.knobs is not None:
         print(f"  scenario: {result.knobs}")
     print("  last events:")
     for line in result.trace:
         print(f"    {line}")
-    print(f"  replay: {result.replay}")
+    print(f"  replay: {_replay(result, args)}")
+
+
+def _knobs(args: argparse.Namespace) -> dict[str, object]:
+    knobs: dict[str, object] = {"trace_length": args.trace}
+    if args.classic_share is not None:
+        knobs["classic_share"] = args.classic_share
+    return knobs
+
+
+def _replay(result: SimulationResult, args: argparse.Namespace) -> str:
+    if args.classic_share is None:
+        return result.replay
+    return f"{result.replay} --classic-share {args.classic_share}"
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.classic_share is not None and not 0.0 <= args.classic_share <= 1.0:
+        print("--classic-share must be between 0 and 1")
+        return 2
     if args.seed is not None:
         started = time.perf_counter()
-        result = run_seed(args.seed, args.members, trace_length=args.trace)
+        result = run_seed(args.seed, args.members, **_knobs(args))
         elapsed = time.perf_counter() - started
         if not result.ok:
-            _report_failure(result)
+            _report_failure(result, args)
             return 1
         stats = ", ".join(f"{k}={v}" for k, v in sorted(result.stats.items()))
         print(
@@ -59,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     failures: list[SimulationResult] = []
     events = 0
     for seed in range(args.start, args.start + args.seeds):
-        result = run_seed(seed, args.members, trace_length=args.trace)
+        result = run_seed(seed, args.members, **_knobs(args))
         events += result.events
         if args.verbose:
             print(f"seed {seed}: {'ok' if result.ok else 'FAILED'} ({result.events} events)")
@@ -72,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     )
     for result in failures:
         print(f"  seed {result.seed}: {result.violation}")
-        print(f"    replay: {result.replay}")
+        print(f"    replay: {_replay(result, args)}")
     return 1 if failures else 0
 
 

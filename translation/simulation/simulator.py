@@ -15,6 +15,14 @@ from a member whose partition moved on is rejected and that a commit from the cu
 owner is accepted under the relaxed rule. At quiescence every subscribed partition must be
 owned by exactly one member and the group must be STABLE.
 
+Classic members (:mod:`translation.simulation.classic_client`, eager or cooperative, static
+or not) are mixed in: ``Knobs.classic_share`` is the probability that a new client speaks
+JoinGroup/SyncGroup/Heartbeat (a static instance may come back under either protocol, as in a
+rolling upgrade); it is drawn per seed from its own random stream, so the new-protocol-only
+seeds replay as before. Classic requests go through
+:class:`~translation.classic.coordinator.ClassicGroupCoordinator`; a held JoinGroup is answered
+when the engine emits :class:`~translation.effects.JoinCompleted`.
+
 ``run_seed(seed)`` returns a :class:`SimulationResult`; ``groupgate simulate --seed N``
 replays one seed.
 """
@@ -30,17 +38,34 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from translation.assignors.base import PartitionAssignor
+from translation.classic.coordinator import ClassicGroupCoordinator
+from translation.classic.messages import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
 from translation.config import GroupConfig, OffsetCommitRule
 from translation.coordinator import GroupCoordinator
 from translation.effects import (
     Effect,
     GroupExpired,
+    JoinCompleted,
     MemberFenced,
     MemberLeft,
     MemberReplaced,
 )
 from translation.errors import ErrorCode
 from translation.heartbeat import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+from translation.simulation.classic_client import (
+    ClassicRequest,
+    ClassicResponse,
+    SimulatedClassicConsumer,
+)
 from translation.simulation.client import TP, ClientState, SimulatedConsumer
 from translation.simulation.invariants import (
     EpochMonitor,
@@ -97,7 +122,14 @@ class Knobs:
     assignor: str | None = None
     """Force one configured assignor as the default; None: random per seed."""
     assignment_interval_ms: int = 0
+    classic_share: float = 0.0
+    """Probability that a new client is a classic (JoinGroup/SyncGroup) consumer."""
     trace_length: int = 40
+
+
+Client = SimulatedConsumer | SimulatedClassicConsumer
+Request = ConsumerGroupHeartbeatRequest | ClassicRequest
+Response = ConsumerGroupHeartbeatResponse | ClassicResponse
 
 
 def knobs_for_seed(seed: int, members: int | None = None, **overrides: Any) -> Knobs:
@@ -121,6 +153,11 @@ def knobs_for_seed(seed: int, members: int | None = None, **overrides: Any) -> K
         ),
         commit_probe_interval_ms=200 if not big else 50,
         assignment_interval_ms=rng.choice([0, 0, 1000]) if not big else 1000,
+        # Its own stream: adding classic members did not change the other draws of a seed.
+        # Large groups stay new-protocol unless told (they measure the engine at scale).
+        classic_share=(
+            0.0 if big else random.Random(seed * 104_729 + 3).choice([0.0, 0.0, 0.3, 0.6, 1.0])
+        ),
     )
     return replace(knobs, **overrides)
 
@@ -179,8 +216,12 @@ class Simulation:
             member_id_factory=self._random_id,
         )
         self.engine = GroupCoordinator(config, self.image)
+        self.classic = ClassicGroupCoordinator(self.engine)
+        self.rejoin_after_leave: set[str] = set()
+        self.held_joins: dict[str, tuple[SimulatedClassicConsumer, int]] = {}
+        """Member id -> the client (and request seq) whose JoinGroup the engine holds."""
 
-        self.clients: dict[str, SimulatedConsumer] = {}
+        self.clients: dict[str, Client] = {}
         self.client_counter = 0
         self.instance_counter = 0
         self.ownership = OwnershipTracker()
@@ -220,7 +261,7 @@ class Simulation:
     def lost(self) -> bool:
         return not self.chaos_over and self.rng.random() < self.knobs.loss_rate
 
-    def alive_clients(self) -> list[SimulatedConsumer]:
+    def alive_clients(self) -> list[Client]:
         return [c for c in self.clients.values() if c.alive and c.state is not ClientState.LEAVING]
 
     # -- main loop ---------------------------------------------------------------------------
@@ -271,6 +312,8 @@ class Simulation:
                 self.epochs.forget_member(effect.old_member_id)
             elif isinstance(effect, GroupExpired):
                 self.epochs = EpochMonitor()
+            elif isinstance(effect, JoinCompleted):
+                self.deliver_held_join(effect.member_id, effect.response)
         group = self.engine.groups.get(GROUP_ID)
         if group is None:
             return
@@ -281,10 +324,10 @@ class Simulation:
 
     # -- ownership callbacks -----------------------------------------------------------------
 
-    def on_acquire(self, client: SimulatedConsumer, tp: TP) -> None:
+    def on_acquire(self, client: Client, tp: TP) -> None:
         self.ownership.acquire(client.name, tp)
 
-    def on_release(self, client: SimulatedConsumer, tp: TP, reason: str) -> None:
+    def on_release(self, client: Client, tp: TP, reason: str) -> None:
         self.ownership.release(client.name, tp)
         self.zombies.append((client.member_id, client.epoch, tp))
         if len(self.zombies) > 400:
@@ -320,6 +363,10 @@ class Simulation:
         assignor = None
         if self.rng.random() < 0.15:
             assignor = self.rng.choice(self.assignor_names)
+        k = self.knobs
+        if k.classic_share > 0 and self.rng.random() < k.classic_share:
+            self.add_classic_client(name, instance_id, topics, regex)
+            return
         client = SimulatedConsumer(
             name,
             self._random_id(),
@@ -338,19 +385,60 @@ class Simulation:
         self.note("start", name, (client.member_id[:8], instance_id, sorted(topics), regex))
         self.schedule_heartbeat(client, 0)
 
-    def abandon_in_flight(self, client: SimulatedConsumer) -> None:
+    def add_classic_client(
+        self, name: str, instance_id: str | None, topics: frozenset[str], regex: str | None
+    ) -> None:
+        k = self.knobs
+        if regex:
+            from translation.regex import resolve
+
+            topics = topics | resolve(regex, self.image)
+        cooperative = self.rng.random() < 0.5
+        client = SimulatedClassicConsumer(
+            name,
+            GROUP_ID,
+            topics=topics,
+            instance_id=instance_id,
+            cooperative=cooperative,
+            session_timeout_ms=k.session_timeout_ms,
+            rebalance_timeout_ms=k.rebalance_timeout_ms,
+            heartbeat_interval_ms=k.heartbeat_interval_ms,
+            image=lambda: self.image,
+            on_acquire=self.on_acquire,
+            on_release=self.on_release,
+        )
+        self.clients[name] = client
+        client.subscribe(self.now)
+        self.stats["joins"] += 1
+        self.stats["classic-joins"] += 1
+        kind = "cooperative" if cooperative else "eager"
+        self.note("start", name, (f"classic-{kind}", instance_id, sorted(topics)))
+        self.schedule_heartbeat(client, 0)
+
+    def deliver_held_join(self, member_id: str, response: JoinGroupResponse) -> None:
+        held = self.held_joins.pop(member_id, None)
+        if held is None:
+            return
+        client, seq = held
+        self.stats["classic-deferred-joins"] += 1
+        if self.lost():
+            self.stats["lost-responses"] += 1
+            return
+        self.at(self.now + self.delay(), self.ev_response_arrive, client, seq, response, self.now)
+
+    def abandon_in_flight(self, client: Client) -> None:
         """The client reset its membership: a response to a request sent before must not be
         applied to the new state (real clients drop it the same way)."""
         self.req_seq[client.name] = self.req_seq.get(client.name, 0) + 1
         self.first_unanswered[client.name] = None
         client.in_flight = False
 
-    def schedule_heartbeat(self, client: SimulatedConsumer, after_ms: int) -> None:
+    def schedule_heartbeat(self, client: Client, after_ms: int) -> None:
         token = self.hb_token.get(client.name, 0) + 1
         self.hb_token[client.name] = token
         self.at(self.now + after_ms, self.ev_heartbeat, client, token)
 
-    def ev_heartbeat(self, client: SimulatedConsumer, token: int) -> None:
+    def ev_heartbeat(self, client: Client, token: int) -> None:
         if token != self.hb_token.get(client.name) or client.in_flight:
             return
         if not client.alive:
@@ -371,9 +459,11 @@ class Simulation:
             self.at(self.now + self.delay(), self.ev_request_arrive, client, seq, request)
         self.at(self.now + self.knobs.request_timeout_ms, self.ev_request_timeout, client, seq)
 
-    def ev_request_arrive(
-        self, client: SimulatedConsumer, seq: int, request: ConsumerGroupHeartbeatRequest
-    ) -> None:
+    def ev_request_arrive(self, client: Client, seq: int, request: Request) -> None:
+        if not isinstance(request, ConsumerGroupHeartbeatRequest):
+            assert isinstance(client, SimulatedClassicConsumer)
+            self.classic_request_arrive(client, seq, request)
+            return
         response, effects = self.engine.heartbeat(request, self.now)
         self.stats["heartbeats"] += 1
         self.note("coordinator", client.name, (response, effects))
@@ -388,7 +478,48 @@ class Simulation:
             return
         self.at(self.now + self.delay(), self.ev_response_arrive, client, seq, response, self.now)
 
-    def ev_request_timeout(self, client: SimulatedConsumer, seq: int) -> None:
+    def classic_request_arrive(
+        self, client: SimulatedClassicConsumer, seq: int, request: ClassicRequest
+    ) -> None:
+        classic = self.classic
+        response: ClassicResponse | None
+        if isinstance(request, JoinGroupRequest):
+            response, effects = classic.join_group(request, self.now)
+        elif isinstance(request, SyncGroupRequest):
+            response, effects = classic.sync_group(request, self.now)
+        elif isinstance(request, HeartbeatRequest):
+            response, effects = classic.heartbeat(request, self.now)
+        else:
+            assert isinstance(request, LeaveGroupRequest)
+            response, effects = classic.leave_group(request, self.now)
+        self.stats["classic-requests"] += 1
+        self.note("coordinator", client.name, (response, effects))
+        self.after_engine(effects)
+        if response is None:
+            assert isinstance(request, JoinGroupRequest)
+            member_id = request.member_id or ""
+            group = self.engine.groups.get(GROUP_ID)
+            if not member_id and group is not None and request.group_instance_id is not None:
+                member_id = group.static_members.get(request.group_instance_id, "")
+            self.held_joins[member_id] = (client, seq)
+            return
+        group = self.engine.groups.get(GROUP_ID)
+        if response.error_code == 0 and group is not None:
+            member_id = getattr(response, "member_id", "") or client.member_id
+            member = group.members.get(member_id)
+            if member is not None:
+                self.epochs.observe_member(member.member_id, member.member_epoch)
+        if isinstance(response, SyncGroupResponse) and response.assignment is not None:
+            # The client reads topic names with the metadata of the moment the coordinator
+            # answered: a topic recreated under the same name in between is a hazard of the
+            # name-based classic protocol itself, not of the engine.
+            client.assignment_image = self.image
+        if self.lost():
+            self.stats["lost-responses"] += 1
+            return
+        self.at(self.now + self.delay(), self.ev_response_arrive, client, seq, response, self.now)
+
+    def ev_request_timeout(self, client: Client, seq: int) -> None:
         if self.req_seq.get(client.name) != seq or not client.in_flight:
             return
         client.on_request_lost()
@@ -397,9 +528,9 @@ class Simulation:
 
     def ev_response_arrive(
         self,
-        client: SimulatedConsumer,
+        client: Client,
         seq: int,
-        response: ConsumerGroupHeartbeatResponse,
+        response: Response,
         processed_at: int,
     ) -> None:
         if self.req_seq.get(client.name) != seq or not client.in_flight or not client.alive:
@@ -407,15 +538,24 @@ class Simulation:
         sent_at = self.first_unanswered.get(client.name) or processed_at
         self.first_unanswered[client.name] = None
         was_leaving = client.state is ClientState.LEAVING
-        actions = client.on_response(response, self.now)
+        actions = client.on_response(response, self.now)  # type: ignore[arg-type]
+        if (
+            isinstance(client, SimulatedClassicConsumer)
+            and isinstance(response, JoinGroupResponse)
+            and response.error_code == 0
+            and client.window_start is None
+        ):
+            self.open_revocation_window(client, sent_at)
         self.note("recv", client.name, response)
         if response.error_code == 0 and not was_leaving:
+            epoch = _epoch_of(response)
             last = self.client_epochs.get(client.name, 0)
-            if response.member_epoch < last:
+            if epoch is not None and epoch < last:
                 raise InvariantViolation(
-                    f"client {client.name} epoch went backwards: {last} -> {response.member_epoch}"
+                    f"client {client.name} epoch went backwards: {last} -> {epoch}"
                 )
-            self.client_epochs[client.name] = response.member_epoch
+            if epoch is not None:
+                self.client_epochs[client.name] = epoch
             self.last_answered[client.name] = sent_at
             guard = self.guard_token.get(client.name, 0) + 1
             self.guard_token[client.name] = guard
@@ -450,7 +590,7 @@ class Simulation:
                 client, client.heartbeat_interval_ms or self.knobs.heartbeat_interval_ms
             )
 
-    def start_revocation(self, client: SimulatedConsumer, sent_at: int) -> None:
+    def start_revocation(self, client: Client, sent_at: int) -> None:
         k = self.knobs
         if self.rng.random() < k.slow_revocation_rate and not self.chaos_over:
             duration = self.rng.randint(
@@ -461,11 +601,33 @@ class Simulation:
             duration = self.rng.randint(0, 150)
         token = client.revocation_token
         self.at(self.now + duration, self.ev_revocation_done, client, token)
+        if isinstance(client, SimulatedClassicConsumer):
+            return  # guarded by its revocation window (open_revocation_window)
         # The coordinator started the rebalance timeout when it processed a request sent no
         # earlier than ``sent_at``; give up before it can expire.
         self.at(sent_at + k.rebalance_timeout_ms - 50, self.ev_poll_timeout, client, token)
 
-    def ev_revocation_done(self, client: SimulatedConsumer, token: int) -> None:
+    def open_revocation_window(self, client: SimulatedClassicConsumer, sent_at: int) -> None:
+        """A classic member's rebalance timeout may run from the first JoinGroup of a rebalance
+        (sent at ``sent_at`` at the earliest) until it is Stable with nothing to revoke; the
+        client gives everything up before the coordinator could fence it."""
+        client.window_start = sent_at
+        deadline = sent_at + self.knobs.rebalance_timeout_ms - 50
+        self.at(max(deadline, self.now), self.ev_revocation_window, client, sent_at)
+
+    def ev_revocation_window(self, client: SimulatedClassicConsumer, start: int) -> None:
+        if client.window_start != start or not client.alive:
+            return
+        client.window_start = None
+        if client.state is ClientState.LEAVING or not (client.owned or client.revoking):
+            return
+        self.stats["poll-timeouts"] += 1
+        self.note("poll-timeout", client.name)
+        client.lose_partitions("rebalance-timeout")
+        self.abandon_in_flight(client)
+        self.schedule_heartbeat(client, 0)
+
+    def ev_revocation_done(self, client: Client, token: int) -> None:
         if not client.alive:
             return
         actions = client.finish_revocation(token)
@@ -473,7 +635,7 @@ class Simulation:
             self.note("revoked", client.name)
             self.schedule_heartbeat(client, 0)
 
-    def ev_poll_timeout(self, client: SimulatedConsumer, token: int) -> None:
+    def ev_poll_timeout(self, client: Client, token: int) -> None:
         """The revocation is not acknowledged by the time the coordinator may fence: give up
         every partition and leave (the client's poll timer), then rejoin."""
         if client.revocation_token != token or not client.awaiting_ack or not client.alive:
@@ -484,10 +646,10 @@ class Simulation:
         self.note("poll-timeout", client.name)
         client.start_leave(static=False)
         self.abandon_in_flight(client)
-        client.rejoin_after_leave = True  # type: ignore[attr-defined]
+        self.rejoin_after_leave.add(client.name)
         self.schedule_heartbeat(client, 0)
 
-    def ev_session_guard(self, client: SimulatedConsumer, token: int) -> None:
+    def ev_session_guard(self, client: Client, token: int) -> None:
         if token != self.guard_token.get(client.name) or not client.alive:
             return
         if client.state is ClientState.LEAVING or not (client.owned or client.revoking):
@@ -498,10 +660,10 @@ class Simulation:
         self.abandon_in_flight(client)
         self.schedule_heartbeat(client, 0)
 
-    def after_left(self, client: SimulatedConsumer) -> None:
+    def after_left(self, client: Client) -> None:
         self.note("left", client.name)
-        if getattr(client, "rejoin_after_leave", False):
-            client.rejoin_after_leave = False  # type: ignore[attr-defined]
+        if client.name in self.rejoin_after_leave:
+            self.rejoin_after_leave.discard(client.name)
             client.subscribe(self.now)
             client.sent_owned = None
             self.schedule_heartbeat(client, self.rng.randint(50, 500))
@@ -696,7 +858,28 @@ class Simulation:
         return lines
 
 
+def _epoch_of(response: Response) -> int | None:
+    """The epoch a successful response tells its client (None: it tells none)."""
+    if isinstance(response, ConsumerGroupHeartbeatResponse):
+        return response.member_epoch
+    if isinstance(response, JoinGroupResponse):
+        return response.generation_id
+    return None
+
+
 def _short(detail: object) -> str:
+    if isinstance(
+        detail,
+        JoinGroupRequest
+        | SyncGroupRequest
+        | HeartbeatRequest
+        | LeaveGroupRequest
+        | JoinGroupResponse
+        | SyncGroupResponse
+        | HeartbeatResponse
+        | LeaveGroupResponse,
+    ):
+        return _short_classic(detail)
     if isinstance(detail, ConsumerGroupHeartbeatRequest):
         owned = (
             None
@@ -722,6 +905,13 @@ def _short(detail: object) -> str:
             if type(e).__name__ not in ("TimerArmed", "TimerCancelled")
         ]
         return f"{_short(detail[0])} {effects}"
+    if isinstance(detail, tuple) and len(detail) == 2 and isinstance(detail[1], list):
+        effects = [
+            type(e).__name__
+            for e in detail[1]
+            if type(e).__name__ not in ("TimerArmed", "TimerCancelled")
+        ]
+        return f"{_short_classic(detail[0])} {effects}"
     if isinstance(detail, list):
         return str(
             [
@@ -731,6 +921,30 @@ def _short(detail: object) -> str:
             ]
         )
     return str(detail)
+
+
+def _short_classic(detail: object) -> str:
+    if detail is None:
+        return "JoinGroup held"
+    name = type(detail).__name__
+    code = getattr(detail, "error_code", 0)
+    extra = ""
+    if isinstance(detail, JoinGroupRequest):
+        owned = (
+            sum(len(ps) for _, ps in detail.protocols[0].subscription.owned_partitions)
+            if (detail.protocols and detail.protocols[0].subscription is not None)
+            else 0
+        )
+        extra = f" member={detail.member_id[:8]} owned={owned}"
+    elif isinstance(detail, SyncGroupRequest | HeartbeatRequest):
+        extra = f" member={detail.member_id[:8]} gen={detail.generation_id}"
+    elif isinstance(detail, JoinGroupResponse):
+        extra = f" gen={detail.generation_id} member={detail.member_id[:8]}"
+    elif hasattr(detail, "assignment") and detail.assignment is not None:
+        extra = f" assigned={sum(len(ps) for _, ps in detail.assignment.partitions)}"
+    if code:
+        extra += f" {ErrorCode(code).name}"
+    return name + extra
 
 
 def run_seed(seed: int, members: int | None = None, **knobs: Any) -> SimulationResult:

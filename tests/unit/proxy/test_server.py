@@ -84,7 +84,7 @@ async def test_a_broker_port_that_cannot_be_bound_does_not_break_the_others() ->
         # Node 1 maps onto the taken port: the client gets that (refusing) address, no error.
         assert server.lookup(1, "broker-1", 9092) == ("127.0.0.1", port)
         assert 1 not in server.brokers
-        host, other = server.lookup(2, "broker-2", 9092)
+        _, other = server.lookup(2, "broker-2", 9092)
         assert other == port + 1 and server.brokers[2].upstream == ("broker-2", 9092)
         # Ports past 65535 are refused the same way instead of wrapping around.
         far = ProxyConfig(upstream=config.upstream, broker_port_base=65535)

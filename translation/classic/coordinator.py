@@ -1,0 +1,773 @@
+"""Classic members on the KIP-848 engine: JoinGroup, SyncGroup, Heartbeat and LeaveGroup.
+
+:class:`ClassicGroupCoordinator` rides on a :class:`~translation.coordinator.GroupCoordinator`
+(it registers itself as an engine listener) and translates each classic request into the same
+steps a ConsumerGroupHeartbeat takes, the way Kafka's ``GroupMetadataManager`` does for
+classic members of a consumer group (``classicGroupJoinToConsumerGroup``,
+``classicGroupSyncToConsumerGroup``, ``classicGroupHeartbeatToConsumerGroup``,
+``classicGroupLeaveToConsumerGroup``):
+
+JoinGroup
+    protocol type ``consumer`` and a protocol name every other classic member supports, else
+    INCONSISTENT_GROUP_PROTOCOL; v4+ dynamic member without a member id: MEMBER_ID_REQUIRED and a
+    generated id; subscription parsed from the first protocol (malformed:
+    INCONSISTENT_GROUP_PROTOCOL); get or create the member (a static member joining with an
+    unknown member id replaces the one holding its instance id at once, inheriting its
+    assignment, so a bounce needs no group-wide rebalance); update the subscription (group
+    epoch bump if it changed or the member is new); compute the target if the group epoch is
+    ahead; reconcile the member with the owned partitions of its subscription, against its
+    target *filtered to its subscribed topics* (a classic client given partitions of topics it
+    does not subscribe to rejoins forever). Response: generationId = member epoch,
+    protocolName = the member's first protocol, no leader, no member list: every classic
+    member is a follower and sends an empty SyncGroup. Arms the session timer (the member's
+    own session timeout) and the sync timer (its rebalance timeout).
+
+    **Deferred join.** When the group epoch is ahead of the target and the computation waits
+    for the assignment interval (the group's assignment timer is armed), the JoinGroup is
+    held: :meth:`ClassicGroupCoordinator.join_group` returns ``None`` ("pending") and the proxy
+    keeps the client's request. Whatever engine call later computes the group's target (any
+    heartbeat, JoinGroup, SyncGroup, or the assignment timer through ``tick``/``fire``)
+    reconciles the member and emits :class:`~translation.effects.JoinCompleted` carrying the
+    response. A held join is bounded by the assignment interval; it is completed with
+    UNKNOWN_MEMBER_ID if its member is removed, FENCED_INSTANCE_ID if a static replacement
+    takes its place, REBALANCE_IN_PROGRESS if the same member sends another JoinGroup.
+
+SyncGroup
+    unknown member or a member using the new protocol: UNKNOWN_MEMBER_ID; instance id of
+    another member: FENCED_INSTANCE_ID; generation != member epoch: ILLEGAL_GENERATION;
+    protocol type/name other than the join's: INCONSISTENT_GROUP_PROTOCOL; the target ahead of
+    the member and the member not revoking: REBALANCE_IN_PROGRESS. Otherwise the member's
+    assigned partitions (never those pending revocation), at the version of its subscription,
+    without userData; the member is Stable.
+
+Heartbeat
+    same validation, re-arms the session timer; REBALANCE_IN_PROGRESS when the member epoch is
+    below the assignment epoch, when it must revoke, or when every partition it waits for has
+    been released (Kafka's rule; KAFKA-20272 compares with the assignment epoch, not the
+    group epoch, so members are not sent round while the target is still being batched). A
+    member told to rejoin must send JoinGroup within its rebalance timeout (join timer).
+
+LeaveGroup
+    per member (v3+ batches): unknown or new-protocol member: UNKNOWN_MEMBER_ID; instance id
+    mapped to another member: FENCED_INSTANCE_ID; else the member is removed (group epoch bump).
+
+Eager clients report no owned partitions in JoinGroup, so their revocation completes at once;
+cooperative clients report what they own and pass through UNREVOKED_PARTITIONS (a JoinGroup at
+the old epoch, a SyncGroup without the revoked partitions, a new JoinGroup once revoked). There
+is no special case for either.
+
+Where this differs from Kafka, on purpose: classic Heartbeat and SyncGroup compute a pending
+target (Kafka 4.3 does it in the background), so an all-classic group converges after a
+leave; a rejoining member's own protocols do not count against it in the protocol check;
+LeaveGroup bumps the group epoch once per member (Kafka once per request).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from translation.coordinator import GroupCoordinator
+from translation.effects import (
+    Effect,
+    GroupCreated,
+    GroupHandedBack,
+    JoinCompleted,
+    MemberJoined,
+    MemberLeft,
+    MemberReplaced,
+    TimerArmed,
+)
+from translation.errors import ErrorCode, GroupError
+from translation.group import ConsumerGroup
+from translation.member import ConsumerGroupMember, MemberProtocol, MemberState
+from translation.reconciliation import reconcile
+from translation.timers import TimerKey, TimerKind
+from translation.topics import TopicId, TopicsImage
+
+from .member import ClassicMemberMetadata, ClassicMemberState, PendingJoin
+from .messages import (
+    CONSUMER_PROTOCOL_TYPE,
+    UNKNOWN_MEMBER_ID,
+    ClassicAssignment,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    LeavingMemberResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+
+MAX_ASSIGNMENT_VERSION = 3
+OwnedIds = list[tuple[TopicId, list[int]]]
+
+
+class ClassicGroupCoordinator:
+    """The classic group APIs of one engine. Create one per engine; it registers itself."""
+
+    def __init__(self, engine: GroupCoordinator) -> None:
+        self.engine = engine
+        self.pending: dict[str, set[str]] = {}
+        """group id -> members whose JoinGroup is held."""
+        engine.listeners.append(self)
+
+    # ------------------------------------------------------------------ JoinGroup
+
+    def join_group(
+        self, request: JoinGroupRequest, now_ms: int
+    ) -> tuple[JoinGroupResponse | None, list[Effect]]:
+        """Handle a JoinGroup; ``None`` means pending (see the module docstring)."""
+        effects: list[Effect] = []
+        try:
+            response = self._join(request, now_ms, effects)
+        except GroupError as err:
+            return (
+                JoinGroupResponse(
+                    error_code=int(err.code),
+                    member_id=request.member_id,
+                    error_message=err.message,
+                ),
+                effects,
+            )
+        return response, effects
+
+    def _join(
+        self, request: JoinGroupRequest, now_ms: int, effects: list[Effect]
+    ) -> JoinGroupResponse | None:
+        engine = self.engine
+        config = engine.config
+        group_id = request.group_id
+        if not group_id or not group_id.strip():
+            raise GroupError(ErrorCode.INVALID_GROUP_ID, "GroupId can't be empty.")
+        session = request.session_timeout_ms
+        if not (
+            config.classic_min_session_timeout_ms
+            <= session
+            <= config.classic_max_session_timeout_ms
+        ):
+            raise GroupError(ErrorCode.INVALID_SESSION_TIMEOUT, f"Session timeout {session}ms.")
+        instance_id = request.group_instance_id
+        if instance_id is not None and not instance_id.strip():
+            raise GroupError(ErrorCode.INVALID_REQUEST, "GroupInstanceId can't be empty.")
+        group = engine.groups.get(group_id)
+        members: Mapping[str, ConsumerGroupMember] = group.members if group is not None else {}
+        member_id = request.member_id
+        unknown = member_id == UNKNOWN_MEMBER_ID
+        if unknown:
+            member_id = config.member_id_factory()
+        if (
+            group is not None
+            and len(members) >= config.max_group_size
+            and member_id not in members
+            and (instance_id is None or instance_id not in group.static_members)
+        ):
+            raise GroupError(
+                ErrorCode.GROUP_MAX_SIZE_REACHED,
+                f"The consumer group has reached its maximum capacity of {config.max_group_size} "
+                "members.",
+            )
+        existing = group.static_member(instance_id) if group and instance_id is not None else None
+        self._check_protocols(group, request, member_id, existing)
+        if unknown and instance_id is None and request.api_version >= 4:
+            # KIP-394: the client must come back with the id it is given.
+            return JoinGroupResponse(
+                error_code=int(ErrorCode.MEMBER_ID_REQUIRED), member_id=member_id
+            )
+        subscription = request.protocols[0].subscription
+        if subscription is None:
+            raise GroupError(
+                ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                f"Member {member_id}'s consumer protocol subscription is malformed.",
+            )
+
+        # 1. Find or create the member; nothing changes until every check has passed.
+        replaced: ConsumerGroupMember | None = None
+        is_new = False
+        member: ConsumerGroupMember | None
+        if instance_id is None:
+            member = members.get(member_id)
+            if member is None:
+                member = ConsumerGroupMember(member_id, protocol=MemberProtocol.CLASSIC)
+                is_new = True
+            elif member.protocol is not MemberProtocol.CLASSIC:
+                raise GroupError(
+                    ErrorCode.UNKNOWN_MEMBER_ID,
+                    f"Member {member_id} does not use the classic protocol.",
+                )
+        elif unknown:
+            if existing is None:
+                member = ConsumerGroupMember(
+                    member_id, instance_id=instance_id, protocol=MemberProtocol.CLASSIC
+                )
+                is_new = True
+            else:
+                replaced = existing
+                member = _static_replacement(existing, member_id)
+        else:
+            if existing is None:
+                raise GroupError(
+                    ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown."
+                )
+            if existing.member_id != member_id:
+                raise GroupError(
+                    ErrorCode.FENCED_INSTANCE_ID,
+                    f"Static member {member_id} with instance id {instance_id} was fenced by "
+                    f"member {existing.member_id}.",
+                )
+            if existing.protocol is not MemberProtocol.CLASSIC:
+                raise GroupError(
+                    ErrorCode.UNKNOWN_MEMBER_ID,
+                    f"Member {member_id} does not use the classic protocol.",
+                )
+            member = existing
+
+        # 2. Apply. A member whose previous JoinGroup is still held gets that one answered
+        # first (REBALANCE_IN_PROGRESS), so a member never has two held joins.
+        if not is_new and replaced is None and group is not None:
+            self._drop_pending(group, member, ErrorCode.REBALANCE_IN_PROGRESS, effects)
+        if group is None:
+            group = engine.new_group(group_id)
+            engine.groups[group_id] = group
+            effects.append(GroupCreated(group_id))
+        reasons: list[str] = []
+        if group.group_epoch == 0:
+            reasons.append("group created")
+        if replaced is not None:
+            self._replace_static_member(group, replaced, member, effects)
+        elif is_new:
+            if not group.members:
+                engine.cancel_timer(TimerKey(TimerKind.GROUP_EXPIRY, group_id), effects)
+            group.add_member(member, engine.image)
+            reasons.append("member joined")
+            effects.append(MemberJoined(group_id, member_id, instance_id))
+        if subscription.rack_id is not None:
+            member.rack_id = subscription.rack_id
+        member.rebalance_timeout_ms = (
+            request.rebalance_timeout_ms if request.rebalance_timeout_ms != -1 else session
+        )
+        member.client_id = request.client_id
+        member.client_host = request.client_host
+        member.session_timeout_ms = session
+        names = tuple(p.name for p in request.protocols)
+        meta = member.classic
+        if meta is None:
+            meta = member.classic = ClassicMemberMetadata(session, names, subscription.version)
+        else:
+            meta.session_timeout_ms = session
+            meta.protocols = names
+            meta.subscription_version = subscription.version
+        meta.user_data = subscription.user_data
+        topics = frozenset(subscription.topics)
+        if topics != member.subscribed_topic_names or member.subscribed_topic_regex is not None:
+            group.update_subscription(member, topics, None, engine.image)
+            reasons.append("subscription changed")
+        if reasons and group.refresh_subscription_metadata(engine.image):
+            reasons.append("subscribed topic metadata changed")
+        preferred = group.compute_preferred_assignor(engine.assignor_names)
+        if preferred != group.preferred_assignor:
+            group.preferred_assignor = preferred
+            reasons.append("preferred assignor changed")
+        if reasons:
+            engine.bump_group_epoch(group, "; ".join(reasons), effects)
+
+        # 3. Target, then either hold the join or reconcile and answer.
+        if group.group_epoch > group.target.epoch:
+            engine.maybe_compute_target_assignment(group, now_ms, effects)
+        engine.cancel_timer(TimerKey(TimerKind.CLASSIC_JOIN, group_id, member_id), effects)
+        engine.cancel_timer(TimerKey(TimerKind.CLASSIC_SYNC, group_id, member_id), effects)
+        engine.schedule_session_timeout(group, member, now_ms, effects)
+        owned = [(t, list(ps)) for t, ps in subscription.owned_partitions]
+        if (
+            config.defer_classic_join
+            and group.group_epoch > group.target.epoch
+            and TimerKey(TimerKind.ASSIGNMENT, group_id) in engine.timers
+        ):
+            meta.pending_join = PendingJoin(owned, member.rebalance_timeout_ms)
+            meta.state = ClassicMemberState.PREPARE_REBALANCE
+            self.pending.setdefault(group_id, set()).add(member_id)
+            return None
+        meta.pending_join = None
+        return self._complete_join(group, member, owned, now_ms, effects)
+
+    def _check_protocols(
+        self,
+        group: ConsumerGroup | None,
+        request: JoinGroupRequest,
+        member_id: str,
+        replaced: ConsumerGroupMember | None,
+    ) -> None:
+        if request.protocol_type != CONSUMER_PROTOCOL_TYPE or not request.protocols:
+            raise GroupError(
+                ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                f"Member {member_id}'s protocols are not supported.",
+            )
+        if group is None:
+            return
+        offered = {p.name for p in request.protocols}
+        skip = {member_id} if replaced is None else {member_id, replaced.member_id}
+        for other in group.members.values():
+            meta = other.classic
+            if meta is None or other.member_id in skip:
+                continue
+            offered.intersection_update(meta.protocols)
+            if not offered:
+                raise GroupError(
+                    ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                    f"Member {member_id}'s protocols are not supported.",
+                )
+
+    def _replace_static_member(
+        self,
+        group: ConsumerGroup,
+        old: ConsumerGroupMember,
+        new: ConsumerGroupMember,
+        effects: list[Effect],
+    ) -> None:
+        engine = self.engine
+        self._drop_pending(group, old, ErrorCode.FENCED_INSTANCE_ID, effects)
+        target = group.target.members.get(old.member_id)
+        engine.cancel_member_timers(group.group_id, old.member_id, effects)
+        group.remove_member(old.member_id)
+        if target is not None:
+            group.target.members[new.member_id] = target
+        group.add_member(new, engine.image)
+        assert new.instance_id is not None
+        effects.append(
+            MemberReplaced(group.group_id, old.member_id, new.member_id, new.instance_id)
+        )
+
+    def _complete_join(
+        self,
+        group: ConsumerGroup,
+        member: ConsumerGroupMember,
+        owned: list[tuple[str, list[int]]],
+        now_ms: int,
+        effects: list[Effect],
+    ) -> JoinGroupResponse:
+        engine = self.engine
+        meta = member.classic
+        assert meta is not None
+        self._reconcile(group, member, _owned_ids(owned, engine.image), now_ms, effects)
+        meta.state = ClassicMemberState.COMPLETING_REBALANCE
+        engine.cancel_timer(
+            TimerKey(TimerKind.CLASSIC_JOIN, group.group_id, member.member_id), effects
+        )
+        engine.schedule_session_timeout(group, member, now_ms, effects)
+        key = TimerKey(TimerKind.CLASSIC_SYNC, group.group_id, member.member_id)
+        deadline = now_ms + max(member.rebalance_timeout_ms, 0)
+        engine.timers.schedule(key, deadline)
+        effects.append(TimerArmed(key, deadline))
+        return JoinGroupResponse(
+            generation_id=member.member_epoch,
+            protocol_type=CONSUMER_PROTOCOL_TYPE,
+            protocol_name=meta.protocol_name,
+            member_id=member.member_id,
+        )
+
+    def _reconcile(
+        self,
+        group: ConsumerGroup,
+        member: ConsumerGroupMember,
+        owned: OwnedIds,
+        now_ms: int,
+        effects: list[Effect],
+    ) -> None:
+        """The engine's reconciliation, against the target filtered to the subscription."""
+        engine = self.engine
+        target = self.filtered_target(group, member)
+        inconsistent = not _within(member.assigned, target)
+        if member.is_reconciled_to(group.target.epoch) and not inconsistent:
+            return
+        changed = reconcile(
+            member,
+            group.target.epoch,
+            target,
+            group.owners,
+            owned,
+            subscription_changed=inconsistent,
+        )
+        if changed:
+            group.track(member)
+            key = TimerKey(TimerKind.REBALANCE, group.group_id, member.member_id)
+            if member.state is MemberState.UNREVOKED_PARTITIONS:
+                deadline = now_ms + max(member.rebalance_timeout_ms, 0)
+                engine.timers.schedule(key, deadline, member.member_epoch)
+                effects.append(TimerArmed(key, deadline))
+            else:
+                engine.cancel_timer(key, effects)
+
+    def filtered_target(
+        self, group: ConsumerGroup, member: ConsumerGroupMember
+    ) -> Mapping[TopicId, frozenset[int]]:
+        """The member's target, restricted to the topics it subscribes to."""
+        target = group.target.of(member.member_id)
+        subscribed = group.member_topic_ids(member, self.engine.image)
+        if all(t in subscribed for t in target):
+            return target
+        return {t: ps for t, ps in target.items() if t in subscribed}
+
+    # ------------------------------------------------------------------ SyncGroup
+
+    def sync_group(
+        self, request: SyncGroupRequest, now_ms: int
+    ) -> tuple[SyncGroupResponse, list[Effect]]:
+        effects: list[Effect] = []
+        try:
+            response = self._sync(request, now_ms, effects)
+        except GroupError as err:
+            return SyncGroupResponse(error_code=int(err.code), error_message=err.message), effects
+        return response, effects
+
+    def _sync(
+        self, request: SyncGroupRequest, now_ms: int, effects: list[Effect]
+    ) -> SyncGroupResponse:
+        engine = self.engine
+        group, member = self._validate_member(
+            request.group_id, request.member_id, request.group_instance_id
+        )
+        meta = member.classic
+        assert meta is not None
+        _check_generation(member, request.generation_id)
+        if request.protocol_type is not None and request.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            raise GroupError(
+                ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                f"The protocol type {request.protocol_type} is not {CONSUMER_PROTOCOL_TYPE}.",
+            )
+        if request.protocol_name is not None and request.protocol_name != meta.protocol_name:
+            raise GroupError(
+                ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                f"The protocol name {request.protocol_name} is not the one returned in the join "
+                f"response ({meta.protocol_name}).",
+            )
+        self._maybe_compute_target(group, now_ms, effects)
+        if meta.pending_join is not None or (
+            group.target.epoch > member.member_epoch
+            and member.state is not MemberState.UNREVOKED_PARTITIONS
+        ):
+            if meta.pending_join is None:
+                self._ask_to_rejoin(group, member, now_ms, effects)
+            raise GroupError(
+                ErrorCode.REBALANCE_IN_PROGRESS,
+                f"A new rebalance is triggered in group {group.group_id} and member "
+                f"{member.member_id} should rejoin to catch up.",
+            )
+        engine.cancel_timer(
+            TimerKey(TimerKind.CLASSIC_SYNC, group.group_id, member.member_id), effects
+        )
+        engine.schedule_session_timeout(group, member, now_ms, effects)
+        meta.state = ClassicMemberState.STABLE
+        return SyncGroupResponse(
+            protocol_type=CONSUMER_PROTOCOL_TYPE,
+            protocol_name=meta.protocol_name,
+            assignment=self.assignment_of(group, member),
+        )
+
+    def assignment_of(self, group: ConsumerGroup, member: ConsumerGroupMember) -> ClassicAssignment:
+        """The member's assigned partitions (topic names), at its subscription's version."""
+        meta = member.classic
+        version = 0 if meta is None else meta.subscription_version
+        subscribed = group.member_topic_ids(member, self.engine.image)
+        by_id = self.engine.image.by_id
+        partitions: list[tuple[str, list[int]]] = []
+        for topic_id, ps in member.assigned.items():
+            topic = by_id.get(topic_id)
+            if topic is None or topic_id not in subscribed or not ps:
+                continue
+            partitions.append((topic.name, sorted(ps)))
+        partitions.sort()
+        return ClassicAssignment(max(0, min(version, MAX_ASSIGNMENT_VERSION)), partitions)
+
+    # ------------------------------------------------------------------ Heartbeat
+
+    def heartbeat(
+        self, request: HeartbeatRequest, now_ms: int
+    ) -> tuple[HeartbeatResponse, list[Effect]]:
+        effects: list[Effect] = []
+        try:
+            group, member = self._validate_member(
+                request.group_id, request.member_id, request.group_instance_id
+            )
+            _check_generation(member, request.generation_id)
+        except GroupError as err:
+            return HeartbeatResponse(error_code=int(err.code), error_message=err.message), effects
+        self.engine.schedule_session_timeout(group, member, now_ms, effects)
+        meta = member.classic
+        assert meta is not None
+        if meta.pending_join is not None:
+            return HeartbeatResponse(), effects
+        self._maybe_compute_target(group, now_ms, effects)
+        if self.must_rejoin(group, member):
+            self._ask_to_rejoin(group, member, now_ms, effects)
+            return HeartbeatResponse(error_code=int(ErrorCode.REBALANCE_IN_PROGRESS)), effects
+        return HeartbeatResponse(), effects
+
+    def must_rejoin(self, group: ConsumerGroup, member: ConsumerGroupMember) -> bool:
+        """Whether the classic member has something to do that only a JoinGroup can carry."""
+        if member.member_epoch < group.target.epoch:
+            return True
+        if member.state is MemberState.UNREVOKED_PARTITIONS:
+            return True
+        if member.state is MemberState.UNRELEASED_PARTITIONS:
+            owner = group.owners.owner
+            mid = member.member_id
+            for topic_id, ps in self.filtered_target(group, member).items():
+                have = member.assigned.get(topic_id, {})
+                for p in ps:
+                    if p not in have:
+                        holder = owner(topic_id, p)
+                        if holder is not None and holder != mid:
+                            return False
+            return True
+        return False
+
+    # ------------------------------------------------------------------ LeaveGroup
+
+    def leave_group(
+        self, request: LeaveGroupRequest, now_ms: int
+    ) -> tuple[LeaveGroupResponse, list[Effect]]:
+        effects: list[Effect] = []
+        engine = self.engine
+        group = engine.groups.get(request.group_id)
+        if group is None:
+            return LeaveGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID)), effects
+        responses: list[LeavingMemberResponse] = []
+        for leaving in request.members:
+            if engine.groups.get(request.group_id) is not group:
+                code = int(ErrorCode.UNKNOWN_MEMBER_ID)
+                responses.append(
+                    LeavingMemberResponse(leaving.member_id, leaving.group_instance_id, code)
+                )
+                continue
+            try:
+                member = self._leaving_member(group, leaving.member_id, leaving.group_instance_id)
+            except GroupError as err:
+                responses.append(
+                    LeavingMemberResponse(
+                        leaving.member_id, leaving.group_instance_id, int(err.code)
+                    )
+                )
+                continue
+            engine.remove_member(group, member, "member left", now_ms, effects)
+            effects.append(MemberLeft(group.group_id, member.member_id, static=False))
+            responses.append(LeavingMemberResponse(member.member_id, leaving.group_instance_id))
+        top = 0
+        if request.api_version < 3 and responses:
+            top = responses[0].error_code
+        return LeaveGroupResponse(error_code=top, members=responses), effects
+
+    def _leaving_member(
+        self, group: ConsumerGroup, member_id: str, instance_id: str | None
+    ) -> ConsumerGroupMember:
+        if instance_id is None:
+            member = group.members.get(member_id)
+            if member is None:
+                raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is unknown.")
+        else:
+            found = group.static_member(instance_id)
+            if found is None:
+                raise GroupError(
+                    ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown."
+                )
+            # Administrative removal by instance id comes without a member id.
+            if member_id != UNKNOWN_MEMBER_ID and found.member_id != member_id:
+                raise GroupError(
+                    ErrorCode.FENCED_INSTANCE_ID, f"Instance id {instance_id} is fenced."
+                )
+            member = found
+        if member.protocol is not MemberProtocol.CLASSIC:
+            raise GroupError(
+                ErrorCode.UNKNOWN_MEMBER_ID,
+                f"Member {member.member_id} does not use the classic protocol.",
+            )
+        return member
+
+    # ------------------------------------------------------------------ engine listener
+
+    def target_updated(self, group: ConsumerGroup, now_ms: int, effects: list[Effect]) -> None:
+        """Complete the joins held for this group."""
+        waiting = self.pending.pop(group.group_id, None)
+        if not waiting:
+            return
+        for member_id in sorted(waiting):
+            member = group.members.get(member_id)
+            if member is None or member.classic is None or member.classic.pending_join is None:
+                continue
+            pending = member.classic.pending_join
+            member.classic.pending_join = None
+            response = self._complete_join(group, member, pending.owned, now_ms, effects)
+            effects.append(JoinCompleted(group.group_id, member_id, response))
+
+    def member_removed(
+        self,
+        group: ConsumerGroup,
+        member: ConsumerGroupMember,
+        reason: str,
+        now_ms: int,
+        effects: list[Effect],
+    ) -> None:
+        self._drop_pending(group, member, ErrorCode.UNKNOWN_MEMBER_ID, effects)
+        if member.protocol is MemberProtocol.CLASSIC or not group.members:
+            return
+        config = self.engine.config
+        if config.adopt_classic_groups or not config.migration_policy.downgrade_enabled:
+            return
+        if any(m.protocol is not MemberProtocol.CLASSIC for m in group.members.values()):
+            return
+        self.hand_back(group, f"last consumer-protocol member left ({reason})", effects)
+
+    def hand_back(self, group: ConsumerGroup, reason: str, effects: list[Effect]) -> None:
+        """Give the group up to the broker (downgrade): forget it and say so."""
+        engine = self.engine
+        group_id = group.group_id
+        left = []
+        for member in list(group.members.values()):
+            self._drop_pending(group, member, ErrorCode.UNKNOWN_MEMBER_ID, effects)
+            engine.cancel_member_timers(group_id, member.member_id, effects)
+            left.append((member.member_id, member.instance_id))
+        engine.cancel_timer(TimerKey(TimerKind.ASSIGNMENT, group_id), effects)
+        engine.cancel_timer(TimerKey(TimerKind.GROUP_EXPIRY, group_id), effects)
+        group.dead = True
+        engine.groups.pop(group_id, None)
+        self.pending.pop(group_id, None)
+        effects.append(GroupHandedBack(group_id, reason, tuple(left)))
+
+    # ------------------------------------------------------------------ helpers
+
+    def _drop_pending(
+        self,
+        group: ConsumerGroup,
+        member: ConsumerGroupMember,
+        code: ErrorCode,
+        effects: list[Effect],
+    ) -> None:
+        meta = member.classic
+        if meta is None or meta.pending_join is None:
+            return
+        meta.pending_join = None
+        waiting = self.pending.get(group.group_id)
+        if waiting is not None:
+            waiting.discard(member.member_id)
+        effects.append(
+            JoinCompleted(
+                group.group_id,
+                member.member_id,
+                JoinGroupResponse(error_code=int(code), member_id=member.member_id),
+            )
+        )
+
+    def _validate_member(
+        self, group_id: str, member_id: str, instance_id: str | None
+    ) -> tuple[ConsumerGroup, ConsumerGroupMember]:
+        group = self.engine.groups.get(group_id)
+        if group is None or not group.members:
+            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID, f"Group {group_id} not found.")
+        if instance_id is None:
+            member = group.members.get(member_id)
+            if member is None:
+                raise GroupError(
+                    ErrorCode.UNKNOWN_MEMBER_ID,
+                    f"Member {member_id} is not a member of group {group_id}.",
+                )
+        else:
+            found = group.static_member(instance_id)
+            if found is None:
+                raise GroupError(
+                    ErrorCode.UNKNOWN_MEMBER_ID,
+                    f"Member with instance id {instance_id} is not a member of group {group_id}.",
+                )
+            if found.member_id != member_id:
+                raise GroupError(
+                    ErrorCode.FENCED_INSTANCE_ID,
+                    f"Static member {member_id} with instance id {instance_id} was fenced by "
+                    f"member {found.member_id}.",
+                )
+            member = found
+        if member.protocol is not MemberProtocol.CLASSIC or member.classic is None:
+            raise GroupError(
+                ErrorCode.UNKNOWN_MEMBER_ID,
+                f"Member {member_id} does not use the classic protocol.",
+            )
+        return group, member
+
+    def _maybe_compute_target(
+        self, group: ConsumerGroup, now_ms: int, effects: list[Effect]
+    ) -> None:
+        if group.group_epoch > group.target.epoch:
+            self.engine.maybe_compute_target_assignment(group, now_ms, effects)
+
+    def _ask_to_rejoin(
+        self, group: ConsumerGroup, member: ConsumerGroupMember, now_ms: int, effects: list[Effect]
+    ) -> None:
+        """REBALANCE_IN_PROGRESS: the member must rejoin within its rebalance timeout."""
+        meta = member.classic
+        assert meta is not None
+        if meta.pending_join is None:
+            meta.state = ClassicMemberState.PREPARE_REBALANCE
+        key = TimerKey(TimerKind.CLASSIC_JOIN, group.group_id, member.member_id)
+        if key not in self.engine.timers:
+            deadline = now_ms + max(member.rebalance_timeout_ms, 0)
+            self.engine.timers.schedule(key, deadline)
+            effects.append(TimerArmed(key, deadline))
+
+
+def _check_generation(member: ConsumerGroupMember, generation_id: int) -> None:
+    if generation_id != member.member_epoch:
+        raise GroupError(
+            ErrorCode.ILLEGAL_GENERATION,
+            f"The request generation id {generation_id} is not equal to the member epoch "
+            f"{member.member_epoch} of member {member.member_id}.",
+        )
+
+
+def _owned_ids(owned: list[tuple[str, list[int]]], image: TopicsImage) -> OwnedIds:
+    out: OwnedIds = []
+    by_name = image.by_name
+    for name, ps in owned:
+        topic = by_name.get(name)
+        if topic is not None and ps:
+            out.append((topic.topic_id, list(ps)))
+    return out
+
+
+def _within(
+    assigned: Mapping[TopicId, Mapping[int, int]], target: Mapping[TopicId, frozenset[int]]
+) -> bool:
+    for topic_id, ps in assigned.items():
+        if not ps:
+            continue
+        tgt = target.get(topic_id)
+        if tgt is None:
+            return False
+        for p in ps:
+            if p not in tgt:
+                return False
+    return True
+
+
+def _static_replacement(old: ConsumerGroupMember, member_id: str) -> ConsumerGroupMember:
+    """A static member rejoining under a new member id takes over the old one's assignment.
+    Partitions the old incarnation was revoking are released (the process that held them is
+    gone); the assigned ones are kept, so the bounce moves nothing."""
+    new = ConsumerGroupMember(
+        member_id,
+        instance_id=old.instance_id,
+        rack_id=old.rack_id,
+        client_id=old.client_id,
+        client_host=old.client_host,
+        subscribed_topic_names=old.subscribed_topic_names,
+        subscribed_topic_regex=old.subscribed_topic_regex,
+        server_assignor=old.server_assignor,
+        rebalance_timeout_ms=old.rebalance_timeout_ms,
+        member_epoch=0,
+        previous_member_epoch=0,
+        state=MemberState.STABLE,
+        protocol=MemberProtocol.CLASSIC,
+    )
+    new.assigned = {t: dict.fromkeys(ps, 0) for t, ps in old.assigned.items()}
+    if old.classic is not None:
+        new.classic = ClassicMemberMetadata(
+            old.classic.session_timeout_ms, old.classic.protocols, old.classic.subscription_version
+        )
+    return new

@@ -1,0 +1,170 @@
+"""Moving a group between the broker's classic coordinator and the engine.
+
+Kafka converts a group in place, under ``group.consumer.migration.policy``
+(:class:`~translation.config.MigrationPolicy`): *upgrade* turns a classic group into a
+consumer group when the first new-protocol member joins it; *downgrade* turns a consumer group
+back into a classic group when its last new-protocol member leaves and only classic members
+remain. Behind the proxy the classic group lives in the broker, so:
+
+* upgrade = :func:`convert_classic_group`: the proxy describes the broker's classic group
+  (:class:`ClassicGroupSnapshot`: generation, protocol, and each member's subscription and
+  assignment) and the engine adopts it as Kafka's ``ConsumerGroup.fromClassicGroup`` does:
+  the group epoch and the assignment epoch start at the generation, each member is STABLE at
+  that epoch with its current assignment, and the target is the current assignment, so
+  nothing moves until the membership changes (the KIP's "Online Migration" case study). It is
+  refused (the group stays with the broker) when the policy does not allow upgrades, the
+  protocol type is not ``consumer``, the protocol is not a known client assignor, a member's
+  subscription does not parse, an assignment carries userData (a custom assignor's state would
+  be lost: Kafka's rule), two members claim the same partition, or the group is too big;
+* downgrade = the :class:`~translation.effects.GroupHandedBack` effect, emitted by
+  :class:`~translation.classic.coordinator.ClassicGroupCoordinator` when the last
+  consumer-protocol member leaves or is fenced, classic members remain, the policy allows
+  downgrades and ``GroupConfig.adopt_classic_groups`` is off (with it on, the engine keeps
+  serving all-classic groups, so handing them back would only bounce them). The engine forgets
+  the group; the proxy stops coordinating it and forwards its requests to the broker again,
+  where the classic members rejoin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from translation.coordinator import GroupCoordinator
+from translation.effects import Effect, GroupCreated, GroupEpochBumped, MemberJoined
+from translation.member import ConsumerGroupMember, MemberProtocol, MemberState
+from translation.target import TargetAssignment
+from translation.topics import TopicId
+
+from .member import ClassicMemberMetadata, ClassicMemberState
+from .messages import CONSUMER_PROTOCOL_TYPE, ClassicAssignment, ClassicProtocol
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicGroupMemberSnapshot:
+    member_id: str
+    protocols: Sequence[ClassicProtocol]
+    """As the member last joined (subscription per protocol, decoded by the proxy)."""
+    assignment: ClassicAssignment | None
+    """Its current assignment; None when it has none yet (joined but never synced)."""
+    assignment_user_data: bytes | None = None
+    assignment_malformed: bool = False
+    group_instance_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    session_timeout_ms: int = 45_000
+    rebalance_timeout_ms: int = 300_000
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicGroupSnapshot:
+    """The broker's classic group as the proxy last saw it."""
+
+    group_id: str
+    generation_id: int
+    protocol_type: str
+    protocol_name: str
+    members: Sequence[ClassicGroupMemberSnapshot]
+    stable: bool = True
+    """False if the group was rebalancing: the converted group then starts a new rebalance."""
+
+
+def conversion_refusal(engine: GroupCoordinator, snapshot: ClassicGroupSnapshot) -> str | None:
+    """Why ``snapshot`` cannot be converted, or None when it can."""
+    config = engine.config
+    if not config.migration_policy.upgrade_enabled:
+        return "the migration policy does not allow upgrades"
+    group = engine.groups.get(snapshot.group_id)
+    if group is not None and group.members:
+        return "the engine already serves this group"
+    if snapshot.protocol_type != CONSUMER_PROTOCOL_TYPE:
+        return f"protocol type {snapshot.protocol_type!r} is not 'consumer'"
+    if snapshot.protocol_name not in config.classic_assignors:
+        return f"assignor {snapshot.protocol_name!r} is not a known client assignor"
+    if len(snapshot.members) > config.max_group_size:
+        return "the group is larger than the maximum group size"
+    claimed: set[tuple[str, int]] = set()
+    for m in snapshot.members:
+        protocol = next((p for p in m.protocols if p.name == snapshot.protocol_name), None)
+        if protocol is None or protocol.subscription is None:
+            return f"member {m.member_id} has no consumer-protocol subscription"
+        if m.assignment_malformed:
+            return f"member {m.member_id}'s assignment is malformed"
+        if m.assignment_user_data:
+            return f"member {m.member_id}'s assignment carries userData that would be lost"
+        if m.assignment is not None:
+            for name, ps in m.assignment.partitions:
+                for p in ps:
+                    if (name, p) in claimed:
+                        return f"partition {name}-{p} is assigned to two members"
+                    claimed.add((name, p))
+    return None
+
+
+def convert_classic_group(
+    engine: GroupCoordinator, snapshot: ClassicGroupSnapshot, now_ms: int
+) -> tuple[str | None, list[Effect]]:
+    """Adopt the broker's classic group; returns ``(refusal, effects)``, refusal None on success."""
+    effects: list[Effect] = []
+    refusal = conversion_refusal(engine, snapshot)
+    if refusal is not None:
+        return refusal, effects
+    image = engine.image
+    generation = snapshot.generation_id
+    group = engine.new_group(snapshot.group_id)
+    group.group_epoch = generation
+    target: dict[str, dict[TopicId, frozenset[int]]] = {}
+    members: list[ConsumerGroupMember] = []
+    for m in snapshot.members:
+        protocol = next(p for p in m.protocols if p.name == snapshot.protocol_name)
+        subscription = protocol.subscription
+        assert subscription is not None
+        member = ConsumerGroupMember(
+            m.member_id,
+            instance_id=m.group_instance_id,
+            rack_id=subscription.rack_id,
+            client_id=m.client_id,
+            client_host=m.client_host,
+            subscribed_topic_names=frozenset(subscription.topics),
+            rebalance_timeout_ms=m.rebalance_timeout_ms,
+            member_epoch=generation,
+            previous_member_epoch=generation,
+            state=MemberState.STABLE,
+            protocol=MemberProtocol.CLASSIC,
+        )
+        member.session_timeout_ms = m.session_timeout_ms
+        others = [p.name for p in m.protocols if p.name != snapshot.protocol_name]
+        names = (snapshot.protocol_name, *others)
+        member.classic = ClassicMemberMetadata(
+            m.session_timeout_ms,
+            names,
+            subscription.version,
+            state=ClassicMemberState.STABLE,
+        )
+        assigned: dict[TopicId, frozenset[int]] = {}
+        if m.assignment is not None:
+            for name, ps in m.assignment.partitions:
+                topic = image.by_name.get(name)
+                if topic is not None and ps:
+                    assigned[topic.topic_id] = frozenset(ps) | assigned.get(
+                        topic.topic_id, frozenset()
+                    )
+        member.assigned = {t: dict.fromkeys(ps, generation) for t, ps in assigned.items()}
+        target[m.member_id] = assigned
+        members.append(member)
+    group.target = TargetAssignment(generation, target)
+    engine.groups[snapshot.group_id] = group
+    effects.append(GroupCreated(snapshot.group_id))
+    for member in members:
+        group.add_member(member, image)
+        engine.schedule_session_timeout(group, member, now_ms, effects)
+        effects.append(MemberJoined(snapshot.group_id, member.member_id, member.instance_id))
+    group.refresh_subscription_metadata(image)
+    group.preferred_assignor = group.compute_preferred_assignor(engine.assignor_names)
+    group.track_all()
+    if not snapshot.stable:
+        group.group_epoch += 1
+        effects.append(
+            GroupEpochBumped(snapshot.group_id, group.group_epoch, "converted while rebalancing")
+        )
+    return None, effects

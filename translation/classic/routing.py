@@ -1,0 +1,82 @@
+"""Which classic JoinGroups the engine may take, and which the proxy passes to the broker.
+
+:func:`classify_classic_join` is asked by the proxy before it hands a JoinGroup to
+:meth:`~translation.classic.coordinator.ClassicGroupCoordinator.join_group`:
+
+* a group the engine already serves (it has members) is always the engine's: the engine
+  answers, including INCONSISTENT_GROUP_PROTOCOL for a request it cannot serve (Kafka answers
+  a join to a non-empty consumer group the same way);
+* otherwise the join goes to the broker when the engine could not serve the group faithfully:
+  a protocol type other than ``consumer`` (Kafka Connect's ``connect``, or any other embedded
+  protocol); no protocols, or a first protocol whose metadata is not a consumer-protocol
+  subscription; a first protocol that is not one of the client assignors known to send no
+  assignment userData (``GroupConfig.classic_assignors``: range, roundrobin, sticky,
+  cooperative-sticky). The engine's assignment never carries userData, and a custom
+  assignor that needs it (Kafka Streams' ``stream``, whose AssignmentInfo lives there) would
+  fail. Kafka makes the same call when converting a classic group (``fromClassicGroup``
+  refuses an assignment with userData); at JoinGroup time only the name is known, so the
+  name decides. Subscription userData is fine (the sticky assignors put their generation and
+  previous assignment there; server-side assignors ignore it);
+* when the broker's own classic group still has members (``broker_group_active``): the group
+  must be converted as a whole (:mod:`translation.classic.migration`) or stay with the broker;
+* with ``GroupConfig.adopt_classic_groups`` off (Kafka's behaviour) a group nobody serves yet
+  stays with the broker: a classic JoinGroup creates a classic group there.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from translation.coordinator import GroupCoordinator
+
+from .messages import CONSUMER_PROTOCOL_TYPE, JoinGroupRequest
+
+
+class JoinRoute(enum.Enum):
+    ENGINE = "engine"
+    BROKER = "broker"
+
+
+@dataclass(frozen=True, slots=True)
+class JoinRouting:
+    route: JoinRoute
+    reason: str
+
+    @property
+    def to_engine(self) -> bool:
+        return self.route is JoinRoute.ENGINE
+
+
+def classify_classic_join(
+    engine: GroupCoordinator,
+    request: JoinGroupRequest,
+    *,
+    broker_group_active: bool = False,
+) -> JoinRouting:
+    """Whether ``request`` is for the engine or must be forwarded to the broker."""
+    group = engine.groups.get(request.group_id)
+    if group is not None and group.members:
+        return JoinRouting(JoinRoute.ENGINE, "the engine serves this group")
+    if request.protocol_type != CONSUMER_PROTOCOL_TYPE:
+        return JoinRouting(
+            JoinRoute.BROKER, f"protocol type {request.protocol_type!r} is not 'consumer'"
+        )
+    if not request.protocols:
+        return JoinRouting(JoinRoute.BROKER, "no protocols")
+    first = request.protocols[0]
+    if first.subscription is None:
+        return JoinRouting(
+            JoinRoute.BROKER, f"protocol {first.name!r} is not a consumer-protocol subscription"
+        )
+    config = engine.config
+    if first.name not in config.classic_assignors:
+        return JoinRouting(
+            JoinRoute.BROKER,
+            f"assignor {first.name!r} may need assignment userData the engine cannot produce",
+        )
+    if broker_group_active:
+        return JoinRouting(JoinRoute.BROKER, "the broker's classic group has members")
+    if not config.adopt_classic_groups:
+        return JoinRouting(JoinRoute.BROKER, "classic-only groups stay with the broker")
+    return JoinRouting(JoinRoute.ENGINE, "a consumer-protocol group the engine can serve")
