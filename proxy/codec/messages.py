@@ -93,6 +93,8 @@ def as_buffer(buf: Any) -> Any:
         mv = memoryview(buf)
     except TypeError:
         raise CodecError(f"expected a bytes-like buffer, got {type(buf).__name__}") from None
+    if not mv.contiguous:
+        return mv.tobytes()  # a strided view cannot be cast; copy it
     if mv.format != "B" or mv.ndim != 1:
         mv = mv.cast("B")
     return mv

@@ -99,3 +99,13 @@ def test_encode_errors_are_codec_errors() -> None:
         messages.encode_request(12, 0, {"group_id": 5})
     with pytest.raises(CodecError):
         messages.encode_request(12, 0, [])  # type: ignore[arg-type]
+
+
+def test_strided_buffer_is_accepted() -> None:
+    from proxy.codec import messages
+
+    body = messages.encode_request(12, 0, {"group_id": "g", "generation_id": 1, "member_id": "m"})
+    doubled = bytes(b for byte in body for b in (byte, 0))
+    strided = memoryview(doubled)[::2]
+    assert not strided.contiguous
+    assert messages.decode_request(12, 0, strided)[0]["group_id"] == "g"
