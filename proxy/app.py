@@ -1,6 +1,8 @@
 """Wires the running proxy together: server, routers, broker refresh, health, signals.
 
 :func:`serve` is what ``groupgate run`` runs inside ``trio.run``. Besides the server it keeps
+the coordinator service of KIP-848 groups (:mod:`proxy.coordination`, unless
+``coordinate-groups`` is off; it leaves the broker's groups after the server has drained) and
 one background task that asks the upstream cluster for its brokers every
 ``REFRESH_SECONDS`` (so every broker's listener is open before a client needs it, also after a
 restart of the proxy) and whose success is the readiness signal.
@@ -15,6 +17,8 @@ import trio
 
 from proxy.config import ProxyConfig
 from proxy.connection import ListenerError, Router
+from proxy.coordination.routing import CoordinatingRouter
+from proxy.coordination.service import CoordinatorService
 from proxy.health import serve_health
 from proxy.logs import LIFECYCLE
 from proxy.metrics import RequestCounters
@@ -43,13 +47,25 @@ class Readiness:
         return True, "ok"
 
 
-def make_router_factory(config: ProxyConfig) -> RouterFactory:
+def make_router_factory(config: ProxyConfig, service: CoordinatorService | None = None
+                        ) -> RouterFactory:
+    """Routers of new connections; with a coordinator service, group requests of coordinated
+    groups are answered by it (:mod:`proxy.coordination.routing`)."""
     accepted = parse_table(fetch_node_endpoints=config.fetch_node_endpoints)
 
     def factory(server: ProxyServer, node_id: int | None) -> Router:
-        return ForwardingRouter(server, RequestCounters(node_label(node_id)), accepted)
+        counters = RequestCounters(node_label(node_id))
+        if service is not None:
+            return CoordinatingRouter(server, counters, accepted, service, node_id)
+        return ForwardingRouter(server, counters, accepted)
 
     return factory
+
+
+def upstream_of(server: ProxyServer, node_id: int | None) -> tuple[str, int]:
+    """The broker address behind a listener (the first bootstrap server for the bootstrap)."""
+    entry = server.brokers.get(node_id) if node_id is not None else None
+    return entry.upstream if entry is not None else server.config.upstream[0]
 
 
 async def refresh_brokers(server: ProxyServer, readiness: Readiness,
@@ -79,9 +95,13 @@ async def refresh_brokers(server: ProxyServer, readiness: Readiness,
 
 async def serve(config: ProxyConfig, *,
                 task_status: trio.TaskStatus[ProxyServer] = trio.TASK_STATUS_IGNORED) -> None:
-    server = ProxyServer(config, make_router_factory(config))
+    service = CoordinatorService(config) if config.coordinate_groups else None
+    server = ProxyServer(config, make_router_factory(config, service))
     readiness = Readiness()
     async with trio.open_nursery() as nursery:
+        if service is not None:
+            service.node_address = lambda node_id: upstream_of(server, node_id)
+            await nursery.start(service.run)
         await nursery.start(server.run)
         nursery.start_soon(server.watch_signals)
         if config.metrics_listen is not None:
@@ -95,4 +115,6 @@ async def serve(config: ProxyConfig, *,
                  "upstream reachable" if ok else f"upstream not reachable yet: {why}")
         task_status.started(server)
         await server.stopped.wait()
+        if service is not None:
+            await service.aclose()
         nursery.cancel_scope.cancel()

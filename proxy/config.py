@@ -130,6 +130,21 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("metrics-listen", _optional_hostport, "off",
             "Address of the HTTP endpoint for /metrics, /livez and /readyz ('off' disables)."),
     Setting("log-level", _log_level, "INFO", "DEBUG, INFO, WARNING or ERROR."),
+    Setting("coordinate-groups", _bool, "on",
+            "Serve the KIP-848 consumer group protocol (ConsumerGroupHeartbeat, "
+            "ConsumerGroupDescribe) from the proxy's own group coordinator. Off forwards every "
+            "group request to the broker untouched, with the broker's own API versions."),
+    Setting("group-session-timeout-ms", _positive_int, "45000",
+            "Session timeout of new-protocol members (Kafka's group.consumer.session.timeout.ms)."),
+    Setting("group-heartbeat-interval-ms", _positive_int, "5000",
+            "Heartbeat interval handed to new-protocol members "
+            "(Kafka's group.consumer.heartbeat.interval.ms)."),
+    Setting("group-empty-expiry-ms", _positive_int, "600000",
+            "How long a coordinated group without members is kept before it is deleted and the "
+            "proxy leaves the broker's group of the same id."),
+    Setting("group-metadata-refresh-ms", _positive_int, "5000",
+            "How often the proxy reads the metadata of the topics its groups subscribe to "
+            "(partition counts, topics created or deleted, regex matches)."),
 )
 
 
@@ -146,6 +161,11 @@ class ProxyConfig:
     fetch_node_endpoints: bool = False
     metrics_listen: tuple[str, int] | None = None
     log_level: str = "INFO"
+    coordinate_groups: bool = True
+    group_session_timeout_ms: int = 45_000
+    group_heartbeat_interval_ms: int = 5_000
+    group_empty_expiry_ms: int = 600_000
+    group_metadata_refresh_ms: int = 5_000
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @property

@@ -24,6 +24,7 @@ from proxy.connection import (
     FORWARD_NO_RESPONSE,
     LOCAL,
     IncompleteHeader,
+    LocalAnswer,
     RejectRequest,
     RequestInfo,
 )
@@ -60,13 +61,17 @@ def parse_table(*, fetch_node_endpoints: bool = False) -> dict[int, tuple[int, i
 class ForwardingRouter:
     """Per-connection routing decisions; shares the address map of the whole server."""
 
-    __slots__ = ("_accepted", "_address_map", "_counters", "_index")
+    __slots__ = ("_accepted", "_address_map", "_counters", "_index", "_served")
 
     def __init__(self, address_map: AddressMap, counters: RequestCounters,
-                 accepted: dict[int, tuple[int, int]]) -> None:
+                 accepted: dict[int, tuple[int, int]],
+                 served: dict[int, tuple[int, int]] | None = None) -> None:
+        """``served``: APIs the proxy answers itself, advertised with these version ranges
+        whatever the broker says (see :func:`proxy.apiversions.client_view`)."""
         self._address_map = address_map
         self._counters = counters
         self._accepted = accepted
+        self._served = served or {}
         self._index = api_index()
 
     # -- requests ---------------------------------------------------------------------------
@@ -88,7 +93,7 @@ class ForwardingRouter:
             return FORWARD_NO_RESPONSE
         return FORWARD
 
-    def answer(self, request: RequestInfo) -> bytes:
+    def answer(self, request: RequestInfo) -> LocalAnswer:
         # Only ApiVersions newer than the proxy knows is classified LOCAL.
         return apiversions.unsupported_version_response(request.correlation_id)
 
@@ -116,7 +121,7 @@ class ForwardingRouter:
         if len(body) >= 2 and _INT16.unpack_from(body, 0)[0] != 0:
             return None
         value, _ = messages.decode_response(API_VERSIONS, api_version, body)
-        view = apiversions.client_view(value, self._accepted)
+        view = apiversions.client_view(value, self._accepted, self._served)
         view["api_keys"] = [e for e in view["api_keys"] if e["api_key"] in self._accepted]
         return bytes(payload[:4]) + messages.encode_response(API_VERSIONS, api_version, view)
 

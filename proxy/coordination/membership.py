@@ -1,0 +1,273 @@
+"""The proxy's own member in the broker's classic group of a coordinated group's id.
+
+For every group the engine coordinates, the proxy joins the broker's classic group of the same
+id with protocol type ``consumer`` and a protocol name no real client uses
+(:data:`PROTOCOL_NAME`). That one membership
+
+* makes offset commits valid: the broker accepts OffsetCommit / TxnOffsetCommit for a group
+  with members only when they carry a current member id and generation, and the proxy commits
+  on its members' behalf with its own (see :mod:`proxy.coordination.offsets`), so offsets stay
+  in the broker where tools and a later downgrade find them;
+* fences clients that bypass the proxy: a classic consumer that joins the broker directly
+  offers ``range``, ``cooperative-sticky``... which the group does not support, and gets
+  INCONSISTENT_GROUP_PROTOCOL instead of consuming the partitions a second time.
+
+:class:`BrokerMembership` runs as one task per group: find the group's coordinator broker,
+JoinGroup (v4+ asks for a member id first), SyncGroup (the proxy is the leader of a group of
+one and assigns itself nothing), then Heartbeat until cancelled; any error sends it back to
+joining. :meth:`BrokerMembership.leave` sends LeaveGroup, so that direct clients can take the
+group over once the proxy is gone (graceful shutdown, or the engine group expired).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import trio
+
+from proxy.codec import messages
+from proxy.coordination.links import Address, BrokerLink, LinkPool
+from proxy.upstream import UpstreamError
+
+log = logging.getLogger("groupgate.coordination")
+
+PROTOCOL_TYPE = "consumer"
+PROTOCOL_NAME = "groupgate-coordinated"
+"""The classic protocol name the proxy's member offers; no client library uses it."""
+
+FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 10, 11, 12, 13, 14
+FIND_COORDINATOR_VERSION = 3
+JOIN_VERSION = 5
+SYNC_VERSION = 3
+HEARTBEAT_VERSION = 3
+LEAVE_VERSION = 3
+
+NONE = 0
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+ILLEGAL_GENERATION = 22
+INCONSISTENT_GROUP_PROTOCOL = 23
+UNKNOWN_MEMBER_ID = 25
+REBALANCE_IN_PROGRESS = 27
+MEMBER_ID_REQUIRED = 79
+FENCED_INSTANCE_ID = 82
+
+COORDINATOR_MOVED = frozenset({COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
+                               NOT_COORDINATOR})
+MEMBERSHIP_LOST = frozenset({ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS,
+                             FENCED_INSTANCE_ID})
+"""Errors on a commit under the proxy's membership that mean it must rejoin."""
+
+SESSION_TIMEOUT_MS = 30_000
+REBALANCE_TIMEOUT_MS = 30_000
+HEARTBEAT_SECONDS = 3.0
+RETRY_SECONDS = 0.5
+
+_SUBSCRIPTION = messages.encode_data("ConsumerProtocolSubscription", 0, {"topics": []})
+_ASSIGNMENT = messages.encode_data("ConsumerProtocolAssignment", 0, {"assigned_partitions": []})
+
+
+class MembershipRefused(Exception):
+    """The broker's group cannot be joined (e.g. it has members of another protocol)."""
+
+
+class CoordinatorUnavailable(Exception):
+    """The broker-side coordinator of the group could not be found or reached."""
+
+
+async def find_coordinator(pool: LinkPool, bootstrap: Sequence[Address], group_id: str,
+                           deadline: float) -> tuple[int, Address]:
+    """(node id, address) of the broker coordinating ``group_id``; retries until ``deadline``."""
+    last = "no bootstrap server"
+    while True:
+        for address in bootstrap:
+            try:
+                response = await pool.link(address).request(
+                    FIND_COORDINATOR, FIND_COORDINATOR_VERSION, {"key": group_id, "key_type": 0})
+            except UpstreamError as exc:
+                last = str(exc)
+                continue
+            if response["error_code"] == NONE:
+                return response["node_id"], (response["host"], response["port"])
+            last = f"FindCoordinator error {response['error_code']}"
+            break
+        if trio.current_time() + RETRY_SECONDS > deadline:
+            raise CoordinatorUnavailable(f"group {group_id}: {last}")
+        await trio.sleep(RETRY_SECONDS)
+
+
+class BrokerMembership:
+    """The proxy's member in the broker's classic group ``group_id`` (one task per group)."""
+
+    def __init__(self, group_id: str, pool: LinkPool, bootstrap: Sequence[Address], *,
+                 connect_timeout: float) -> None:
+        self.group_id = group_id
+        self._pool = pool
+        self._bootstrap = tuple(bootstrap)
+        self._connect_timeout = connect_timeout
+        self.member_id = ""
+        self.generation = -1
+        self.coordinator_node: int | None = None
+        self.coordinator: Address | None = None
+        self.stable = False
+        """Joined and synced at ``generation``: commits may use it."""
+        self.settled = trio.Event()
+        """Set once the first attempt succeeded or failed (see :attr:`failure`)."""
+        self.failure: str | None = None
+        self.left = False
+        self._rejoin = trio.Event()
+        self._link: BrokerLink | None = None
+        self._scope = trio.CancelScope()
+
+    # -- what the service uses --------------------------------------------------------------
+
+    @property
+    def established(self) -> bool:
+        return self.settled.is_set() and self.failure is None
+
+    def request_rejoin(self) -> None:
+        """A commit found the membership stale: rejoin at the next opportunity."""
+        self.stable = False
+        self._rejoin.set()
+
+    async def leave(self) -> None:
+        """LeaveGroup at the broker (best effort) and stop the task."""
+        self._scope.cancel()
+        if self.left:
+            return
+        self.left = True
+        if self.member_id and self._link is not None:
+            with trio.CancelScope(shield=True), trio.move_on_after(5):
+                try:
+                    await self._link.request(LEAVE_GROUP, LEAVE_VERSION, {
+                        "group_id": self.group_id,
+                        "members": [{"member_id": self.member_id, "group_instance_id": None}],
+                    })
+                    log.info("group %s: left the broker's group (member %s)", self.group_id,
+                             self.member_id)
+                except UpstreamError as exc:
+                    log.warning("group %s: LeaveGroup failed: %s", self.group_id, exc)
+        self.stable = False
+        if self._link is not None:
+            with trio.CancelScope(shield=True):
+                await self._link.aclose()
+
+    # -- the task ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        with self._scope:
+            first = True
+            while True:
+                try:
+                    await self._join_and_sync()
+                except (MembershipRefused, CoordinatorUnavailable, UpstreamError) as exc:
+                    self.stable = False
+                    if first:
+                        self.failure = str(exc)
+                        self.settled.set()
+                        return
+                    log.warning("group %s: broker-side membership lost, rejoining: %s",
+                                self.group_id, exc)
+                    await trio.sleep(RETRY_SECONDS)
+                    continue
+                if first:
+                    first = False
+                    self.settled.set()
+                await self._heartbeat_until_rejoin()
+
+    async def _connect(self) -> BrokerLink:
+        if self.coordinator is None or self._link is None:
+            if self._link is not None:
+                await self._link.aclose()
+            deadline = trio.current_time() + self._connect_timeout
+            self.coordinator_node, self.coordinator = await find_coordinator(
+                self._pool, self._bootstrap, self.group_id, deadline)
+            self._link = self._pool.dedicated(self.coordinator,
+                                              REBALANCE_TIMEOUT_MS / 1000 + self._connect_timeout)
+        return self._link
+
+    async def _join_and_sync(self) -> None:
+        self.stable = False
+        self._rejoin = trio.Event()
+        for _ in range(10):
+            link = await self._connect()
+            join = await link.request(JOIN_GROUP, JOIN_VERSION, {
+                "group_id": self.group_id,
+                "session_timeout_ms": SESSION_TIMEOUT_MS,
+                "rebalance_timeout_ms": REBALANCE_TIMEOUT_MS,
+                "member_id": self.member_id,
+                "group_instance_id": None,
+                "protocol_type": PROTOCOL_TYPE,
+                "protocols": [{"name": PROTOCOL_NAME, "metadata": _SUBSCRIPTION}],
+            })
+            error = join["error_code"]
+            if error == MEMBER_ID_REQUIRED:
+                self.member_id = join["member_id"]
+                continue
+            if error in (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION):
+                self.member_id = ""
+                continue
+            if error in COORDINATOR_MOVED:
+                self.coordinator = None
+                await trio.sleep(RETRY_SECONDS)
+                continue
+            if error == REBALANCE_IN_PROGRESS:
+                continue
+            if error == INCONSISTENT_GROUP_PROTOCOL:
+                raise MembershipRefused(
+                    f"the broker's group {self.group_id} has members connected straight to the "
+                    "broker with another protocol")
+            if error != NONE:
+                raise MembershipRefused(f"JoinGroup for {self.group_id} failed with error {error}")
+            self.member_id = join["member_id"]
+            generation = join["generation_id"]
+            assignments = []
+            if join["leader"] == self.member_id:
+                assignments = [{"member_id": m["member_id"], "assignment": _ASSIGNMENT}
+                               for m in join["members"]]
+            sync = await link.request(SYNC_GROUP, SYNC_VERSION, {
+                "group_id": self.group_id,
+                "generation_id": generation,
+                "member_id": self.member_id,
+                "group_instance_id": None,
+                "assignments": assignments,
+            })
+            error = sync["error_code"]
+            if error == NONE:
+                self.generation = generation
+                self.stable = True
+                log.info("group %s: holding the broker's group as member %s, generation %d",
+                         self.group_id, self.member_id, generation)
+                return
+            if error in COORDINATOR_MOVED:
+                self.coordinator = None
+            elif error in (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION):
+                self.member_id = ""
+        raise CoordinatorUnavailable(f"group {self.group_id}: could not join the broker's group")
+
+    async def _heartbeat_until_rejoin(self) -> None:
+        while True:
+            with trio.move_on_after(HEARTBEAT_SECONDS):
+                await self._rejoin.wait()
+            if self._rejoin.is_set():
+                return
+            assert self._link is not None
+            try:
+                response = await self._link.request(HEARTBEAT, HEARTBEAT_VERSION, {
+                    "group_id": self.group_id, "generation_id": self.generation,
+                    "member_id": self.member_id, "group_instance_id": None})
+            except UpstreamError as exc:
+                log.warning("group %s: broker heartbeat failed: %s", self.group_id, exc)
+                self.coordinator = None
+                return
+            error = response["error_code"]
+            if error == NONE:
+                continue
+            log.info("group %s: broker heartbeat error %d, rejoining", self.group_id, error)
+            if error in COORDINATOR_MOVED:
+                self.coordinator = None
+            elif error in (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID):
+                self.member_id = ""
+            return

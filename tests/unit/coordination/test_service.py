@@ -1,0 +1,96 @@
+"""The coordinator service's timers and group lifecycle, on trio's mock clock."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from proxy.coordination import wire
+from translation.heartbeat import ConsumerGroupHeartbeatRequest
+
+from .helpers import TOPIC, FakeMembership, coordinate, make_service
+
+
+def _hb(member: str, epoch: int) -> ConsumerGroupHeartbeatRequest:
+    return wire.heartbeat_request(
+        {"group_id": "g", "member_id": member, "member_epoch": epoch,
+         "rebalance_timeout_ms": 10_000 if epoch == 0 else -1,
+         "subscribed_topic_names": [TOPIC] if epoch == 0 else None,
+         "topic_partitions": [] if epoch == 0 else None},
+        client_id="c", client_host="/h", api_version=1)
+
+
+async def test_session_timeout_fences_and_empty_group_expires(
+        autojump_clock: trio.testing.MockClock) -> None:
+    service = make_service(group_empty_expiry_ms=60_000)
+    membership = coordinate(service, "g")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lambda task_status: service.run(watch_topics=False,
+                                                            task_status=task_status))
+        response = await service.heartbeat(_hb("m1", 0))
+        assert response.error_code == 0 and response.heartbeat_interval_ms == 500
+        assert service.coordinates("g")
+        await trio.sleep(5.9)
+        assert "m1" in service.engine.groups["g"].members
+        await trio.sleep(0.2)  # past the 6 s session timeout: fenced by the timer task
+        assert not service.engine.groups["g"].members
+        assert membership.leaves == 0
+        await trio.sleep(60.1)  # empty past the expiry delay: deleted, broker group left
+        assert "g" not in service.engine.groups and "g" not in service.memberships
+        assert membership.leaves == 1
+        assert not service.coordinates("g")
+        nursery.cancel_scope.cancel()
+
+
+async def test_failed_takeover_answers_retriably_and_is_retried(
+        autojump_clock: trio.testing.MockClock) -> None:
+    service = make_service()
+    refused = FakeMembership("g", service.pool)
+    refused.failure = "the broker's group g has members connected straight to the broker"
+    service.memberships["g"] = refused
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lambda task_status: service.run(watch_topics=False,
+                                                            task_status=task_status))
+        response = await service.heartbeat(_hb("m1", 0))
+        assert response.error_code == 15  # COORDINATOR_NOT_AVAILABLE
+        assert "connected straight" in (response.error_message or "")
+        assert "g" not in service.memberships and "g" not in service.engine.groups
+        coordinate(service, "g")  # the direct members are gone: the next join succeeds
+        assert (await service.heartbeat(_hb("m1", 0))).error_code == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_shutdown_leaves_every_broker_group() -> None:
+    service = make_service()
+    a, b = coordinate(service, "a"), coordinate(service, "b")
+    await service.aclose()
+    assert (a.leaves, b.leaves) == (1, 1) and not service.memberships
+
+
+async def test_heartbeat_for_a_forgotten_group_asks_the_member_to_rejoin(
+        autojump_clock: trio.testing.MockClock) -> None:
+    service = make_service()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lambda task_status: service.run(watch_topics=False,
+                                                            task_status=task_status))
+        response = await service.heartbeat(_hb("m1", 4))  # e.g. after a proxy restart
+        assert response.error_code == 25  # UNKNOWN_MEMBER_ID: rejoin with epoch 0
+        assert not service.memberships and not service.engine.groups
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_slow_takeover_is_answered_retriably_while_it_continues(
+        autojump_clock: trio.testing.MockClock) -> None:
+    service = make_service()
+    pending = FakeMembership("g", service.pool)
+    pending.settled = trio.Event()  # the broker has not let the proxy in yet
+    service.memberships["g"] = pending
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lambda task_status: service.run(watch_topics=False,
+                                                            task_status=task_status))
+        response = await service.heartbeat(_hb("m1", 0))
+        assert response.error_code == 14  # COORDINATOR_LOAD_IN_PROGRESS
+        assert service.memberships["g"] is pending and "g" not in service.engine.groups
+        pending.settled.set()
+        assert (await service.heartbeat(_hb("m1", 0))).error_code == 0
+        nursery.cancel_scope.cancel()
