@@ -43,6 +43,13 @@ FETCH_WITHOUT_NODE_ENDPOINTS = 15
 """Fetch v16 added KIP-951 node endpoints, which must be found at the end of the response."""
 
 
+SASL_HANDSHAKE = 17
+"""v0 is followed by raw SASL tokens without Kafka framing, which the proxy cannot carry."""
+NOT_FORWARDED = frozenset({76, 77, 78, 79})
+"""Share groups (KIP-932): ShareFetch and ShareAcknowledge responses carry broker addresses
+(NodeEndpoints) that no rewriter handles yet, so the share-group APIs are not offered."""
+
+
 def parse_table(*, fetch_node_endpoints: bool = False) -> dict[int, tuple[int, int]]:
     """Versions the proxy accepts per API key: decoded APIs capped by their schemas, the
     others by the API index (old versions below the index minimum stay forwardable).
@@ -50,8 +57,11 @@ def parse_table(*, fetch_node_endpoints: bool = False) -> dict[int, tuple[int, i
     Without ``fetch_node_endpoints`` Fetch is capped at v15: its responses then carry no broker
     address and stream through the proxy unexamined (see docs/decisions/0005-fetch-cut-through.md).
     """
-    table = {key: (0, info.max_version) for key, info in api_index().items()}
+    table = {key: (0, info.max_version) for key, info in api_index().items()
+             if key not in NOT_FORWARDED}
     table.update(apiversions.default_parse_table())
+    lo, hi = table[SASL_HANDSHAKE]
+    table[SASL_HANDSHAKE] = (max(lo, 1), hi)
     if not fetch_node_endpoints:
         lo, hi = table[FETCH]
         table[FETCH] = (lo, min(hi, FETCH_WITHOUT_NODE_ENDPOINTS))

@@ -58,3 +58,14 @@ def test_configuration_doc_lists_every_setting() -> None:
     doc = (Path(__file__).resolve().parents[3] / "docs" / "configuration.md").read_text()
     for setting in config.SETTINGS:
         assert f"`--{setting.name}`" in doc and f"`{setting.env}`" in doc, setting.name
+
+
+def test_versions_the_proxy_offers() -> None:
+    from proxy.router import parse_table
+
+    table = parse_table()
+    assert table[1][1] == 15  # Fetch without KIP-951 node endpoints by default
+    assert parse_table(fetch_node_endpoints=True)[1][1] >= 16
+    assert not {76, 77, 78, 79} & set(table)  # share-group responses would leak addresses
+    assert table[17][0] == 1  # SaslHandshake v0 is followed by unframed tokens
+    assert table[3] == (0, 13) and table[0][0] == 0
