@@ -263,7 +263,7 @@ def handle_regular(
                         "member.",
                     )
                 replaced = existing
-                member = _static_replacement(existing, member_id)
+                member = static_replacement(existing, member_id)
         else:
             if existing is None:
                 raise GroupError(
@@ -359,7 +359,16 @@ def handle_regular(
     return response
 
 
-def _static_replacement(old: ConsumerGroupMember, member_id: str) -> ConsumerGroupMember:
+def static_replacement(
+    old: ConsumerGroupMember,
+    member_id: str,
+    *,
+    protocol: MemberProtocol = MemberProtocol.CONSUMER,
+    state: MemberState | None = None,
+) -> ConsumerGroupMember:
+    """A static member rejoining under a new member id takes over the old one's assignment
+    (both protocols use this). It starts at member epoch 0 and holds its assigned partitions
+    "from epoch 0" for relaxed commit fencing."""
     new = ConsumerGroupMember(
         member_id,
         instance_id=old.instance_id,
@@ -372,10 +381,9 @@ def _static_replacement(old: ConsumerGroupMember, member_id: str) -> ConsumerGro
         rebalance_timeout_ms=old.rebalance_timeout_ms,
         member_epoch=0,
         previous_member_epoch=0,
-        state=old.state,
-        protocol=MemberProtocol.CONSUMER,
+        state=old.state if state is None else state,
+        protocol=protocol,
     )
-    # Relaxed commit fencing: a rejoining static member holds its partitions "from epoch 0".
     new.assigned = {t: dict.fromkeys(ps, 0) for t, ps in old.assigned.items()}
     return new
 

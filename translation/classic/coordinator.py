@@ -66,6 +66,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from translation import heartbeat as hb
 from translation.coordinator import GroupCoordinator
 from translation.effects import (
     Effect,
@@ -747,25 +748,11 @@ def _within(
 
 
 def _static_replacement(old: ConsumerGroupMember, member_id: str) -> ConsumerGroupMember:
-    """A static member rejoining under a new member id takes over the old one's assignment.
-    Partitions the old incarnation was revoking are released (the process that held them is
-    gone); the assigned ones are kept, so the bounce moves nothing."""
-    new = ConsumerGroupMember(
-        member_id,
-        instance_id=old.instance_id,
-        rack_id=old.rack_id,
-        client_id=old.client_id,
-        client_host=old.client_host,
-        subscribed_topic_names=old.subscribed_topic_names,
-        subscribed_topic_regex=old.subscribed_topic_regex,
-        server_assignor=old.server_assignor,
-        rebalance_timeout_ms=old.rebalance_timeout_ms,
-        member_epoch=0,
-        previous_member_epoch=0,
-        state=MemberState.STABLE,
-        protocol=MemberProtocol.CLASSIC,
-    )
-    new.assigned = {t: dict.fromkeys(ps, 0) for t, ps in old.assigned.items()}
+    """A static classic member rejoining under a new member id. Partitions the old
+    incarnation was revoking are released (the process that held them is gone); the assigned
+    ones are kept, so the bounce moves nothing."""
+    new = hb.static_replacement(old, member_id, protocol=MemberProtocol.CLASSIC,
+                                state=MemberState.STABLE)
     if old.classic is not None:
         new.classic = ClassicMemberMetadata(
             old.classic.session_timeout_ms, old.classic.protocols, old.classic.subscription_version
