@@ -134,6 +134,12 @@ SETTINGS: tuple[Setting, ...] = (
             "Serve the KIP-848 consumer group protocol (ConsumerGroupHeartbeat, "
             "ConsumerGroupDescribe) from the proxy's own group coordinator. Off forwards every "
             "group request to the broker untouched, with the broker's own API versions."),
+    Setting("classic-translation", _bool, "on",
+            "Serve classic consumers (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) from the "
+            "proxy's group coordinator as classic members of KIP-848 groups, so they share "
+            "groups with new-protocol members. Joins the proxy cannot serve faithfully (Kafka "
+            "Connect, custom assignors, groups with members connected straight to the broker) "
+            "still go to the broker. Needs coordinate-groups."),
     Setting("group-session-timeout-ms", _positive_int, "45000",
             "Session timeout of new-protocol members (Kafka's group.consumer.session.timeout.ms)."),
     Setting("group-heartbeat-interval-ms", _positive_int, "5000",
@@ -162,6 +168,7 @@ class ProxyConfig:
     metrics_listen: tuple[str, int] | None = None
     log_level: str = "INFO"
     coordinate_groups: bool = True
+    classic_translation: bool = True
     group_session_timeout_ms: int = 45_000
     group_heartbeat_interval_ms: int = 5_000
     group_empty_expiry_ms: int = 600_000

@@ -12,11 +12,22 @@ untouched:
 * ListGroups: merged with the engine's groups while the proxy coordinates any.
 
 A group becomes coordinated when a ConsumerGroupHeartbeat joins it and the proxy could take
-the broker's classic group of that id. Classic-protocol requests (JoinGroup, SyncGroup,
-Heartbeat, LeaveGroup) always go to the broker: for a coordinated group the broker itself
-refuses a classic client with INCONSISTENT_GROUP_PROTOCOL, because the proxy's member holds the
-group with a protocol no client offers. That is what Kafka 4.x does for a consumer group when
-online migration is disabled; classic members inside coordinated groups are not served yet.
+the broker's classic group of that id.
+
+Classic-protocol requests (JoinGroup, SyncGroup, Heartbeat, LeaveGroup):
+
+* with ``classic-translation`` off they always go to the broker: for a coordinated group the
+  broker itself refuses a classic client with INCONSISTENT_GROUP_PROTOCOL, because the proxy's
+  member holds the group with a protocol no client offers (what Kafka 4.x does for a consumer
+  group when online migration is disabled);
+* with it on (:mod:`proxy.coordination.classic`), SyncGroup, Heartbeat and LeaveGroup of a
+  group the engine has or the proxy coordinates are answered by the engine's classic-member
+  translation, and so is every JoinGroup of such a group plus the JoinGroups
+  :func:`~translation.classic.routing.classify_classic_join` lets the engine take (a
+  ``consumer`` protocol with a known client assignor, the broker's group not held by direct
+  members). The rest (Kafka Connect, custom assignors, members of the broker's own groups)
+  is forwarded untouched. A classic JoinGroup that the engine takes for a new group takes the
+  broker's group over first, as a first ConsumerGroupHeartbeat does.
 
 The request is decoded in :meth:`classify` (which must decide from the group id) and the
 decoded value is kept for the :meth:`answer` call that immediately follows for LOCAL requests;
@@ -34,7 +45,7 @@ from proxy.codec import messages
 from proxy.codec.errors import CodecError
 from proxy.codec.header import parse_request_header, response_header_for
 from proxy.connection import FORWARD, LOCAL, LocalAnswer, RejectRequest, RequestInfo
-from proxy.coordination import listing, offsets, wire
+from proxy.coordination import classic, listing, offsets, wire
 from proxy.coordination.service import CoordinatorService
 from proxy.metrics import RequestCounters
 from proxy.rewrite import AddressMap
@@ -49,7 +60,7 @@ LIST_GROUPS, DESCRIBE_GROUPS = 16, 15
 SERVED: dict[int, tuple[int, int]] = {HEARTBEAT: (0, 1), DESCRIBE: (0, 1)}
 """APIs the proxy serves itself and the versions it advertises for them."""
 EXAMINED = frozenset({HEARTBEAT, DESCRIBE, OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT,
-                      OFFSET_DELETE, LIST_GROUPS, DESCRIBE_GROUPS})
+                      OFFSET_DELETE, LIST_GROUPS, DESCRIBE_GROUPS}) | classic.CLASSIC_KEYS
 UNKNOWN_SERVER_ERROR = int(ErrorCode.UNKNOWN_SERVER_ERROR)
 
 Pending = tuple[int, int, int, str | None, dict[str, Any]]
@@ -79,7 +90,10 @@ class CoordinatingRouter(ForwardingRouter):
             value, _ = messages.decode_request(key, version, request.frame, header.header_length)
         except CodecError as exc:
             raise RejectRequest(f"malformed request (api key {key} v{version}): {exc}") from exc
-        if not self._is_local(key, version, value):
+        if key in classic.CLASSIC_KEYS:
+            if not classic.is_local(self._service, key, version, header.client_id, value):
+                return FORWARD
+        elif not self._is_local(key, version, value):
             return FORWARD
         self._pending = (request.correlation_id, key, version, header.client_id, value)
         return LOCAL
@@ -121,6 +135,8 @@ class CoordinatingRouter(ForwardingRouter):
                 ) -> Awaitable[dict[str, Any]]:
         service = self._service
         address = service.node_address(self._node_id)
+        if key in classic.CLASSIC_KEYS:
+            return classic.answer(service, key, version, client_id, value)
         if key == HEARTBEAT:
             return self._heartbeat(version, client_id, value)
         if key == DESCRIBE:
@@ -152,6 +168,8 @@ async def _ready(value: dict[str, Any]) -> dict[str, Any]:
 def _failure(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
     """An UNKNOWN_SERVER_ERROR response for a request whose handler failed."""
     error = UNKNOWN_SERVER_ERROR
+    if key in classic.CLASSIC_KEYS:
+        return classic.failure(key, version, value, error)
     if key == HEARTBEAT:
         return wire.heartbeat_error(error, "internal error in groupgate")
     if key == DESCRIBE:

@@ -19,14 +19,27 @@ network:
 * topics: a :class:`~proxy.coordination.topics.TopicWatcher` feeds topic metadata into
   ``update_topics``; a joining member naming a topic the image does not know (or bringing a
   new regex) waits for one refresh first, so its first assignment already covers the topic;
-* effects: a group that expired (empty past ``group-empty-expiry-ms``) leaves the broker's
-  group; at shutdown every broker group is left so that direct clients can take over.
+* classic members (``classic-translation``): JoinGroup, SyncGroup, Heartbeat and LeaveGroup
+  of groups the engine serves go to the engine's
+  :class:`~translation.classic.coordinator.ClassicGroupCoordinator`. A classic JoinGroup that
+  starts a group takes the broker's group over exactly like a first ConsumerGroupHeartbeat; if
+  the broker's group has members connected straight to it, the group is remembered as
+  active at the broker for :data:`BROKER_ACTIVE_SECONDS` (joins of that group are then
+  forwarded, :meth:`CoordinatorService.broker_group_active`) and the join is answered with the
+  retriable COORDINATOR_NOT_AVAILABLE, so the client retries and reaches the broker. A
+  JoinGroup the engine holds (deferred join: the group's target is being batched) waits on a
+  :class:`HeldJoin` keyed by (group, member), resolved from the ``JoinCompleted`` effect of
+  whatever engine call completes it, and bounded by the client's rebalance timeout;
+* effects: every engine call's effects go through :meth:`CoordinatorService.apply`: timers
+  wake the timer task, ``JoinCompleted`` resolves held joins, a group that expired (empty past
+  ``group-empty-expiry-ms``) or was handed back to the broker leaves the broker's group; at
+  shutdown every broker group is left so that direct clients can take over.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import trio
 
@@ -35,12 +48,27 @@ from proxy.coordination.links import Address, LinkPool
 from proxy.coordination.membership import BrokerMembership
 from proxy.coordination.topics import TopicWatcher
 from translation.assignors import BUILTIN_ASSIGNORS
+from translation.classic.coordinator import ClassicGroupCoordinator
+from translation.classic.messages import (
+    UNKNOWN_MEMBER_ID,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from translation.classic.routing import classify_classic_join
 from translation.config import GroupConfig
 from translation.coordinator import GroupCoordinator
 from translation.effects import (
     Effect,
     GroupCreated,
     GroupExpired,
+    GroupHandedBack,
+    JoinCompleted,
     MemberFenced,
     MemberJoined,
     MemberLeft,
@@ -59,6 +87,30 @@ TOPIC_WAIT_SECONDS = 3.0
 TAKEOVER_WAIT_SECONDS = 10.0
 """How long a joining heartbeat waits for the broker-side membership before it is answered
 with the retriable COORDINATOR_LOAD_IN_PROGRESS (the membership keeps trying)."""
+
+
+BROKER_ACTIVE_SECONDS = 10.0
+"""How long a group whose takeover failed (the broker's group has direct members) counts as
+active at the broker: its classic JoinGroups are forwarded meanwhile, then the next new one
+tries the takeover again."""
+ISSUED_ID_SECONDS = 60.0
+"""How long a member id the engine handed out with MEMBER_ID_REQUIRED routes the member's
+next JoinGroup to the engine while the group has no members yet."""
+
+
+class HeldJoin:
+    """A JoinGroup the engine answered with "pending": resolved by its ``JoinCompleted``."""
+
+    __slots__ = ("done", "response")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.response: JoinGroupResponse | None = None
+
+    def resolve(self, response: JoinGroupResponse) -> None:
+        if not self.done.is_set():
+            self.response = response
+            self.done.set()
 
 
 def group_config(config: ProxyConfig) -> GroupConfig:
@@ -87,6 +139,12 @@ class CoordinatorService:
         """Upstream address of a broker node (the server's directory; set by the app)."""
         self._pending_names: dict[str, int] = {}
         self._pending_regex = 0
+        self.classic: ClassicGroupCoordinator | None = (
+            ClassicGroupCoordinator(self.engine) if config.classic_translation else None)
+        """The engine's classic-member translation (None: classic requests are forwarded)."""
+        self.held_joins: dict[tuple[str, str], HeldJoin] = {}
+        self._broker_active: dict[str, float] = {}
+        self._issued_ids: dict[tuple[str, str], float] = {}
         self._timer_wake = trio.Event()
         self._nursery: trio.Nursery | None = None
 
@@ -158,10 +216,7 @@ class CoordinatorService:
                 error_message=f"Group {group_id} is not coordinated here (any more); rejoin.")
         response, effects = self.engine.heartbeat(request, self.now_ms())
         self.apply(effects)
-        names = request.subscribed_topic_names
-        if names and any(n not in self.engine.image.by_name for n in names):
-            assert self._nursery is not None
-            self._nursery.start_soon(self.topics.refresh, TOPIC_WAIT_SECONDS)
+        self._refresh_if_unknown(request.subscribed_topic_names or ())
         return response
 
     async def _take_over(self, group_id: str) -> str | None:
@@ -181,10 +236,14 @@ class CoordinatorService:
         return None
 
     async def _await_topics(self, request: ConsumerGroupHeartbeatRequest) -> None:
+        await self._await_subscription(request.group_id, request.subscribed_topic_names or (),
+                                       request.subscribed_topic_regex)
+
+    async def _await_subscription(self, group_id: str, topic_names: Iterable[str],
+                                  regex: str | None) -> None:
         image = self.engine.image
-        names = [n for n in request.subscribed_topic_names or () if n not in image.by_name]
-        group = self.engine.group(request.group_id)
-        regex = request.subscribed_topic_regex
+        names = [n for n in topic_names if n not in image.by_name]
+        group = self.engine.group(group_id)
         new_regex = bool(regex) and (group is None or regex not in group.regex_counts)
         if not names and not new_regex:
             return
@@ -202,12 +261,159 @@ class CoordinatorService:
                     del self._pending_names[n]
             self._pending_regex -= new_regex
 
+    def _refresh_if_unknown(self, names: Iterable[str]) -> None:
+        if any(n not in self.engine.image.by_name for n in names):
+            assert self._nursery is not None
+            self._nursery.start_soon(self.topics.refresh, TOPIC_WAIT_SECONDS)
+
+    # -- classic members (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) ------------------------
+
+    def broker_group_active(self, group_id: str) -> bool:
+        """Whether the broker's own group ``group_id`` had members other than the proxy when
+        the proxy last tried to take it over (remembered for :data:`BROKER_ACTIVE_SECONDS`)."""
+        until = self._broker_active.get(group_id)
+        if until is None:
+            return False
+        if trio.current_time() < until:
+            return True
+        del self._broker_active[group_id]
+        return False
+
+    def serves_classic(self, group_id: str) -> bool:
+        """Whether SyncGroup, Heartbeat and LeaveGroup of ``group_id`` are the engine's: the
+        engine has the group, or the proxy holds the broker's group of that id."""
+        if self.classic is None:
+            return False
+        return self.engine.group(group_id) is not None or self.coordinates(group_id)
+
+    def takes_join(self, request: JoinGroupRequest) -> bool:
+        """Whether the engine takes this classic JoinGroup (else it is forwarded untouched)."""
+        if self.classic is None:
+            return False
+        group_id = request.group_id
+        if not group_id.strip():
+            return False
+        group = self.engine.group(group_id)
+        coordinated = self.coordinates(group_id)
+        if (request.member_id and not coordinated and (group is None or not group.members)
+                and not self._issued(group_id, request.member_id)):
+            # A member id the engine did not hand out, for a group it does not serve: the
+            # member belongs to the broker's group.
+            return False
+        active = not coordinated and self.broker_group_active(group_id)
+        return classify_classic_join(self.engine, request, broker_group_active=active).to_engine
+
+    def _issued(self, group_id: str, member_id: str) -> bool:
+        until = self._issued_ids.get((group_id, member_id))
+        return until is not None and trio.current_time() < until
+
+    def _remember_issued(self, group_id: str, member_id: str) -> None:
+        now = trio.current_time()
+        if len(self._issued_ids) > 10_000:
+            self._issued_ids = {k: t for k, t in self._issued_ids.items() if t > now}
+        self._issued_ids[(group_id, member_id)] = now + ISSUED_ID_SECONDS
+
+    async def join_group(self, request: JoinGroupRequest) -> JoinGroupResponse:
+        """A classic JoinGroup the engine takes (:meth:`takes_join`); waits while held."""
+        classic = self.classic
+        assert classic is not None
+        group_id = request.group_id
+        if not self.coordinates(group_id):
+            failure: str | None = None
+            with trio.move_on_after(TAKEOVER_WAIT_SECONDS) as waiting:
+                failure = await self._take_over(group_id)
+            if waiting.cancelled_caught:
+                return JoinGroupResponse(
+                    error_code=int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
+                    member_id=request.member_id,
+                    error_message=f"groupgate is still joining the broker's group {group_id}")
+            if failure is not None:
+                # Retriable: the client finds the coordinator again and its next JoinGroup is
+                # forwarded to the broker, whose group it then joins.
+                self._broker_active[group_id] = trio.current_time() + BROKER_ACTIVE_SECONDS
+                log.info("group %s: stays with the broker for now: %s", group_id, failure)
+                return JoinGroupResponse(
+                    error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                    member_id=request.member_id,
+                    error_message=f"groupgate cannot coordinate group {group_id}: {failure}")
+        subscription = request.protocols[0].subscription if request.protocols else None
+        topics = subscription.topics if subscription is not None else ()
+        await self._await_subscription(group_id, topics, None)
+        before = set(classic.pending.get(group_id, ()))
+        response, effects = classic.join_group(request, self.now_ms())
+        self.apply(effects)  # before holding: may answer this member's previous held join
+        self._refresh_if_unknown(topics)
+        if response is not None:
+            if response.error_code == int(ErrorCode.MEMBER_ID_REQUIRED):
+                self._remember_issued(group_id, response.member_id)
+            return response
+        member_id = self._held_member_id(request, before)
+        held = HeldJoin()
+        key = (group_id, member_id)
+        self.held_joins[key] = held
+        timeout_ms = (request.rebalance_timeout_ms if request.rebalance_timeout_ms > 0
+                      else request.session_timeout_ms)
+        try:
+            with trio.move_on_after(max(timeout_ms, 0) / 1000):
+                await held.done.wait()
+        finally:  # answered, timed out, or the client went away
+            if self.held_joins.get(key) is held:
+                del self.held_joins[key]
+        if held.response is None:
+            return JoinGroupResponse(
+                error_code=int(ErrorCode.REBALANCE_IN_PROGRESS), member_id=member_id,
+                error_message="the group's assignment was not ready within the rebalance "
+                              "timeout; rejoin")
+        return held.response
+
+    def _held_member_id(self, request: JoinGroupRequest, before: set[str]) -> str:
+        """The member id the engine holds ``request`` under."""
+        if request.member_id != UNKNOWN_MEMBER_ID:
+            return request.member_id
+        group = self.engine.group(request.group_id)
+        if request.group_instance_id is not None and group is not None:
+            member = group.static_member(request.group_instance_id)
+            if member is not None:
+                return member.member_id
+        assert self.classic is not None
+        added = self.classic.pending.get(request.group_id, set()) - before
+        return next(iter(added))
+
+    def sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse:
+        assert self.classic is not None
+        response, effects = self.classic.sync_group(request, self.now_ms())
+        self.apply(effects)
+        return response
+
+    def classic_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+        assert self.classic is not None
+        response, effects = self.classic.heartbeat(request, self.now_ms())
+        self.apply(effects)
+        return response
+
+    def leave_group(self, request: LeaveGroupRequest) -> LeaveGroupResponse:
+        assert self.classic is not None
+        response, effects = self.classic.leave_group(request, self.now_ms())
+        self.apply(effects)
+        return response
+
     # -- engine effects, timers, topics -------------------------------------------------------
 
     def apply(self, effects: list[Effect]) -> None:
+        """The one place the effects of every engine call are handled."""
         for effect in effects:
             if isinstance(effect, TimerArmed):
                 self._timer_wake.set()
+            elif isinstance(effect, JoinCompleted):
+                held = self.held_joins.pop((effect.group_id, effect.member_id), None)
+                if held is not None:
+                    held.resolve(effect.response)
+            elif isinstance(effect, GroupHandedBack):
+                log.info("group %s: handed back to the broker (%s)", effect.group_id,
+                         effect.reason)
+                membership = self.memberships.pop(effect.group_id, None)
+                if membership is not None and self._nursery is not None:
+                    self._nursery.start_soon(membership.leave)
             elif isinstance(effect, GroupExpired):
                 log.info("group %s: expired after staying empty", effect.group_id)
                 membership = self.memberships.pop(effect.group_id, None)

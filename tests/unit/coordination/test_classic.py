@@ -1,0 +1,232 @@
+"""Classic members through the coordinator service and the router (``classic-translation``):
+which classic requests the engine takes, held JoinGroups, failed takeovers, offset commits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+import trio.testing
+
+from proxy.codec import messages
+from proxy.codec.header import encode_request_header
+from proxy.connection import FORWARD, LOCAL, RequestInfo
+from proxy.coordination import offsets
+from proxy.coordination.routing import CoordinatingRouter
+from proxy.metrics import RequestCounters
+from proxy.rewrite import DictAddressMap
+from proxy.router import parse_table
+from translation.classic.messages import ClassicProtocol, ClassicSubscription, JoinGroupRequest
+
+from .helpers import TOPIC, FakeMembership, coordinate, make_service
+
+MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE = 79, 27, 15
+ILLEGAL_GENERATION = 22
+
+
+def _join(member: str = "", *, rebalance_ms: int = 10_000, assignor: str = "range",
+          protocol_type: str = "consumer") -> JoinGroupRequest:
+    return JoinGroupRequest(
+        group_id="g", member_id=member, protocol_type=protocol_type,
+        protocols=[ClassicProtocol(assignor, ClassicSubscription(1, [TOPIC]))],
+        session_timeout_ms=10_000, rebalance_timeout_ms=rebalance_ms, api_version=5)
+
+
+def _wire(key: int, version: int, value: dict[str, Any]) -> RequestInfo:
+    payload = (encode_request_header(key, version, 3, "client-1")
+               + messages.encode_request(key, version, value))
+    return RequestInfo(key, version, 3, memoryview(payload))
+
+
+def _join_wire(member: str = "", protocol_type: str = "consumer",
+               assignor: str = "range") -> RequestInfo:
+    metadata = messages.encode_data("ConsumerProtocolSubscription", 1,
+                                    {"topics": [TOPIC], "owned_partitions": []})
+    return _wire(11, 5, {"group_id": "g", "session_timeout_ms": 10_000,
+                         "rebalance_timeout_ms": 10_000, "member_id": member,
+                         "group_instance_id": None, "protocol_type": protocol_type,
+                         "protocols": [{"name": assignor, "metadata": metadata}]})
+
+
+def _router(service: Any) -> CoordinatingRouter:
+    return CoordinatingRouter(DictAddressMap({}), RequestCounters("test"), parse_table(),
+                              service, 1)
+
+
+async def _member(service: Any) -> str:
+    """A classic member that joined with the id the engine gave it."""
+    first = await service.join_group(_join())
+    assert first.error_code == MEMBER_ID_REQUIRED
+    return str(first.member_id)
+
+
+async def test_held_join_is_answered_when_the_assignment_timer_fires(
+        autojump_clock: trio.testing.MockClock) -> None:
+    service = make_service(classic_translation=True)
+    coordinate(service, "g")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lambda task_status: service.run(watch_topics=False,
+                                                            task_status=task_status))
+        a = await _member(service)
+        first = await service.join_group(_join(a))
+        assert first.error_code == 0 and first.generation_id == 1 and first.leader == ""
+        b = await _member(service)
+        answers: list[Any] = []
+
+        async def join_b() -> None:
+            answers.append(await service.join_group(_join(b)))
+
+        start = trio.current_time()
+        nursery.start_soon(join_b)
+        await trio.sleep(0.01)
+        assert not answers and ("g", b) in service.held_joins  # the target is being batched
+        while not answers:
+            await trio.sleep(0.05)
+        # completed by the assignment timer (1 s interval), from the timer task's effects
+        assert 0.9 <= trio.current_time() - start <= 1.2
+        assert answers[0].error_code == 0 and answers[0].member_id == b
+        assert answers[0].generation_id == service.engine.groups["g"].members[b].member_epoch
+        assert not service.held_joins
+        nursery.cancel_scope.cancel()
+
+
+async def test_held_join_gives_up_at_the_rebalance_timeout(
+        autojump_clock: trio.testing.MockClock) -> None:
+    service = make_service(classic_translation=True)
+    coordinate(service, "g")
+    # no timer task: nothing completes the held join
+    a = await _member(service)
+    assert (await service.join_group(_join(a))).error_code == 0
+    b = await _member(service)
+    start = trio.current_time()
+    answer = await service.join_group(_join(b, rebalance_ms=4_000))
+    assert answer.error_code == REBALANCE_IN_PROGRESS and answer.member_id == b
+    assert 3.9 <= trio.current_time() - start <= 4.1
+    assert not service.held_joins
+
+
+async def test_a_second_join_answers_the_held_one_first(
+        autojump_clock: trio.testing.MockClock) -> None:
+    service = make_service(classic_translation=True)
+    coordinate(service, "g")
+    a = await _member(service)
+    assert (await service.join_group(_join(a))).error_code == 0
+    b = await _member(service)
+    answers: list[Any] = []
+
+    async def join_b() -> None:
+        answers.append(await service.join_group(_join(b)))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(join_b)
+        await trio.sleep(0.01)
+        nursery.start_soon(join_b)
+        await trio.sleep(0.01)
+        assert [r.error_code for r in answers] == [REBALANCE_IN_PROGRESS]
+        assert ("g", b) in service.held_joins  # the new request is the held one now
+        nursery.cancel_scope.cancel()
+
+
+async def test_failed_takeover_sends_the_next_joins_to_the_broker(
+        autojump_clock: trio.testing.MockClock) -> None:
+    service = make_service(classic_translation=True)
+    refused = FakeMembership("g", service.pool)
+    refused.failure = "the broker's group g has members connected straight to the broker"
+    service.memberships["g"] = refused
+    router = _router(service)
+    assert router.classify(_join_wire()) == LOCAL
+    answer = await service.join_group(_join())
+    assert answer.error_code == COORDINATOR_NOT_AVAILABLE
+    assert service.broker_group_active("g") and "g" not in service.engine.groups
+    assert router.classify(_join_wire()) == FORWARD  # the client retries: the broker's group
+    await trio.sleep(10.1)
+    assert not service.broker_group_active("g")
+    assert router.classify(_join_wire()) == LOCAL  # tried again once the memory is gone
+
+
+async def test_which_classic_requests_the_engine_takes() -> None:
+    off = _router(make_service(classic_translation=False))
+    assert off.classify(_join_wire()) == FORWARD
+    service = make_service(classic_translation=True)
+    router = _router(service)
+    assert router.classify(_join_wire()) == LOCAL
+    assert router.classify(_join_wire(protocol_type="connect")) == FORWARD
+    assert router.classify(_join_wire(assignor="stream")) == FORWARD
+    # a member id the engine never handed out: a member of the broker's own group
+    assert router.classify(_join_wire("broker-member-1")) == FORWARD
+    heartbeat = {"group_id": "g", "generation_id": 1, "member_id": "m",
+                 "group_instance_id": None}
+    assert router.classify(_wire(12, 3, heartbeat)) == FORWARD  # not the engine's group
+    coordinate(service, "g")
+    assert router.classify(_wire(12, 3, heartbeat)) == LOCAL
+    assert router.classify(_join_wire("broker-member-1")) == LOCAL
+    sync = {"group_id": "g", "generation_id": 1, "member_id": "m", "group_instance_id": None,
+            "assignments": []}
+    assert router.classify(_wire(14, 3, sync)) == LOCAL
+    leave = {"group_id": "g", "members": [{"member_id": "m", "group_instance_id": None}]}
+    assert router.classify(_wire(13, 3, leave)) == LOCAL
+
+
+async def test_router_answers_classic_requests_on_the_wire() -> None:
+    service = make_service(classic_translation=True)
+    coordinate(service, "g")
+    router = _router(service)
+
+    async def ask(request: RequestInfo) -> dict[str, Any]:
+        assert router.classify(request) == LOCAL
+        answer = router.answer(request)
+        assert not isinstance(answer, bytes | bytearray | memoryview)
+        frame = await answer
+        header = 4 if messages.response_header_version(request.api_key,
+                                                       request.api_version) == 0 else 5
+        value, _ = messages.decode_response(request.api_key, request.api_version,
+                                            memoryview(frame), header)
+        return value
+
+    first = await ask(_join_wire())
+    assert first["error_code"] == MEMBER_ID_REQUIRED
+    member = first["member_id"]
+    joined = await ask(_join_wire(member))
+    assert joined["error_code"] == 0 and joined["leader"] == "" and joined["members"] == []
+    synced = await ask(_wire(14, 3, {"group_id": "g", "generation_id": joined["generation_id"],
+                                     "member_id": member, "group_instance_id": None,
+                                     "assignments": []}))
+    assert synced["error_code"] == 0
+    _, assignment = messages.decode_data("ConsumerProtocolAssignment",
+                                         memoryview(synced["assignment"]))
+    assert [(t["topic"], sorted(t["partitions"])) for t in assignment["assigned_partitions"]] \
+        == [(TOPIC, [0, 1, 2, 3])]
+    beat = await ask(_wire(12, 3, {"group_id": "g", "generation_id": joined["generation_id"],
+                                   "member_id": member, "group_instance_id": None}))
+    assert beat["error_code"] == 0
+    left = await ask(_wire(13, 3, {"group_id": "g", "members": [
+        {"member_id": member, "group_instance_id": None}]}))
+    assert left["error_code"] == 0 and left["members"][0]["error_code"] == 0
+    assert not service.engine.groups["g"].members
+
+
+async def test_classic_commit_is_checked_against_the_member_epoch() -> None:
+    service = make_service(classic_translation=True)
+    membership = coordinate(service, "g")
+    first = await service.join_group(_join())
+    member = first.member_id
+    joined = await service.join_group(_join(member))
+    commit = {"group_id": "g", "member_id": member, "group_instance_id": None,
+              "generation_id_or_member_epoch": joined.generation_id + 1,
+              "topics": [{"name": TOPIC, "partitions": [
+                  {"partition_index": 0, "committed_offset": 5, "committed_metadata": ""}]}]}
+    stale = await offsets.offset_commit(service, 7, commit)
+    assert stale["topics"][0]["partitions"][0]["error_code"] == ILLEGAL_GENERATION
+    sent: list[dict[str, Any]] = []
+
+    def broker(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
+        sent.append(value)
+        return offsets.commit_error(value, 0)
+
+    service.pool.fake.answer = broker  # type: ignore[attr-defined]
+    ok = await offsets.offset_commit(
+        service, 7, dict(commit, generation_id_or_member_epoch=joined.generation_id))
+    assert ok["topics"][0]["partitions"][0]["error_code"] == 0
+    # written under the proxy's own membership in the broker's group
+    assert sent[0]["member_id"] == membership.member_id
+    assert sent[0]["generation_id_or_member_epoch"] == membership.generation
