@@ -1,0 +1,6 @@
+"""The rebalance benchmark: real consumer groups on a target, one scenario at a time.
+
+``targets`` (what members connect to), ``members`` (member and producer processes),
+``scenarios`` (one run: group, event, timeline), ``timeline`` (ownership replay and the
+metrics, pure), ``report`` (table and pictures). ``groupgate bench rebalance`` drives them.
+"""
