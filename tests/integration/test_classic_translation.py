@@ -22,11 +22,7 @@ JSON lines, like the members of ``test_new_protocol.py``.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -40,6 +36,7 @@ from tests.integration.test_new_protocol import (
     PROXY_FLAGS,
     ConfluentMember,
     Member,
+    ProcessMember,
     coordinator_of,
     owned_exactly_once,
     wait_until,
@@ -92,39 +89,14 @@ emit(name="closed")
 """
 
 
-class KafkaPythonMember(Member):
+class KafkaPythonMember(ProcessMember):
     """A kafka-python consumer (classic protocol) in a child process."""
 
     def __init__(self, bootstrap: str, topics: list[str], group: str, assignor: str) -> None:
         super().__init__()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", KAFKA_PYTHON_MEMBER, bootstrap, group, json.dumps(topics),
-             assignor, str(SESSION_MS), str(HEARTBEAT_MS)],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            start_new_session=True)
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+        self._spawn([sys.executable, "-c", KAFKA_PYTHON_MEMBER, bootstrap, group,
+                     json.dumps(topics), assignor, str(SESSION_MS), str(HEARTBEAT_MS)])
 
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            try:
-                self.on_event(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-
-    def kill(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self._reader.join(5)
 
 
 @pytest.fixture

@@ -171,22 +171,12 @@ class Member:
         raise NotImplementedError
 
 
-class ConfluentMember(Member):
-    def __init__(self, bootstrap: str, topics: list[str], group: str, *,
-                 assignor: str | None = None, protocol: str = "consumer") -> None:
-        super().__init__()
-        config: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": group,
-                                  "auto.offset.reset": "earliest",
-                                  "enable.auto.commit": False, "group.protocol": protocol}
-        if assignor:
-            config["group.remote.assignor"] = assignor
-        if protocol == "classic":
-            config["session.timeout.ms"] = SESSION_MS
-            config["heartbeat.interval.ms"] = HEARTBEAT_MS
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", CONFLUENT_MEMBER, json.dumps(config), json.dumps(topics)],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            start_new_session=True)
+class ProcessMember(Member):
+    """A member running a client script in a child process that prints JSON events."""
+
+    def _spawn(self, argv: list[str]) -> None:
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True, start_new_session=True)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -210,6 +200,23 @@ class ConfluentMember(Member):
             except subprocess.TimeoutExpired:
                 self.kill()
         self._reader.join(5)
+
+
+class ConfluentMember(ProcessMember):
+    def __init__(self, bootstrap: str, topics: list[str], group: str, *,
+                 assignor: str | None = None, protocol: str = "consumer") -> None:
+        super().__init__()
+        config: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": group,
+                                  "auto.offset.reset": "earliest",
+                                  "enable.auto.commit": False, "group.protocol": protocol}
+        if assignor:
+            config["group.remote.assignor"] = assignor
+        if protocol == "classic":
+            config["session.timeout.ms"] = SESSION_MS
+            config["heartbeat.interval.ms"] = HEARTBEAT_MS
+        self._spawn([sys.executable, "-c", CONFLUENT_MEMBER, json.dumps(config),
+                     json.dumps(topics)])
+
 
 
 class JavaMember(Member):
