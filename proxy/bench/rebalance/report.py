@@ -126,11 +126,11 @@ def plot_run(run: dict[str, Any], machine: dict[str, Any], versions: dict[str, A
         f"{run['downtime_partition_s']:.1f} partition-s, {run['members_disturbed']} disturbed",
         fontsize=9,
     )
-    ax.legend(
+    fig.legend(
         handles=[Patch(color=(0.15, 0.45, 0.15), label="consuming (darker: more partitions)"),
                  Patch(color="#d62728", label="in a rebalance callback"),
                  Patch(color="#d9d9d9", label="member, owns nothing")],
-        loc="upper right", fontsize=7, framealpha=0.9,
+        loc="lower right", ncol=3, fontsize=7, frameon=False,
     )
     series = timeline.unserved_series(events, run["partitions"], start, end)
     xs = [t for t, _ in series]
@@ -144,7 +144,7 @@ def plot_run(run: dict[str, Any], machine: dict[str, Any], versions: dict[str, A
     footer = (f"{describe_machine(machine)}; "
               + ", ".join(f"{k} {v}" for k, v in versions.items()))
     fig.text(0.01, 0.005, footer, fontsize=6, color="#555555")
-    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
