@@ -256,6 +256,22 @@ class GroupCoordinator:
         for listener in self.listeners:
             listener.target_updated(group, now_ms, effects)
 
+    def apply_member_changes(self, group: ConsumerGroup, reasons: list[str], now_ms: int,
+                             effects: list[Effect]) -> None:
+        """After a member's join or subscription update (either protocol): refresh the
+        subscribed topic metadata if anything changed, re-pick the preferred assignor, bump the
+        group epoch once for all ``reasons``, and recompute the target if it is behind."""
+        if reasons and group.refresh_subscription_metadata(self.image):
+            reasons.append("subscribed topic metadata changed")
+        preferred = group.compute_preferred_assignor(self.assignor_names)
+        if preferred != group.preferred_assignor:
+            group.preferred_assignor = preferred
+            reasons.append("preferred assignor changed")
+        if reasons:
+            self.bump_group_epoch(group, "; ".join(reasons), effects)
+        if group.group_epoch > group.target.epoch:
+            self.maybe_compute_target_assignment(group, now_ms, effects)
+
     def compute_target_assignment(self, group: ConsumerGroup, effects: list[Effect]) -> None:
         name = group.preferred_assignor
         assignor = self.assignors[name]

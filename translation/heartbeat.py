@@ -328,18 +328,8 @@ def handle_regular(
         group.update_subscription(member, names, regex, engine.image)
         reasons.append("subscription changed")
 
-    if reasons and group.refresh_subscription_metadata(engine.image):
-        reasons.append("subscribed topic metadata changed")
-    preferred = group.compute_preferred_assignor(engine.assignor_names)
-    if preferred != group.preferred_assignor:
-        group.preferred_assignor = preferred
-        reasons.append("preferred assignor changed")
-    if reasons:
-        engine.bump_group_epoch(group, "; ".join(reasons), effects)
-
-    # 3. Target assignment, then reconciliation of this member.
-    if group.group_epoch > group.target.epoch:
-        engine.maybe_compute_target_assignment(group, now_ms, effects)
+    # 3. Group epoch, target assignment, then reconciliation of this member.
+    engine.apply_member_changes(group, reasons, now_ms, effects)
     old_assigned = member.assigned if not is_new and replaced is None else {}
     engine.reconcile_member(group, member, owned, now_ms, effects)
     engine.schedule_session_timeout(group, member, now_ms, effects)

@@ -264,18 +264,9 @@ class ClassicGroupCoordinator:
         if topics != member.subscribed_topic_names or member.subscribed_topic_regex is not None:
             group.update_subscription(member, topics, None, engine.image)
             reasons.append("subscription changed")
-        if reasons and group.refresh_subscription_metadata(engine.image):
-            reasons.append("subscribed topic metadata changed")
-        preferred = group.compute_preferred_assignor(engine.assignor_names)
-        if preferred != group.preferred_assignor:
-            group.preferred_assignor = preferred
-            reasons.append("preferred assignor changed")
-        if reasons:
-            engine.bump_group_epoch(group, "; ".join(reasons), effects)
 
-        # 3. Target, then either hold the join or reconcile and answer.
-        if group.group_epoch > group.target.epoch:
-            engine.maybe_compute_target_assignment(group, now_ms, effects)
+        # 3. Group epoch and target, then either hold the join or reconcile and answer.
+        engine.apply_member_changes(group, reasons, now_ms, effects)
         engine.cancel_timer(TimerKey(TimerKind.CLASSIC_JOIN, group_id, member_id), effects)
         engine.cancel_timer(TimerKey(TimerKind.CLASSIC_SYNC, group_id, member_id), effects)
         engine.schedule_session_timeout(group, member, now_ms, effects)
