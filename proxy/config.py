@@ -63,6 +63,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError("must be 0 or more")
+    return value
+
+
 def _optional_int(text: str) -> int | None:
     return None if text.strip() in ("", "auto") else int(text)
 
@@ -140,6 +147,15 @@ SETTINGS: tuple[Setting, ...] = (
             "groups with new-protocol members. Joins the proxy cannot serve faithfully (Kafka "
             "Connect, custom assignors, groups with members connected straight to the broker) "
             "still go to the broker. Needs coordinate-groups."),
+    Setting("classic-quiet-advance", _bool, "on",
+            "A classic member whose partitions a group change leaves alone is moved to the new "
+            "group epoch without being asked to rejoin (Kafka asks every classic member to "
+            "rejoin, and eager clients then stop all their partitions). off: Kafka's behaviour."),
+    Setting("classic-sync-hold-ms", _non_negative_int, "3000",
+            "How long the SyncGroup of a classic member waiting for partitions other members "
+            "still own may be held, so it gets them the moment they are released (bounded by "
+            "its rebalance timeout and half its session timeout). 0: answer at once with what "
+            "is free (Kafka's behaviour)."),
     Setting("group-session-timeout-ms", _positive_int, "45000",
             "Session timeout of new-protocol members (Kafka's group.consumer.session.timeout.ms)."),
     Setting("group-heartbeat-interval-ms", _positive_int, "5000",
@@ -169,6 +185,8 @@ class ProxyConfig:
     log_level: str = "INFO"
     coordinate_groups: bool = True
     classic_translation: bool = True
+    classic_quiet_advance: bool = True
+    classic_sync_hold_ms: int = 3_000
     group_session_timeout_ms: int = 45_000
     group_heartbeat_interval_ms: int = 5_000
     group_empty_expiry_ms: int = 600_000

@@ -83,6 +83,21 @@ class GroupConfig:
     defer_classic_join: bool = True
     """Hold a classic JoinGroup while the group's target assignment waits for the assignment
     interval, and complete it once the target is computed (one rebalance loop instead of two)."""
+    quiet_classic_advance: bool = True
+    """When the group epoch moves but a classic member's target is exactly what it has, advance
+    it to the new epoch without asking it to rejoin (an eager client would revoke everything
+    just to get the same partitions back). Its generation stays the one it was given; its
+    commits at that generation stay valid under the relaxed commit rule, so this applies only
+    with ``offset_commit_rule`` RELAXED. False follows Kafka: every classic member below the
+    target epoch is sent REBALANCE_IN_PROGRESS."""
+    classic_sync_hold_ms: int = 3_000
+    """Hold the SyncGroup of a classic member whose target contains partitions other members
+    still hold, and answer it as soon as they are released, so they move in one step instead
+    of waiting for the member's next heartbeat and another JoinGroup/SyncGroup round. The hold
+    lasts at most this long (3 s: the Java client's default heartbeat interval, within which a
+    revoking classic member hears that it must revoke), its rebalance timeout, and half its
+    session timeout; then the member gets what is free and collects the rest later. 0: never
+    hold (Kafka's behaviour)."""
 
     def __post_init__(self) -> None:
         if not self.assignors:

@@ -126,6 +126,14 @@ class EngineListener(Protocol):
     ) -> None:
         """``member`` left or was fenced; it is already out of ``group``."""
 
+    def group_changed(self, group: ConsumerGroup, now_ms: int, effects: list[Effect]) -> None:
+        """A heartbeat or a timer of ``group`` was handled (partitions may have been released)."""
+
+    def timer_fired(
+        self, group: ConsumerGroup, key: TimerKey, now_ms: int, effects: list[Effect]
+    ) -> None:
+        """A timer of a kind the engine does not handle itself went off."""
+
 
 class GroupCoordinator:
     """All KIP-848 groups of one engine instance. Not thread-safe; drive it from one task."""
@@ -157,6 +165,7 @@ class GroupCoordinator:
                 ConsumerGroupHeartbeatResponse(error_code=int(err.code), error_message=err.message),
                 effects,
             )
+        self._group_changed(request.group_id, now_ms, effects)
         return response, effects
 
     def tick(self, now_ms: int) -> list[Effect]:
@@ -164,6 +173,7 @@ class GroupCoordinator:
         effects: list[Effect] = []
         for key, payload in self.timers.pop_due(now_ms):
             self._on_timer(key, payload, now_ms, effects)
+            self._group_changed(key.group_id, now_ms, effects)
         return effects
 
     def fire(self, key: TimerKey, now_ms: int) -> list[Effect]:
@@ -172,6 +182,7 @@ class GroupCoordinator:
         due, payload = self.timers.take_if_due(key, now_ms)
         if due:
             self._on_timer(key, payload, now_ms, effects)
+            self._group_changed(key.group_id, now_ms, effects)
         return effects
 
     def next_deadline(self) -> int | None:
@@ -355,6 +366,12 @@ class GroupCoordinator:
         for listener in self.listeners:
             listener.member_removed(group, member, reason, now_ms, effects)
 
+    def _group_changed(self, group_id: str, now_ms: int, effects: list[Effect]) -> None:
+        group = self.groups.get(group_id)
+        if group is not None:
+            for listener in self.listeners:
+                listener.group_changed(group, now_ms, effects)
+
     # ------------------------------------------------------------------ timers
 
     def _on_timer(self, key: TimerKey, payload: int, now_ms: int, effects: list[Effect]) -> None:
@@ -386,3 +403,6 @@ class GroupCoordinator:
         elif key.kind is TimerKind.CLASSIC_SYNC:
             self.remove_member(group, member, "classic sync timeout", now_ms, effects)
             effects.append(MemberFenced(group.group_id, member.member_id, "sync-timeout"))
+        else:
+            for listener in self.listeners:
+                listener.timer_fired(group, key, now_ms, effects)

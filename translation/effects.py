@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from translation.timers import TimerKey
 
 if TYPE_CHECKING:
-    from translation.classic.messages import JoinGroupResponse
+    from translation.classic.messages import JoinGroupResponse, SyncGroupResponse
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +116,17 @@ class JoinCompleted:
 
 
 @dataclass(frozen=True, slots=True)
+class SyncCompleted:
+    """A classic SyncGroup the engine answered with "pending" (held until the partitions the
+    member waits for are released) is complete: send ``response`` to the client whose
+    SyncGroup (``group_id``, ``member_id``) the proxy is holding."""
+
+    group_id: str
+    member_id: str
+    response: SyncGroupResponse
+
+
+@dataclass(frozen=True, slots=True)
 class GroupHandedBack:
     """The engine gave the group up (downgrade): only classic members were left and the
     migration policy lets the broker's classic coordinator take it back. The proxy stops
@@ -142,5 +153,6 @@ Effect = (
     | GroupEmptied
     | GroupExpired
     | JoinCompleted
+    | SyncCompleted
     | GroupHandedBack
 )

@@ -32,6 +32,8 @@ class TimerKind(enum.Enum):
     """A classic member told to rejoin did not send JoinGroup within its rebalance timeout."""
     CLASSIC_SYNC = "classic-sync"
     """A classic member did not send SyncGroup within its rebalance timeout after joining."""
+    CLASSIC_SYNC_HOLD = "classic-sync-hold"
+    """A held SyncGroup waited as long as it may: answer it with what the member has."""
 
 
 class TimerKey(NamedTuple):

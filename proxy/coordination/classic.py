@@ -6,8 +6,9 @@ see :meth:`~proxy.coordination.service.CoordinatorService.takes_join`). Each fun
 decoded wire value onto the engine's classic dataclasses with :mod:`proxy.classic_bridge`,
 calls the service (which runs the engine's
 :class:`~translation.classic.coordinator.ClassicGroupCoordinator` and handles its effects) and
-maps the answer back to a response value at the client's version. Only JoinGroup may wait:
-for the takeover of the broker's group, a topic metadata refresh, or a held (deferred) join.
+maps the answer back to a response value at the client's version. JoinGroup may wait for the
+takeover of the broker's group, a topic metadata refresh, or a held (deferred) join; SyncGroup
+for the release of the partitions its member waits for (a held sync).
 
 :func:`failure` gives the UNKNOWN_SERVER_ERROR response of each API for a handler that failed.
 """
@@ -60,7 +61,7 @@ async def answer(service: CoordinatorService, key: int, version: int, client_id:
         return bridge.join_group_response(response, version)
     if key == SYNC_GROUP:
         return bridge.sync_group_response(
-            service.sync_group(bridge.sync_group_request(value, version)), version)
+            await service.sync_group(bridge.sync_group_request(value, version)), version)
     if key == HEARTBEAT:
         return bridge.heartbeat_response(
             service.classic_heartbeat(bridge.heartbeat_request(value, version)), version)

@@ -28,18 +28,22 @@ network:
   forwarded, :meth:`CoordinatorService.broker_group_active`) and the join is answered with the
   retriable COORDINATOR_NOT_AVAILABLE, so the client retries and reaches the broker. A
   JoinGroup the engine holds (deferred join: the group's target is being batched) waits on a
-  :class:`HeldJoin` keyed by (group, member), resolved from the ``JoinCompleted`` effect of
-  whatever engine call completes it, and bounded by the client's rebalance timeout;
+  :class:`Held` keyed by (group, member), resolved from the ``JoinCompleted`` effect of
+  whatever engine call completes it, and bounded by the client's rebalance timeout. A held
+  SyncGroup (the member waits for partitions others still own) waits the same way for its
+  ``SyncCompleted``; the engine's own hold timer answers it first;
 * effects: every engine call's effects go through :meth:`CoordinatorService.apply`: timers
-  wake the timer task, ``JoinCompleted`` resolves held joins, a group that expired (empty past
-  ``group-empty-expiry-ms``) or was handed back to the broker leaves the broker's group; at
-  shutdown every broker group is left so that direct clients can take over.
+  wake the timer task, ``JoinCompleted`` / ``SyncCompleted`` resolve held requests, a group
+  that expired (empty past ``group-empty-expiry-ms``) or was handed back to the broker leaves
+  the broker's group; at shutdown every broker group is left so that direct clients can take
+  over.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from typing import Generic, TypeVar
 
 import trio
 
@@ -72,6 +76,7 @@ from translation.effects import (
     MemberFenced,
     MemberJoined,
     MemberLeft,
+    SyncCompleted,
     TargetAssignmentComputed,
     TargetAssignmentFailed,
     TimerArmed,
@@ -93,24 +98,36 @@ BROKER_ACTIVE_SECONDS = 10.0
 """How long a group whose takeover failed (the broker's group has direct members) counts as
 active at the broker: its classic JoinGroups are forwarded meanwhile, then the next new one
 tries the takeover again."""
+SYNC_HOLD_SLACK = 5.0
+"""Seconds a held SyncGroup may wait beyond ``classic-sync-hold-ms`` before the proxy answers
+it itself (the engine's own hold timer normally answers it at ``classic-sync-hold-ms``)."""
 ISSUED_ID_SECONDS = 60.0
 """How long a member id the engine handed out with MEMBER_ID_REQUIRED routes the member's
 next JoinGroup to the engine while the group has no members yet."""
 
 
-class HeldJoin:
-    """A JoinGroup the engine answered with "pending": resolved by its ``JoinCompleted``."""
+R = TypeVar("R", JoinGroupResponse, SyncGroupResponse)
+
+
+class Held(Generic[R]):
+    """A classic request the engine answered with "pending" (a held JoinGroup or SyncGroup),
+    resolved by its ``JoinCompleted`` / ``SyncCompleted`` effect."""
 
     __slots__ = ("done", "response")
 
     def __init__(self) -> None:
         self.done = trio.Event()
-        self.response: JoinGroupResponse | None = None
+        self.response: R | None = None
 
-    def resolve(self, response: JoinGroupResponse) -> None:
+    def resolve(self, response: R) -> None:
         if not self.done.is_set():
             self.response = response
             self.done.set()
+
+    async def wait(self, timeout_s: float) -> R | None:
+        with trio.move_on_after(max(timeout_s, 0.0)):
+            await self.done.wait()
+        return self.response
 
 
 def group_config(config: ProxyConfig) -> GroupConfig:
@@ -119,6 +136,8 @@ def group_config(config: ProxyConfig) -> GroupConfig:
         session_timeout_ms=config.group_session_timeout_ms,
         heartbeat_interval_ms=config.group_heartbeat_interval_ms,
         empty_group_expiry_ms=config.group_empty_expiry_ms,
+        quiet_classic_advance=config.classic_quiet_advance,
+        classic_sync_hold_ms=config.classic_sync_hold_ms,
     )
 
 
@@ -142,7 +161,8 @@ class CoordinatorService:
         self.classic: ClassicGroupCoordinator | None = (
             ClassicGroupCoordinator(self.engine) if config.classic_translation else None)
         """The engine's classic-member translation (None: classic requests are forwarded)."""
-        self.held_joins: dict[tuple[str, str], HeldJoin] = {}
+        self.held_joins: dict[tuple[str, str], Held[JoinGroupResponse]] = {}
+        self.held_syncs: dict[tuple[str, str], Held[SyncGroupResponse]] = {}
         self._broker_active: dict[str, float] = {}
         self._issued_ids: dict[tuple[str, str], float] = {}
         self._timer_wake = trio.Event()
@@ -348,23 +368,22 @@ class CoordinatorService:
                 self._remember_issued(group_id, response.member_id)
             return response
         member_id = self._held_member_id(request, before)
-        held = HeldJoin()
+        held: Held[JoinGroupResponse] = Held()
         key = (group_id, member_id)
         self.held_joins[key] = held
         timeout_ms = (request.rebalance_timeout_ms if request.rebalance_timeout_ms > 0
                       else request.session_timeout_ms)
         try:
-            with trio.move_on_after(max(timeout_ms, 0) / 1000):
-                await held.done.wait()
+            answer = await held.wait(timeout_ms / 1000)
         finally:  # answered, timed out, or the client went away
             if self.held_joins.get(key) is held:
                 del self.held_joins[key]
-        if held.response is None:
+        if answer is None:
             return JoinGroupResponse(
                 error_code=int(ErrorCode.REBALANCE_IN_PROGRESS), member_id=member_id,
                 error_message="the group's assignment was not ready within the rebalance "
                               "timeout; rejoin")
-        return held.response
+        return answer
 
     def _held_member_id(self, request: JoinGroupRequest, before: set[str]) -> str:
         """The member id the engine holds ``request`` under."""
@@ -379,11 +398,27 @@ class CoordinatorService:
         added = self.classic.pending.get(request.group_id, set()) - before
         return next(iter(added))
 
-    def sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse:
+    async def sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse:
+        """A classic SyncGroup; waits while the engine holds it (the member waits for
+        partitions that other members still own)."""
         assert self.classic is not None
         response, effects = self.classic.sync_group(request, self.now_ms())
         self.apply(effects)
-        return response
+        if response is not None:
+            return response
+        held: Held[SyncGroupResponse] = Held()
+        key = (request.group_id, request.member_id)
+        self.held_syncs[key] = held
+        try:  # the engine's hold timer answers first; this bound only guards against a leak
+            answer = await held.wait(self.config.classic_sync_hold_ms / 1000 + SYNC_HOLD_SLACK)
+        finally:
+            if self.held_syncs.get(key) is held:
+                del self.held_syncs[key]
+        if answer is None:
+            return SyncGroupResponse(
+                error_code=int(ErrorCode.REBALANCE_IN_PROGRESS),
+                error_message="the held SyncGroup was not answered in time; rejoin")
+        return answer
 
     def classic_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
         assert self.classic is not None
@@ -405,9 +440,13 @@ class CoordinatorService:
             if isinstance(effect, TimerArmed):
                 self._timer_wake.set()
             elif isinstance(effect, JoinCompleted):
-                held = self.held_joins.pop((effect.group_id, effect.member_id), None)
-                if held is not None:
-                    held.resolve(effect.response)
+                held_join = self.held_joins.pop((effect.group_id, effect.member_id), None)
+                if held_join is not None:
+                    held_join.resolve(effect.response)
+            elif isinstance(effect, SyncCompleted):
+                held_sync = self.held_syncs.pop((effect.group_id, effect.member_id), None)
+                if held_sync is not None:
+                    held_sync.resolve(effect.response)
             elif isinstance(effect, GroupHandedBack):
                 log.info("group %s: handed back to the broker (%s)", effect.group_id,
                          effect.reason)

@@ -34,11 +34,20 @@ JoinGroup
 
 SyncGroup
     unknown member or a member using the new protocol: UNKNOWN_MEMBER_ID; instance id of
-    another member: FENCED_INSTANCE_ID; generation != member epoch: ILLEGAL_GENERATION;
+    another member: FENCED_INSTANCE_ID; generation != the one it was given: ILLEGAL_GENERATION;
     protocol type/name other than the join's: INCONSISTENT_GROUP_PROTOCOL; the target ahead of
     the member and the member not revoking: REBALANCE_IN_PROGRESS. Otherwise the member's
     assigned partitions (never those pending revocation), at the version of its subscription,
     without userData; the member is Stable.
+
+    **Held sync.** A member whose target holds partitions other members still own
+    (UNRELEASED_PARTITIONS) does not get a partial assignment at once: its SyncGroup is held
+    (``None``, the proxy keeps the request) and answered, through a
+    :class:`~translation.effects.SyncCompleted` effect, by whichever request or timer releases
+    the last of them, or with what is free when ``GroupConfig.classic_sync_hold_ms`` (bounded by
+    its rebalance timeout and half its session timeout) runs out. A joining member thus gets
+    its partitions the moment their previous owners let go, instead of on its next heartbeat
+    and a second JoinGroup/SyncGroup round.
 
 Heartbeat
     same validation, re-arms the session timer; REBALANCE_IN_PROGRESS when the member epoch is
@@ -51,12 +60,23 @@ LeaveGroup
     per member (v3+ batches): unknown or new-protocol member: UNKNOWN_MEMBER_ID; instance id
     mapped to another member: FENCED_INSTANCE_ID; else the member is removed (group epoch bump).
 
+**Quiet advance** (``GroupConfig.quiet_classic_advance``, relaxed commit rule only). Kafka asks
+every classic member below the group epoch to rejoin, so an eager client revokes everything on
+every membership change just to get the same partitions back. Here a STABLE member whose
+filtered target is exactly its assignment is moved to the target epoch in place when it next
+heartbeats or syncs: no REBALANCE_IN_PROGRESS, and it keeps the generation it was given
+(``ClassicMemberMetadata.generation``), which Heartbeat and SyncGroup check. Its partitions keep
+their assignment epochs, so its commits at that generation pass the relaxed rule
+(assignment epoch <= commit epoch <= member epoch). Only members that lose or gain something
+are disturbed.
+
 Eager clients report no owned partitions in JoinGroup, so their revocation completes at once;
 cooperative clients report what they own and pass through UNREVOKED_PARTITIONS (a JoinGroup at
 the old epoch, a SyncGroup without the revoked partitions, a new JoinGroup once revoked). There
 is no special case for either.
 
-Where this differs from Kafka, on purpose: classic Heartbeat and SyncGroup compute a pending
+Where this differs from Kafka, on purpose: quiet advance and held syncs (above; both can be
+switched off); classic Heartbeat and SyncGroup compute a pending
 target (Kafka 4.3 does it in the background), so an all-classic group converges after a
 leave; a rejoining member's own protocols do not count against it in the protocol check;
 LeaveGroup bumps the group epoch once per member (Kafka once per request).
@@ -67,6 +87,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from translation import heartbeat as hb
+from translation.config import OffsetCommitRule
 from translation.coordinator import GroupCoordinator
 from translation.effects import (
     Effect,
@@ -76,6 +97,7 @@ from translation.effects import (
     MemberJoined,
     MemberLeft,
     MemberReplaced,
+    SyncCompleted,
     TimerArmed,
 )
 from translation.errors import ErrorCode, GroupError
@@ -112,6 +134,8 @@ class ClassicGroupCoordinator:
         self.engine = engine
         self.pending: dict[str, set[str]] = {}
         """group id -> members whose JoinGroup is held."""
+        self.held_syncs: dict[str, set[str]] = {}
+        """group id -> members whose SyncGroup is held."""
         engine.listeners.append(self)
 
     # ------------------------------------------------------------------ JoinGroup
@@ -132,6 +156,7 @@ class ClassicGroupCoordinator:
                 ),
                 effects,
             )
+        self._after(request.group_id, now_ms, effects)
         return response, effects
 
     def _join(
@@ -228,6 +253,7 @@ class ClassicGroupCoordinator:
         # first (REBALANCE_IN_PROGRESS), so a member never has two held joins.
         if not is_new and replaced is None and group is not None:
             self._drop_pending(group, member, ErrorCode.REBALANCE_IN_PROGRESS, effects)
+            self._drop_held_sync(group, member, ErrorCode.REBALANCE_IN_PROGRESS, effects)
         if group is None:
             group = engine.new_group(group_id)
             engine.groups[group_id] = group
@@ -319,6 +345,7 @@ class ClassicGroupCoordinator:
     ) -> None:
         engine = self.engine
         self._drop_pending(group, old, ErrorCode.FENCED_INSTANCE_ID, effects)
+        self._drop_held_sync(group, old, ErrorCode.FENCED_INSTANCE_ID, effects)
         target = group.target.members.get(old.member_id)
         engine.cancel_member_timers(group.group_id, old.member_id, effects)
         group.remove_member(old.member_id)
@@ -343,6 +370,7 @@ class ClassicGroupCoordinator:
         assert meta is not None
         self._reconcile(group, member, _owned_ids(owned, engine.image), now_ms, effects)
         meta.state = ClassicMemberState.COMPLETING_REBALANCE
+        meta.generation = member.member_epoch
         engine.cancel_timer(
             TimerKey(TimerKind.CLASSIC_JOIN, group.group_id, member.member_id), effects
         )
@@ -404,17 +432,19 @@ class ClassicGroupCoordinator:
 
     def sync_group(
         self, request: SyncGroupRequest, now_ms: int
-    ) -> tuple[SyncGroupResponse, list[Effect]]:
+    ) -> tuple[SyncGroupResponse | None, list[Effect]]:
+        """Handle a SyncGroup; ``None`` means held (see the module docstring)."""
         effects: list[Effect] = []
         try:
             response = self._sync(request, now_ms, effects)
         except GroupError as err:
             return SyncGroupResponse(error_code=int(err.code), error_message=err.message), effects
+        self._after(request.group_id, now_ms, effects)
         return response, effects
 
     def _sync(
         self, request: SyncGroupRequest, now_ms: int, effects: list[Effect]
-    ) -> SyncGroupResponse:
+    ) -> SyncGroupResponse | None:
         engine = self.engine
         group, member = self._validate_member(
             request.group_id, request.member_id, request.group_instance_id
@@ -422,6 +452,9 @@ class ClassicGroupCoordinator:
         meta = member.classic
         assert meta is not None
         _check_generation(member, request.generation_id)
+        if meta.sync_held:
+            # The same member syncing twice: the earlier request is answered first.
+            self._drop_held_sync(group, member, ErrorCode.REBALANCE_IN_PROGRESS, effects)
         if request.protocol_type is not None and request.protocol_type != CONSUMER_PROTOCOL_TYPE:
             raise GroupError(
                 ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
@@ -434,6 +467,9 @@ class ClassicGroupCoordinator:
                 f"response ({meta.protocol_name}).",
             )
         self._maybe_compute_target(group, now_ms, effects)
+        if meta.pending_join is None:
+            self._advance_quietly(group, member)
+            self._pick_up_released(group, member)
         if meta.pending_join is not None or (
             group.target.epoch > member.member_epoch
             and member.state is not MemberState.UNREVOKED_PARTITIONS
@@ -448,13 +484,160 @@ class ClassicGroupCoordinator:
         engine.cancel_timer(
             TimerKey(TimerKind.CLASSIC_SYNC, group.group_id, member.member_id), effects
         )
-        engine.schedule_session_timeout(group, member, now_ms, effects)
+        if (
+            engine.config.classic_sync_hold_ms > 0
+            and member.state is MemberState.UNRELEASED_PARTITIONS
+            and self._waits_on_others(group, member)
+        ):
+            self._hold_sync(group, member, now_ms, effects)
+            return None
+        return self._sync_response(group, member, now_ms, effects)
+
+    def _sync_response(
+        self, group: ConsumerGroup, member: ConsumerGroupMember, now_ms: int, effects: list[Effect]
+    ) -> SyncGroupResponse:
+        meta = member.classic
+        assert meta is not None
+        self.engine.schedule_session_timeout(group, member, now_ms, effects)
         meta.state = ClassicMemberState.STABLE
         return SyncGroupResponse(
             protocol_type=CONSUMER_PROTOCOL_TYPE,
             protocol_name=meta.protocol_name,
             assignment=self.assignment_of(group, member),
         )
+
+    def _hold_sync(
+        self, group: ConsumerGroup, member: ConsumerGroupMember, now_ms: int, effects: list[Effect]
+    ) -> None:
+        """Keep the SyncGroup until the partitions the member waits for are released, for at
+        most ``classic_sync_hold_ms``, its rebalance timeout and half its session timeout. The
+        session timer is pushed past the hold: a client waiting for its SyncGroup may not
+        heartbeat."""
+        meta = member.classic
+        assert meta is not None
+        meta.sync_held = True
+        self.held_syncs.setdefault(group.group_id, set()).add(member.member_id)
+        hold = max(0, min(self.engine.config.classic_sync_hold_ms, member.rebalance_timeout_ms,
+                          meta.session_timeout_ms // 2))
+        key = TimerKey(TimerKind.CLASSIC_SYNC_HOLD, group.group_id, member.member_id)
+        self.engine.timers.schedule(key, now_ms + hold)
+        effects.append(TimerArmed(key, now_ms + hold))
+        self.engine.schedule_session_timeout(group, member, now_ms + hold, effects)
+
+    def _complete_held_sync(
+        self,
+        group: ConsumerGroup,
+        member: ConsumerGroupMember,
+        now_ms: int,
+        effects: list[Effect],
+        *,
+        expired: bool,
+    ) -> None:
+        """Answer a held SyncGroup once the member waits on nobody (or the hold expired)."""
+        meta = member.classic
+        assert meta is not None and meta.sync_held
+        self._pick_up_released(group, member)
+        if not expired and self._still_waiting(group, member):
+            return
+        self._unhold(group, member, effects)
+        response: SyncGroupResponse
+        if group.target.epoch > member.member_epoch:
+            self._ask_to_rejoin(group, member, now_ms, effects)
+            self.engine.schedule_session_timeout(group, member, now_ms, effects)
+            response = SyncGroupResponse(error_code=int(ErrorCode.REBALANCE_IN_PROGRESS))
+        else:
+            response = self._sync_response(group, member, now_ms, effects)
+        effects.append(SyncCompleted(group.group_id, member.member_id, response))
+
+    def _still_waiting(self, group: ConsumerGroup, member: ConsumerGroupMember) -> bool:
+        return (
+            group.target.epoch == member.member_epoch
+            and member.state is MemberState.UNRELEASED_PARTITIONS
+            and self._waits_on_others(group, member)
+        )
+
+    def _unhold(
+        self, group: ConsumerGroup, member: ConsumerGroupMember, effects: list[Effect]
+    ) -> None:
+        meta = member.classic
+        assert meta is not None
+        meta.sync_held = False
+        waiting = self.held_syncs.get(group.group_id)
+        if waiting is not None:
+            waiting.discard(member.member_id)
+            if not waiting:
+                del self.held_syncs[group.group_id]
+        self.engine.cancel_timer(
+            TimerKey(TimerKind.CLASSIC_SYNC_HOLD, group.group_id, member.member_id), effects
+        )
+
+    def _drop_held_sync(
+        self,
+        group: ConsumerGroup,
+        member: ConsumerGroupMember,
+        code: ErrorCode,
+        effects: list[Effect],
+    ) -> None:
+        meta = member.classic
+        if meta is None or not meta.sync_held:
+            return
+        self._unhold(group, member, effects)
+        effects.append(
+            SyncCompleted(group.group_id, member.member_id, SyncGroupResponse(error_code=int(code)))
+        )
+
+    def _release_held_syncs(self, group: ConsumerGroup, now_ms: int, effects: list[Effect]) -> None:
+        waiting = self.held_syncs.get(group.group_id)
+        if not waiting:
+            return
+        for member_id in sorted(waiting):
+            member = group.members.get(member_id)
+            if member is None or member.classic is None or not member.classic.sync_held:
+                waiting.discard(member_id)
+                continue
+            self._complete_held_sync(group, member, now_ms, effects, expired=False)
+        if not waiting:
+            self.held_syncs.pop(group.group_id, None)
+
+    def _after(self, group_id: str, now_ms: int, effects: list[Effect]) -> None:
+        """After any classic request: answer held SyncGroups whose partitions are free now."""
+        group = self.engine.groups.get(group_id)
+        if group is not None:
+            self._release_held_syncs(group, now_ms, effects)
+
+    def _pick_up_released(self, group: ConsumerGroup, member: ConsumerGroupMember) -> None:
+        """A member at the target epoch waiting for partitions takes those released since,
+        at the same epoch (nothing the client was told changes but its assignment)."""
+        if (
+            member.state is MemberState.UNRELEASED_PARTITIONS
+            and member.member_epoch == group.target.epoch
+        ):
+            target = self.filtered_target(group, member)
+            if reconcile(member, group.target.epoch, target, group.owners, None):
+                group.track(member)
+
+    def _advance_quietly(self, group: ConsumerGroup, member: ConsumerGroupMember) -> bool:
+        """Move a stable member whose target is exactly its assignment to the target epoch
+        without a rejoin (``GroupConfig.quiet_classic_advance``); its generation stays."""
+        config = self.engine.config
+        if (
+            not config.quiet_classic_advance
+            or config.offset_commit_rule is not OffsetCommitRule.RELAXED
+            or member.state is not MemberState.STABLE
+            or member.member_epoch >= group.target.epoch
+        ):
+            return False
+        target = self.filtered_target(group, member)
+        assigned = member.assigned
+        if sum(1 for ps in assigned.values() if ps) != sum(1 for ps in target.values() if ps):
+            return False
+        for topic_id, ps in target.items():
+            have = assigned.get(topic_id)
+            if len(ps) != (len(have) if have else 0) or (have and not ps.issuperset(have)):
+                return False
+        if reconcile(member, group.target.epoch, target, group.owners, None):
+            group.track(member)
+        return True
 
     def assignment_of(self, group: ConsumerGroup, member: ConsumerGroupMember) -> ClassicAssignment:
         """The member's assigned partitions (topic names), at its subscription's version."""
@@ -487,13 +670,17 @@ class ClassicGroupCoordinator:
         self.engine.schedule_session_timeout(group, member, now_ms, effects)
         meta = member.classic
         assert meta is not None
-        if meta.pending_join is not None:
+        if meta.pending_join is not None or meta.sync_held:
             return HeartbeatResponse(), effects
         self._maybe_compute_target(group, now_ms, effects)
+        self._advance_quietly(group, member)
         if self.must_rejoin(group, member):
             self._ask_to_rejoin(group, member, now_ms, effects)
-            return HeartbeatResponse(error_code=int(ErrorCode.REBALANCE_IN_PROGRESS)), effects
-        return HeartbeatResponse(), effects
+            response = HeartbeatResponse(error_code=int(ErrorCode.REBALANCE_IN_PROGRESS))
+        else:
+            response = HeartbeatResponse()
+        self._release_held_syncs(group, now_ms, effects)
+        return response, effects
 
     def must_rejoin(self, group: ConsumerGroup, member: ConsumerGroupMember) -> bool:
         """Whether the classic member has something to do that only a JoinGroup can carry."""
@@ -502,16 +689,20 @@ class ClassicGroupCoordinator:
         if member.state is MemberState.UNREVOKED_PARTITIONS:
             return True
         if member.state is MemberState.UNRELEASED_PARTITIONS:
-            owner = group.owners.owner
-            mid = member.member_id
-            for topic_id, ps in self.filtered_target(group, member).items():
-                have = member.assigned.get(topic_id, {})
-                for p in ps:
-                    if p not in have:
-                        holder = owner(topic_id, p)
-                        if holder is not None and holder != mid:
-                            return False
-            return True
+            return not self._waits_on_others(group, member)
+        return False
+
+    def _waits_on_others(self, group: ConsumerGroup, member: ConsumerGroupMember) -> bool:
+        """Whether a partition of the member's target is still held by another member."""
+        owner = group.owners.owner
+        mid = member.member_id
+        for topic_id, ps in self.filtered_target(group, member).items():
+            have = member.assigned.get(topic_id, {})
+            for p in ps:
+                if p not in have:
+                    holder = owner(topic_id, p)
+                    if holder is not None and holder != mid:
+                        return True
         return False
 
     # ------------------------------------------------------------------ LeaveGroup
@@ -547,6 +738,7 @@ class ClassicGroupCoordinator:
         top = 0
         if request.api_version < 3 and responses:
             top = responses[0].error_code
+        self._after(request.group_id, now_ms, effects)
         return LeaveGroupResponse(error_code=top, members=responses), effects
 
     def _leaving_member(
@@ -600,6 +792,7 @@ class ClassicGroupCoordinator:
         effects: list[Effect],
     ) -> None:
         self._drop_pending(group, member, ErrorCode.UNKNOWN_MEMBER_ID, effects)
+        self._drop_held_sync(group, member, ErrorCode.UNKNOWN_MEMBER_ID, effects)
         if member.protocol is MemberProtocol.CLASSIC or not group.members:
             return
         config = self.engine.config
@@ -609,6 +802,17 @@ class ClassicGroupCoordinator:
             return
         self.hand_back(group, f"last consumer-protocol member left ({reason})", effects)
 
+    def group_changed(self, group: ConsumerGroup, now_ms: int, effects: list[Effect]) -> None:
+        self._release_held_syncs(group, now_ms, effects)
+
+    def timer_fired(
+        self, group: ConsumerGroup, key: TimerKey, now_ms: int, effects: list[Effect]
+    ) -> None:
+        if key.kind is TimerKind.CLASSIC_SYNC_HOLD:
+            member = group.members.get(key.member_id)
+            if member is not None and member.classic is not None and member.classic.sync_held:
+                self._complete_held_sync(group, member, now_ms, effects, expired=True)
+
     def hand_back(self, group: ConsumerGroup, reason: str, effects: list[Effect]) -> None:
         """Give the group up to the broker (downgrade): forget it and say so."""
         engine = self.engine
@@ -616,6 +820,7 @@ class ClassicGroupCoordinator:
         left = []
         for member in list(group.members.values()):
             self._drop_pending(group, member, ErrorCode.UNKNOWN_MEMBER_ID, effects)
+            self._drop_held_sync(group, member, ErrorCode.UNKNOWN_MEMBER_ID, effects)
             engine.cancel_member_timers(group_id, member.member_id, effects)
             left.append((member.member_id, member.instance_id))
         engine.cancel_timer(TimerKey(TimerKind.ASSIGNMENT, group_id), effects)
@@ -705,11 +910,17 @@ class ClassicGroupCoordinator:
 
 
 def _check_generation(member: ConsumerGroupMember, generation_id: int) -> None:
-    if generation_id != member.member_epoch:
+    """The generation must be the one the client was given (the member epoch, unless the
+    member was advanced quietly since)."""
+    meta = member.classic
+    expected = meta.generation if meta is not None and meta.generation >= 0 else (
+        member.member_epoch
+    )
+    if generation_id != expected:
         raise GroupError(
             ErrorCode.ILLEGAL_GENERATION,
-            f"The request generation id {generation_id} is not equal to the member epoch "
-            f"{member.member_epoch} of member {member.member_id}.",
+            f"The request generation id {generation_id} is not equal to the generation "
+            f"{expected} given to member {member.member_id}.",
         )
 
 

@@ -11,6 +11,11 @@ machine of KIP-848:
   target assignment is computed;
 * COMPLETING_REBALANCE: JoinGroup answered, SyncGroup expected within the rebalance timeout;
 * STABLE: SyncGroup answered; heartbeats keep the session.
+
+``generation`` is the generation id the client was last given (its JoinGroup response). It
+equals the engine's member epoch except after a *quiet advance*: a member whose assignment the
+new target leaves untouched is moved to the new epoch without a rejoin, and keeps sending the
+generation it knows (see :mod:`translation.classic.coordinator`).
 """
 
 from __future__ import annotations
@@ -42,6 +47,10 @@ class ClassicMemberMetadata:
     subscription_version: int
     state: ClassicMemberState = ClassicMemberState.PREPARE_REBALANCE
     pending_join: PendingJoin | None = None
+    sync_held: bool = False
+    """Its SyncGroup is held until the partitions it waits for are released."""
+    generation: int = -1
+    """The generation id the client was last given."""
     user_data: bytes | None = field(default=None)
     """The subscription's userData (kept for describe; never sent back)."""
 

@@ -58,6 +58,7 @@ from translation.effects import (
     MemberFenced,
     MemberLeft,
     MemberReplaced,
+    SyncCompleted,
 )
 from translation.errors import ErrorCode
 from translation.heartbeat import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
@@ -219,6 +220,7 @@ class Simulation:
         self.classic = ClassicGroupCoordinator(self.engine)
         self.rejoin_after_leave: set[str] = set()
         self.held_joins: dict[str, tuple[SimulatedClassicConsumer, int]] = {}
+        self.held_syncs: dict[str, tuple[SimulatedClassicConsumer, int]] = {}
         """Member id -> the client (and request seq) whose JoinGroup the engine holds."""
 
         self.clients: dict[str, Client] = {}
@@ -314,6 +316,8 @@ class Simulation:
                 self.epochs = EpochMonitor()
             elif isinstance(effect, JoinCompleted):
                 self.deliver_held_join(effect.member_id, effect.response)
+            elif isinstance(effect, SyncCompleted):
+                self.deliver_held_sync(effect.member_id, effect.response)
         group = self.engine.groups.get(GROUP_ID)
         if group is None:
             return
@@ -426,6 +430,19 @@ class Simulation:
             return
         self.at(self.now + self.delay(), self.ev_response_arrive, client, seq, response, self.now)
 
+    def deliver_held_sync(self, member_id: str, response: SyncGroupResponse) -> None:
+        held = self.held_syncs.pop(member_id, None)
+        if held is None:
+            return
+        client, seq = held
+        self.stats["classic-held-syncs"] += 1
+        if response.assignment is not None:
+            client.assignment_image = self.image
+        if self.lost():
+            self.stats["lost-responses"] += 1
+            return
+        self.at(self.now + self.delay(), self.ev_response_arrive, client, seq, response, self.now)
+
     def abandon_in_flight(self, client: Client) -> None:
         """The client reset its membership: a response to a request sent before must not be
         applied to the new state (real clients drop it the same way)."""
@@ -495,6 +512,9 @@ class Simulation:
         self.stats["classic-requests"] += 1
         self.note("coordinator", client.name, (response, effects))
         self.after_engine(effects)
+        if response is None and isinstance(request, SyncGroupRequest):
+            self.held_syncs[request.member_id] = (client, seq)
+            return
         if response is None:
             assert isinstance(request, JoinGroupRequest)
             member_id = request.member_id or ""

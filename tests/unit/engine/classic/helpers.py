@@ -18,7 +18,7 @@ from translation.classic.messages import (
     SyncGroupResponse,
 )
 from translation.coordinator import GroupCoordinator
-from translation.effects import Effect, JoinCompleted
+from translation.effects import Effect, JoinCompleted, SyncCompleted
 from translation.errors import ErrorCode
 
 from ..helpers import make_engine
@@ -103,7 +103,7 @@ class Classic:
         *,
         instance_id: str | None = None,
         protocol_name: str | None = None,
-    ) -> SyncGroupResponse:
+    ) -> SyncGroupResponse | None:
         response, effects = self.classic.sync_group(
             SyncGroupRequest(
                 G,
@@ -140,7 +140,12 @@ class Classic:
     def completed(self) -> dict[str, JoinGroupResponse]:
         return {e.member_id: e.response for e in self.effects if isinstance(e, JoinCompleted)}
 
+    def synced(self) -> dict[str, SyncGroupResponse]:
+        """Held SyncGroups answered so far (by member)."""
+        return {e.member_id: e.response for e in self.effects if isinstance(e, SyncCompleted)}
 
-def names(response: SyncGroupResponse) -> dict[str, list[int]]:
+
+def names(response: SyncGroupResponse | None) -> dict[str, list[int]]:
+    assert response is not None, "SyncGroup unexpectedly held"
     assert response.assignment is not None, ErrorCode(response.error_code).name
     return {t: sorted(ps) for t, ps in response.assignment.partitions}

@@ -34,9 +34,14 @@ def test_join_is_held_until_the_assignment_timer_computes_the_target() -> None:
     assert response.error_code == 0 and response.generation_id == 2
     assert response.protocol_name == "range"
     assert meta.state is ClassicMemberState.COMPLETING_REBALANCE
-    # One loop: m2 syncs at epoch 2 and is told to come back only when foo-2,3 are free.
-    assert names(c.sync("m2", 2, now=1001)) == {}
-    assert c.beat("m2", 2, now=1002) == E.NONE
+    # One loop: m2's SyncGroup is held until m1 lets go of foo-2,3, then answered with them.
+    assert c.sync("m2", 2, now=1001) is None
+    assert c.beat("m2", 2, now=1002) == E.NONE  # heartbeats while held keep the session
+    assert c.beat("m1", 1, now=1003) == E.REBALANCE_IN_PROGRESS
+    assert "m2" not in c.synced()
+    c.joined(join_req("m1", owned={"foo": [0, 1]}), now=1004)
+    assert names(c.synced()["m2"]) == {"foo": [2, 3]}
+    assert meta.state is ClassicMemberState.STABLE
 
 
 def test_another_members_request_completes_the_held_join() -> None:
@@ -84,6 +89,7 @@ def test_deferral_can_be_switched_off() -> None:
     c.joined(join_req("m1"))
     r = c.joined(join_req("m2"), now=100)
     assert r.generation_id == 1  # the old target's epoch; it will be asked to rejoin later
+    a.next = target(m1={FOO: [0, 1]}, m2={FOO: [2, 3]})
     c.tick(1000)
     assert c.beat("m2", 1, now=1001) == E.REBALANCE_IN_PROGRESS
 

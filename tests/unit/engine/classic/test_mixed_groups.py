@@ -51,6 +51,14 @@ class Driver:
             )
             assert r is not None and r.error_code == 0
             s = c.sync(name, r.generation_id, self.now)
+            if s is None:  # held until its partitions are released
+                for _ in range(40):
+                    if name in c.synced():
+                        break
+                    self.now += 100
+                    c.tick(self.now)
+                s = c.synced()[name]
+                c.effects.clear()
             if s.error_code:
                 self.classic[name] = (r.generation_id, owned)
                 continue
@@ -91,7 +99,9 @@ class Driver:
         total += sum(len(ps) for _, o in self.new.values() for ps in o.values())
         assert total == 9  # every partition owned exactly once
         for name, (gen, _) in self.classic.items():
-            assert gen == group.members[name].member_epoch == group.target.epoch
+            member = group.members[name]
+            assert member.member_epoch == group.target.epoch
+            assert member.classic is not None and gen == member.classic.generation
         for epoch, _ in self.new.values():
             assert epoch == group.target.epoch
 

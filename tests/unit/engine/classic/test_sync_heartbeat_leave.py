@@ -101,12 +101,15 @@ def test_heartbeat_rebalance_when_the_member_must_revoke() -> None:
     c.joined(join_req("m3"))
     assert names(c.sync("m3", 3)) == {"foo": [1]}
     assert c.beat("m3", 3) == E.NONE
-    assert c.beat("m2", 2) == E.REBALANCE_IN_PROGRESS  # epoch 2 < assignment epoch 3
+    # m2 keeps foo-2,3 through epoch 3: advanced in place, it keeps its generation 2.
+    assert c.beat("m2", 2) == E.NONE
+    m2 = c.engine.groups[G].members["m2"]
+    assert m2.member_epoch == 3 and m2.classic is not None and m2.classic.generation == 2
 
 
 def test_join_timer_fences_a_member_that_does_not_rejoin() -> None:
     c, a = two_members()
-    a.next = target(m1={FOO: [0, 1]}, m2={FOO: [2, 3]}, m3={})
+    a.next = target(m1={FOO: [0, 1]}, m2={FOO: [2]}, m3={FOO: [3]})
     c.joined(join_req("m3"))
     assert c.beat("m2", 2, now=1000) == E.REBALANCE_IN_PROGRESS
     c.beat("m1", 2, now=1000)
