@@ -124,6 +124,9 @@ from .messages import (
 )
 
 MAX_ASSIGNMENT_VERSION = 3
+SLOW_HOLDER_MS = 500
+"""A held SyncGroup stops waiting for a member that was told to revoke this long ago and
+still holds the partitions (see ``ClassicGroupCoordinator._hold_until``)."""
 OwnedIds = list[tuple[TopicId, list[int]]]
 
 
@@ -136,6 +139,10 @@ class ClassicGroupCoordinator:
         """group id -> members whose JoinGroup is held."""
         self.held_syncs: dict[str, set[str]] = {}
         """group id -> members whose SyncGroup is held."""
+        self.told_at: dict[tuple[str, str], int] = {}
+        """(group id, member id) -> when the member was told to revoke (classic: sent
+        REBALANCE_IN_PROGRESS; new protocol: first seen revoking). A held SyncGroup stops
+        waiting for a holder that has known for ``SLOW_HOLDER_MS`` and still not let go."""
         engine.listeners.append(self)
 
     # ------------------------------------------------------------------ JoinGroup
@@ -371,6 +378,8 @@ class ClassicGroupCoordinator:
         self._reconcile(group, member, _owned_ids(owned, engine.image), now_ms, effects)
         meta.state = ClassicMemberState.COMPLETING_REBALANCE
         meta.generation = member.member_epoch
+        if member.state is not MemberState.UNREVOKED_PARTITIONS:
+            self.told_at.pop((group.group_id, member.member_id), None)
         engine.cancel_timer(
             TimerKey(TimerKind.CLASSIC_JOIN, group.group_id, member.member_id), effects
         )
@@ -488,8 +497,8 @@ class ClassicGroupCoordinator:
             engine.config.classic_sync_hold_ms > 0
             and member.state is MemberState.UNRELEASED_PARTITIONS
             and self._waits_on_others(group, member)
+            and self._hold_sync(group, member, now_ms, effects)
         ):
-            self._hold_sync(group, member, now_ms, effects)
             return None
         return self._sync_response(group, member, now_ms, effects)
 
@@ -500,6 +509,8 @@ class ClassicGroupCoordinator:
         assert meta is not None
         self.engine.schedule_session_timeout(group, member, now_ms, effects)
         meta.state = ClassicMemberState.STABLE
+        if member.state is not MemberState.UNREVOKED_PARTITIONS:
+            self.told_at.pop((group.group_id, member.member_id), None)
         return SyncGroupResponse(
             protocol_type=CONSUMER_PROTOCOL_TYPE,
             protocol_name=meta.protocol_name,
@@ -508,21 +519,77 @@ class ClassicGroupCoordinator:
 
     def _hold_sync(
         self, group: ConsumerGroup, member: ConsumerGroupMember, now_ms: int, effects: list[Effect]
-    ) -> None:
+    ) -> bool:
         """Keep the SyncGroup until the partitions the member waits for are released, for at
         most ``classic_sync_hold_ms``, its rebalance timeout and half its session timeout. The
         session timer is pushed past the hold: a client waiting for its SyncGroup may not
         heartbeat."""
         meta = member.classic
         assert meta is not None
-        meta.sync_held = True
-        self.held_syncs.setdefault(group.group_id, set()).add(member.member_id)
         hold = max(0, min(self.engine.config.classic_sync_hold_ms, member.rebalance_timeout_ms,
                           meta.session_timeout_ms // 2))
-        key = TimerKey(TimerKind.CLASSIC_SYNC_HOLD, group.group_id, member.member_id)
-        self.engine.timers.schedule(key, now_ms + hold)
-        effects.append(TimerArmed(key, now_ms + hold))
+        meta.sync_hold_deadline = now_ms + hold
+        until = self._hold_until(group, member, now_ms)
+        if until is None:
+            return False
+        meta.sync_held = True
+        self.held_syncs.setdefault(group.group_id, set()).add(member.member_id)
         self.engine.schedule_session_timeout(group, member, now_ms + hold, effects)
+        self._arm_hold_timer(group, member, until, effects)
+        return True
+
+    def _arm_hold_timer(
+        self, group: ConsumerGroup, member: ConsumerGroupMember, when: int, effects: list[Effect]
+    ) -> None:
+        key = TimerKey(TimerKind.CLASSIC_SYNC_HOLD, group.group_id, member.member_id)
+        if self.engine.timers.deadline(key) != when:
+            self.engine.timers.schedule(key, when)
+            effects.append(TimerArmed(key, when))
+
+    def _hold_until(
+        self, group: ConsumerGroup, member: ConsumerGroupMember, now_ms: int
+    ) -> int | None:
+        """Until when a held SyncGroup should keep waiting; None: answer it now.
+
+        It waits while a partition of the member's target is held by a member that has not
+        been told to revoke yet (it learns on its next heartbeat), up to the hold deadline;
+        a holder that was told ``SLOW_HOLDER_MS`` ago and still holds on (stuck in its
+        rebalance callback, say) is not waited for: the member gets what is free."""
+        meta = member.classic
+        assert meta is not None
+        if now_ms >= meta.sync_hold_deadline or not self._still_waiting(group, member):
+            return None
+        give_up = 0
+        group_id = group.group_id
+        for holder_id in self._holders_awaited(group, member):
+            holder = group.members.get(holder_id)
+            if holder is None:
+                continue
+            told = self.told_at.get((group_id, holder_id))
+            if holder.state is MemberState.UNREVOKED_PARTITIONS:
+                if told is None:
+                    told = self.told_at[(group_id, holder_id)] = now_ms
+            elif told is None or holder.classic is None or (
+                holder.classic.state is not ClassicMemberState.PREPARE_REBALANCE
+            ):
+                return meta.sync_hold_deadline  # not told yet: it learns on its next heartbeat
+            give_up = max(give_up, told + SLOW_HOLDER_MS)
+        if now_ms >= give_up:
+            return None
+        return min(give_up, meta.sync_hold_deadline)
+
+    def _holders_awaited(self, group: ConsumerGroup, member: ConsumerGroupMember) -> set[str]:
+        owner = group.owners.owner
+        mid = member.member_id
+        holders: set[str] = set()
+        for topic_id, ps in self.filtered_target(group, member).items():
+            have = member.assigned.get(topic_id, {})
+            for p in ps:
+                if p not in have:
+                    holder = owner(topic_id, p)
+                    if holder is not None and holder != mid:
+                        holders.add(holder)
+        return holders
 
     def _complete_held_sync(
         self,
@@ -537,8 +604,11 @@ class ClassicGroupCoordinator:
         meta = member.classic
         assert meta is not None and meta.sync_held
         self._pick_up_released(group, member)
-        if not expired and self._still_waiting(group, member):
-            return
+        if not expired:
+            until = self._hold_until(group, member, now_ms)
+            if until is not None:
+                self._arm_hold_timer(group, member, until, effects)
+                return
         self._unhold(group, member, effects)
         response: SyncGroupResponse
         if group.target.epoch > member.member_epoch:
@@ -625,11 +695,20 @@ class ClassicGroupCoordinator:
             or config.offset_commit_rule is not OffsetCommitRule.RELAXED
             or member.state is not MemberState.STABLE
             or member.member_epoch >= group.target.epoch
+            or member.classic is None
+            or member.classic.state is ClassicMemberState.PREPARE_REBALANCE
         ):
+            # A member already told to rejoin (its join timer armed) must rejoin: its client
+            # may have revoked everything already.
             return False
         target = self.filtered_target(group, member)
         assigned = member.assigned
         if sum(1 for ps in assigned.values() if ps) != sum(1 for ps in target.values() if ps):
+            return False
+        by_id = self.engine.image.by_id
+        if any(ps and topic_id not in by_id for topic_id, ps in assigned.items()):
+            # A topic deleted (or recreated under its name) must reach the client by a rejoin:
+            # it only knows names.
             return False
         for topic_id, ps in target.items():
             have = assigned.get(topic_id)
@@ -694,16 +773,7 @@ class ClassicGroupCoordinator:
 
     def _waits_on_others(self, group: ConsumerGroup, member: ConsumerGroupMember) -> bool:
         """Whether a partition of the member's target is still held by another member."""
-        owner = group.owners.owner
-        mid = member.member_id
-        for topic_id, ps in self.filtered_target(group, member).items():
-            have = member.assigned.get(topic_id, {})
-            for p in ps:
-                if p not in have:
-                    holder = owner(topic_id, p)
-                    if holder is not None and holder != mid:
-                        return True
-        return False
+        return bool(self._holders_awaited(group, member))
 
     # ------------------------------------------------------------------ LeaveGroup
 
@@ -793,6 +863,7 @@ class ClassicGroupCoordinator:
     ) -> None:
         self._drop_pending(group, member, ErrorCode.UNKNOWN_MEMBER_ID, effects)
         self._drop_held_sync(group, member, ErrorCode.UNKNOWN_MEMBER_ID, effects)
+        self.told_at.pop((group.group_id, member.member_id), None)
         if member.protocol is MemberProtocol.CLASSIC or not group.members:
             return
         config = self.engine.config
@@ -811,7 +882,7 @@ class ClassicGroupCoordinator:
         if key.kind is TimerKind.CLASSIC_SYNC_HOLD:
             member = group.members.get(key.member_id)
             if member is not None and member.classic is not None and member.classic.sync_held:
-                self._complete_held_sync(group, member, now_ms, effects, expired=True)
+                self._complete_held_sync(group, member, now_ms, effects, expired=False)
 
     def hand_back(self, group: ConsumerGroup, reason: str, effects: list[Effect]) -> None:
         """Give the group up to the broker (downgrade): forget it and say so."""
@@ -902,6 +973,7 @@ class ClassicGroupCoordinator:
         assert meta is not None
         if meta.pending_join is None:
             meta.state = ClassicMemberState.PREPARE_REBALANCE
+        self.told_at.setdefault((group.group_id, member.member_id), now_ms)
         key = TimerKey(TimerKind.CLASSIC_JOIN, group.group_id, member.member_id)
         if key not in self.engine.timers:
             deadline = now_ms + max(member.rebalance_timeout_ms, 0)

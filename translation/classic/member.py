@@ -49,6 +49,8 @@ class ClassicMemberMetadata:
     pending_join: PendingJoin | None = None
     sync_held: bool = False
     """Its SyncGroup is held until the partitions it waits for are released."""
+    sync_hold_deadline: int = 0
+    """When a held SyncGroup is answered at the latest (engine clock, ms)."""
     generation: int = -1
     """The generation id the client was last given."""
     user_data: bytes | None = field(default=None)

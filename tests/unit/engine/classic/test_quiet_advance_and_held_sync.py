@@ -181,3 +181,37 @@ def test_session_is_kept_while_the_sync_is_held() -> None:
     assert not any(
         isinstance(e, MemberFenced) and e.member_id == "m3" for e in c.tick(10_200)
     )
+
+
+def test_held_sync_stops_waiting_for_a_holder_stuck_in_its_callback() -> None:
+    c = scale_out()
+    # m1 is told at 200 and is stuck (cooperative: it rejoins still owning foo-2); m2 lets go.
+    assert c.beat("m1", 1, now=200) == E.REBALANCE_IN_PROGRESS
+    c.joined(join_req("m1", owned={"foo": [0, 1, 2]}), now=210)
+    c.joined(join_req("m2", owned={}), now=300)
+    assert "m3" not in c.synced()
+    c.tick(699)
+    assert "m3" not in c.synced()
+    c.tick(700)  # m1 has known for SLOW_HOLDER_MS (500 ms): m3 takes what is free
+    assert names(c.synced()["m3"]) == {"foo": [5]}
+    assert c.engine.groups[G].owners.owner(FOO, 2) == "m1"
+
+
+def test_an_eager_holder_stuck_before_rejoining_is_not_waited_for_either() -> None:
+    c = scale_out()
+    assert c.beat("m1", 1, now=200) == E.REBALANCE_IN_PROGRESS  # never rejoins
+    c.joined(join_req("m2", owned={}), now=300)
+    c.tick(700)
+    assert names(c.synced()["m3"]) == {"foo": [5]}
+
+
+def test_a_member_already_told_to_rejoin_is_not_advanced_quietly() -> None:
+    """Its REBALANCE_IN_PROGRESS may have been lost, or its eager client may already have
+    revoked everything: it rejoins (and its join timer still guards it)."""
+    c, a = stable_pair()
+    a.next = target(m1={FOO: [0, 1]}, m2={FOO: [3, 4, 5]}, m3={FOO: [2]})
+    c.joined(join_req("m3"))
+    assert c.beat("m1", 1) == E.REBALANCE_IN_PROGRESS
+    a.next = target(m1={FOO: [0, 1, 2]}, m2={FOO: [3, 4, 5]})
+    c.leave(LeavingMember("m3"))  # m1's target is its assignment again
+    assert c.beat("m1", 1) == E.REBALANCE_IN_PROGRESS
