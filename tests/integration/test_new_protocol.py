@@ -204,11 +204,13 @@ class ProcessMember(Member):
 
 class ConfluentMember(ProcessMember):
     def __init__(self, bootstrap: str, topics: list[str], group: str, *,
-                 assignor: str | None = None, protocol: str = "consumer") -> None:
+                 assignor: str | None = None, protocol: str = "consumer",
+                 extra: dict[str, Any] | None = None) -> None:
         super().__init__()
         config: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": group,
                                   "auto.offset.reset": "earliest",
-                                  "enable.auto.commit": False, "group.protocol": protocol}
+                                  "enable.auto.commit": False, "group.protocol": protocol,
+                                  **(extra or {})}
         if assignor:
             config["group.remote.assignor"] = assignor
         if protocol == "classic":

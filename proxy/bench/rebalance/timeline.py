@@ -186,6 +186,75 @@ class Segment:
     stalled: bool
 
 
+@dataclass(frozen=True)
+class Overlap:
+    """Partition ``partition`` owned by ``first`` and ``second`` at once from ``t`` on."""
+
+    t: float
+    partition: int
+    first: str
+    second: str
+
+
+def overlaps(events: Sequence[Event]) -> list[Overlap]:
+    """Every instant at which a partition had two owners, with ownership taken as widely as
+    the callbacks allow: a member owns a partition from the moment its assignment callback is
+    *entered* (the ``stall`` before the ``assign``) until its revocation callback *returns*
+    (the ``resume`` after the ``revoke``), or until it leaves or crashes. ``lost`` ends
+    ownership at once (the coordinator already gave the partition away: a fenced member's
+    loss, not a double assignment). An empty list means no partition was ever owned twice."""
+    intervals: list[tuple[int, float, float, str]] = []
+    open_: dict[tuple[str, int], float] = {}
+    stall_at: dict[str, float] = {}
+    releasing: dict[str, set[int]] = {}
+
+    def close(member: str, partition: int, t: float) -> None:
+        start = open_.pop((member, partition), None)
+        if start is not None:
+            intervals.append((partition, start, t, member))
+
+    for ev in sorted(events, key=lambda e: e.t):
+        m = ev.member
+        if ev.kind == "stall":
+            stall_at[m] = ev.t
+        elif ev.kind == "assign":
+            start = stall_at.get(m, ev.t)
+            for p in ev.partitions:
+                open_.setdefault((m, p), start)
+        elif ev.kind == "revoke":
+            releasing.setdefault(m, set()).update(ev.partitions)
+            if m not in stall_at:  # no callback bracket (Java members): released now
+                for p in releasing.pop(m):
+                    close(m, p, ev.t)
+        elif ev.kind == "resume":
+            stall_at.pop(m, None)
+            for p in releasing.pop(m, set()):
+                close(m, p, ev.t)
+        elif ev.kind == "lost":
+            for p in ev.partitions:
+                close(m, p, ev.t)
+        elif ev.kind in ("leave", "crash"):
+            stall_at.pop(m, None)
+            releasing.pop(m, None)
+            for member, p in [k for k in open_ if k[0] == m]:
+                close(member, p, ev.t)
+    for (m, p), start in list(open_.items()):
+        intervals.append((p, start, float("inf"), m))
+    found: list[Overlap] = []
+    by_partition: dict[int, list[tuple[float, float, str]]] = {}
+    for p, start, end, m in intervals:
+        by_partition.setdefault(p, []).append((start, end, m))
+    for p, spans in sorted(by_partition.items()):
+        spans.sort()
+        for i, (_start, end, m) in enumerate(spans):
+            for start2, _end2, m2 in spans[i + 1:]:
+                if start2 >= end:
+                    break
+                if m2 != m:
+                    found.append(Overlap(start2, p, m, m2))
+    return found
+
+
 def segments(events: Sequence[Event], partitions: int, start: float, end: float) -> list[Segment]:
     """Each member's states over ``[start, end]`` as contiguous segments (for drawing)."""
     state = State(partitions)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from proxy.bench.rebalance import timeline
 from proxy.bench.rebalance.timeline import Consumed, Event, Produced, compute, duplicates, peak_lag
 
 
@@ -67,3 +68,47 @@ def test_duplicates_and_lag() -> None:
 def test_unknown_event_kind_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown event kind"):
         Event(0.0, "a", "teleport")
+
+
+# -- double ownership ---------------------------------------------------------------------------
+
+
+def test_a_clean_handover_has_no_overlap() -> None:
+    events = [
+        Event(0.0, "a", "join"), Event(0.0, "a", "stall"), Event(0.0, "a", "assign", (0, 1)),
+        Event(0.0, "a", "resume"),
+        Event(1.0, "b", "join"),
+        Event(2.0, "a", "stall"), Event(2.0, "a", "revoke", (1,)), Event(2.1, "a", "resume"),
+        Event(2.2, "b", "stall"), Event(2.2, "b", "assign", (1,)), Event(2.2, "b", "resume"),
+    ]
+    assert timeline.overlaps(events) == []
+
+
+def test_an_assignment_entered_before_the_revocation_returned_is_an_overlap() -> None:
+    events = [
+        Event(0.0, "a", "stall"), Event(0.0, "a", "assign", (0, 1)), Event(0.0, "a", "resume"),
+        Event(2.0, "a", "stall"), Event(2.0, "a", "revoke", (1,)),
+        Event(2.05, "b", "stall"), Event(2.06, "b", "assign", (1,)), Event(2.06, "b", "resume"),
+        Event(2.1, "a", "resume"),  # a's callback returned after b started
+    ]
+    assert timeline.overlaps(events) == [timeline.Overlap(2.05, 1, "a", "b")]
+
+
+def test_leave_crash_and_lost_end_ownership() -> None:
+    events = [
+        Event(0.0, "a", "assign", (0,)), Event(0.0, "b", "assign", (1,)),
+        Event(0.0, "c", "assign", (2,)),
+        Event(1.0, "a", "leave"), Event(1.0, "b", "crash"), Event(1.0, "c", "lost", (2,)),
+        Event(1.5, "d", "assign", (0, 1, 2)),
+    ]
+    assert timeline.overlaps(events) == []
+
+
+def test_members_without_callback_brackets_release_at_the_revocation() -> None:
+    events = [  # Java VerifiableConsumer members report no stall/resume
+        Event(0.0, "a", "assign", (0,)), Event(1.0, "a", "revoke", (0,)),
+        Event(1.0, "b", "assign", (0,)),
+    ]
+    assert timeline.overlaps(events) == []
+    events = [Event(0.0, "a", "assign", (0,)), Event(1.0, "b", "assign", (0,))]
+    assert timeline.overlaps(events) == [timeline.Overlap(1.0, 0, "a", "b")]
