@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterable
 from typing import Generic, TypeVar
 
 import trio
+from cachetools import TTLCache
 
 from proxy.config import ProxyConfig
 from proxy.coordination.links import Address, LinkPool
@@ -98,6 +99,8 @@ BROKER_ACTIVE_SECONDS = 10.0
 """How long a group whose takeover failed (the broker's group has direct members) counts as
 active at the broker: its classic JoinGroups are forwarded meanwhile, then the next new one
 tries the takeover again."""
+REMEMBERED_MAX = 10_000
+"""Most member ids / broker-active groups remembered at once (least recently used go first)."""
 SYNC_HOLD_SLACK = 5.0
 """Seconds a held SyncGroup may wait beyond ``classic-sync-hold-ms`` before the proxy answers
 it itself (the engine's own hold timer normally answers it at ``classic-sync-hold-ms``)."""
@@ -163,8 +166,11 @@ class CoordinatorService:
         """The engine's classic-member translation (None: classic requests are forwarded)."""
         self.held_joins: dict[tuple[str, str], Held[JoinGroupResponse]] = {}
         self.held_syncs: dict[tuple[str, str], Held[SyncGroupResponse]] = {}
-        self._broker_active: dict[str, float] = {}
-        self._issued_ids: dict[tuple[str, str], float] = {}
+        # Both are fed by client requests: bounded, entries expire (docs/decisions/0008).
+        self._broker_active: TTLCache[str, bool] = TTLCache(
+            maxsize=REMEMBERED_MAX, ttl=BROKER_ACTIVE_SECONDS, timer=trio.current_time)
+        self._issued_ids: TTLCache[tuple[str, str], bool] = TTLCache(
+            maxsize=REMEMBERED_MAX, ttl=ISSUED_ID_SECONDS, timer=trio.current_time)
         self._timer_wake = trio.Event()
         self._nursery: trio.Nursery | None = None
 
@@ -291,13 +297,7 @@ class CoordinatorService:
     def broker_group_active(self, group_id: str) -> bool:
         """Whether the broker's own group ``group_id`` had members other than the proxy when
         the proxy last tried to take it over (remembered for :data:`BROKER_ACTIVE_SECONDS`)."""
-        until = self._broker_active.get(group_id)
-        if until is None:
-            return False
-        if trio.current_time() < until:
-            return True
-        del self._broker_active[group_id]
-        return False
+        return group_id in self._broker_active
 
     def serves_classic(self, group_id: str) -> bool:
         """Whether SyncGroup, Heartbeat and LeaveGroup of ``group_id`` are the engine's: the
@@ -324,14 +324,10 @@ class CoordinatorService:
         return classify_classic_join(self.engine, request, broker_group_active=active).to_engine
 
     def _issued(self, group_id: str, member_id: str) -> bool:
-        until = self._issued_ids.get((group_id, member_id))
-        return until is not None and trio.current_time() < until
+        return (group_id, member_id) in self._issued_ids
 
     def _remember_issued(self, group_id: str, member_id: str) -> None:
-        now = trio.current_time()
-        if len(self._issued_ids) > 10_000:
-            self._issued_ids = {k: t for k, t in self._issued_ids.items() if t > now}
-        self._issued_ids[(group_id, member_id)] = now + ISSUED_ID_SECONDS
+        self._issued_ids[(group_id, member_id)] = True
 
     async def join_group(self, request: JoinGroupRequest) -> JoinGroupResponse:
         """A classic JoinGroup the engine takes (:meth:`takes_join`); waits while held."""
@@ -350,7 +346,7 @@ class CoordinatorService:
             if failure is not None:
                 # Retriable: the client finds the coordinator again and its next JoinGroup is
                 # forwarded to the broker, whose group it then joins.
-                self._broker_active[group_id] = trio.current_time() + BROKER_ACTIVE_SECONDS
+                self._broker_active[group_id] = True
                 log.info("group %s: stays with the broker for now: %s", group_id, failure)
                 return JoinGroupResponse(
                     error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),

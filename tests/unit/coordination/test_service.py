@@ -94,3 +94,19 @@ async def test_a_slow_takeover_is_answered_retriably_while_it_continues(
         pending.settled.set()
         assert (await service.heartbeat(_hb("m1", 0))).error_code == 0
         nursery.cancel_scope.cancel()
+
+
+async def test_remembered_member_ids_expire_and_stay_bounded(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """Member ids handed out with MEMBER_ID_REQUIRED come from client requests: a flood of
+    them must not grow the proxy's memory, and each is forgotten after ISSUED_ID_SECONDS."""
+    from proxy.coordination import service as service_mod
+
+    service = make_service()
+    for i in range(service_mod.REMEMBERED_MAX + 5_000):
+        service._remember_issued("g", f"m{i}")
+    assert len(service._issued_ids) == service_mod.REMEMBERED_MAX
+    assert not service._issued("g", "m0")  # the oldest went first
+    assert service._issued("g", f"m{service_mod.REMEMBERED_MAX + 4_999}")
+    await trio.sleep(service_mod.ISSUED_ID_SECONDS + 0.1)
+    assert not service._issued("g", f"m{service_mod.REMEMBERED_MAX + 4_999}")
