@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from proxy.config import ProxyConfig
 from proxy.testbed.broker import BENCH_JVM_FLAGS, KafkaBroker
 from proxy.testbed.proxyproc import ProxyProcess
 
@@ -217,7 +218,9 @@ class Groupgate(Classic39):
         return {**super().describe(),
                 "proxy": "groupgate run (KIP-848 engine for new-protocol and classic members)",
                 "group_heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
-                "group_session_timeout_ms": SESSION_TIMEOUT_MS}
+                "group_session_timeout_ms": SESSION_TIMEOUT_MS,
+                "classic_quiet_advance": ProxyConfig.classic_quiet_advance,
+                "classic_sync_hold_ms": ProxyConfig.classic_sync_hold_ms}
 
 
 TARGETS: dict[str, type[Target]] = {t.name: t for t in (Classic39, Native4, Groupgate)}
