@@ -13,7 +13,9 @@ group, and commit offsets that the proxy writes to the broker under its own memb
 * a group whose broker-side group has members connected straight to the broker stays the
   broker's: a classic member joining through the proxy is sent there and shares it;
 * a JoinGroup with protocol type ``connect`` (Kafka Connect) passes through to the broker,
-  which answers it as the leader of its own classic group.
+  which answers it as the leader of its own classic group;
+* a static member (``group.instance.id``, confluent-kafka classic) killed and restarted within
+  its session timeout gets its partitions back and the other members see no callback at all.
 
 Members run in processes of their own and report their rebalance callbacks and records as
 JSON lines, like the members of ``test_new_protocol.py``.
@@ -254,3 +256,29 @@ def test_connect_join_group_is_forwarded_to_the_broker(
         assert left["error_code"] == 0, left
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
+def test_static_member_bounce_moves_nothing(
+        kafka39: KafkaBroker, proxy: ProxyProcess, topic: Callable[..., str],
+        members: list[Member], assignor: str) -> None:
+    name = topic(kafka39, partitions=6)
+    partitions = {(name, p) for p in range(6)}
+    group = f"static-{uuid.uuid4().hex[:8]}"
+
+    def static(instance: str) -> ConfluentMember:
+        return ConfluentMember(proxy.bootstrap, [name], group, protocol="classic", extra={
+            "group.instance.id": instance, "partition.assignment.strategy": assignor})
+
+    members.extend(static(f"pod-{i}") for i in range(3))
+    wait_until(lambda: owned_exactly_once(members, partitions), "3 static members owning all")
+    before = [m.owned() for m in members]
+    events_before = [(set(m.revoked), m.owned()) for m in members]
+    members[1].kill()  # a crash: no LeaveGroup; the session (6 s) keeps its place
+    members[1] = static("pod-1")
+    wait_until(lambda: members[1].owned() == before[1], "the bounced member's partitions back",
+               timeout=SESSION_MS / 1000)
+    assert owned_exactly_once(members, partitions)
+    for i in (0, 2):
+        # the others were never called back: nothing revoked, nothing new assigned
+        assert (members[i].revoked, members[i].owned()) == events_before[i]
