@@ -95,7 +95,12 @@ def _plot_all(docs: list[dict[str, Any]], out: Path) -> list[Path]:
 
 def _render(docs: list[dict[str, Any]], plots: Path | None) -> None:
     runs = [r for d in docs for r in d["runs"]]
-    print(report.markdown_table(report.summarize(runs)))
+    rows = report.summarize(runs)
+    print(report.markdown_table(rows))
+    targets_run = {r["target"] for r in runs}
+    for baseline in ("classic-3.9", "native-4.x"):
+        if {baseline, "groupgate"} <= targets_run:
+            print(report.comparison_table(rows, baseline, "groupgate"))
     if plots is not None:
         for path in _plot_all(docs, plots):
             print(f"picture: {path}")

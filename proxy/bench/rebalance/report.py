@@ -78,6 +78,34 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def comparison_table(rows: Sequence[dict[str, Any]], baseline: str, candidate: str) -> str:
+    """Medians of ``candidate`` against ``baseline`` for every (members, scenario, protocol,
+    client) both were run with: downtime and convergence, and how many times less downtime
+    the candidate had (baseline / candidate; "-" when the candidate had none to divide by)."""
+    index = {(r["target"], r["members"], r["scenario"], r["protocol"], r["client"]): r
+             for r in rows}
+    head = ["members", "scenario", "protocol", "client", f"{baseline} downtime",
+            f"{candidate} downtime", "times less downtime", f"{baseline} convergence s",
+            f"{candidate} convergence s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        if row["target"] != candidate:
+            continue
+        key = (row["members"], row["scenario"], row["protocol"], row["client"])
+        base = index.get((baseline, *key))
+        if base is None:
+            continue
+        b = base["downtime_partition_s"]["median"]
+        c = row["downtime_partition_s"]["median"]
+        times = "-" if not c or b is None else f"{b / c:.1f}"
+        cells = [str(key[0]), key[1], key[2], key[3],
+                 _cell(base["downtime_partition_s"], "{:.1f}"),
+                 _cell(row["downtime_partition_s"], "{:.1f}"), times,
+                 _cell(base["convergence_s"], "{:.2f}"), _cell(row["convergence_s"], "{:.2f}")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def plot_run(run: dict[str, Any], machine: dict[str, Any], versions: dict[str, Any],
              path: Path, before_s: float = 3.0) -> Path:
     import matplotlib
