@@ -4,6 +4,8 @@ Two lines: 3.9 (classic group coordinator, reload4j logging) and 4.x (native KIP
 groups, log4j2 logging). Each line names three bundles resolved by :mod:`proxy.testbed.artifacts`:
 the broker (``kafka_2.13`` and its runtime dependencies plus an SLF4J binding), the tools
 (VerifiableProducer, VerifiableConsumer, consumer-groups command) and the plain Java client.
+The 3.9 line has a fourth, the Kafka Connect runtime (distributed worker, FileStream connectors,
+JSON converter, transforms); the 4.x line has none.
 
 Maven Central carries ``kafka_2.13:4.4.0`` and ``kafka-clients:4.4.0`` but not
 ``kafka-tools``/``kafka-tools-api`` 4.4.0, so the 4.4 line runs the 4.3.1 tools (which bring their
@@ -34,12 +36,14 @@ class KafkaLine:
     broker_exclusions: tuple[str, ...]
     tools_coordinates: tuple[str, ...]
     tools_exclusions: tuple[str, ...] = ()
+    connect_coordinates: tuple[str, ...] = ()  # empty: no Connect runtime for this line
 
     broker_main: str = "kafka.Kafka"
     storage_tool_main: str = "kafka.tools.StorageTool"
     verifiable_producer_main: str = "org.apache.kafka.tools.VerifiableProducer"
     verifiable_consumer_main: str = "org.apache.kafka.tools.VerifiableConsumer"
     consumer_groups_main: str = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+    connect_distributed_main: str = "org.apache.kafka.connect.cli.ConnectDistributed"
 
     @property
     def clients_coordinates(self) -> tuple[str, ...]:
@@ -66,13 +70,24 @@ class KafkaLine:
             f"kafka-clients-{self.clients_version}", self.clients_coordinates, offline=offline
         )
 
+    def connect_classpath(self, *, offline: bool = False) -> list[Path]:
+        """The Kafka Connect runtime with the FileStream connectors (3.9 line only)."""
+        if not self.connect_coordinates:
+            raise ValueError(f"Kafka line {self.name} has no Connect bundle")
+        return artifacts.classpath(
+            f"kafka-connect-{self.version}", self.connect_coordinates, offline=offline
+        )
+
     def fetch_all(self) -> dict[str, list[Path]]:
         """Resolve every bundle of the line (what ``dev/fetch-kafka`` calls)."""
-        return {
+        bundles = {
             "broker": self.broker_classpath(),
             "tools": self.tools_classpath(),
             "clients": self.clients_classpath(),
         }
+        if self.connect_coordinates:
+            bundles["connect"] = self.connect_classpath()
+        return bundles
 
     def log_config(self, path: Path, log_file: Path | None, level: str = "INFO") -> list[str]:
         """Write a logging config to ``path``; return the JVM flags that select it.
@@ -153,6 +168,15 @@ KAFKA39 = KafkaLine(
     # ZooKeeper mode is not used; its jars stay because kafka.Kafka links ZooKeeper classes.
     broker_exclusions=(),
     tools_coordinates=("org.apache.kafka:kafka-tools:3.9.2",),
+    # connect-runtime brings reload4j but no SLF4J binding; the broker's binding is added.
+    connect_coordinates=(
+        "org.apache.kafka:connect-runtime:3.9.2",
+        "org.apache.kafka:connect-file:3.9.2",
+        "org.apache.kafka:connect-json:3.9.2",
+        "org.apache.kafka:connect-api:3.9.2",
+        "org.apache.kafka:connect-transforms:3.9.2",
+        "org.slf4j:slf4j-reload4j:1.7.36",
+    ),
 )
 
 KAFKA4 = KafkaLine(

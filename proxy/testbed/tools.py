@@ -5,7 +5,8 @@ its line's classpath (see :mod:`proxy.testbed.distributions`), collects those ev
 thread, and lets a test wait for conditions on them. :class:`VerifiableConsumer` keeps the current
 assignment and the consumed offsets, :class:`VerifiableProducer` the acknowledged records, so a
 test can check that every acknowledged record was consumed. :func:`consumer_groups` runs the
-consumer-groups command and :func:`parse_table` reads its tables.
+consumer-groups command and :func:`parse_table` reads its tables. :class:`ConnectWorker` runs a
+Kafka Connect worker in distributed mode and talks to its REST API.
 
 Tools are short-lived JVMs in their own process group; :meth:`JavaTool.stop` sends SIGTERM (the
 tools then print ``shutdown_complete``) and SIGKILLs after a grace period.
@@ -23,16 +24,20 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from proxy.testbed import artifacts
+from proxy.testbed.broker import free_ports
 from proxy.testbed.distributions import KafkaLine, get_line
 
 __all__ = [
     "TOOL_JVM_FLAGS",
+    "ConnectWorker",
     "JavaTool",
     "ToolError",
     "VerifiableConsumer",
@@ -554,3 +559,196 @@ def missing_records(
     for c in consumers:
         seen |= c.consumed_offsets()
     return {(t, p, o) for t, p, o, _ in acked} - seen
+
+
+class ConnectWorker(JavaTool):
+    """A Kafka Connect worker in distributed mode (``ConnectDistributed``), 3.9 line.
+
+    Workers started with the same ``group_id`` form one Connect group (protocol type
+    ``connect``) through ``bootstrap`` and share its config, offset and status topics
+    (``<group_id>-configs`` / ``-offsets`` / ``-status``, one partition each where allowed,
+    replication factor 1). The REST API listens on a free port of 127.0.0.1, which is also the
+    worker id that connector status reports (``worker_id``). The FileStream connectors and the
+    String/JSON converters are on the classpath, found by ServiceLoader (no plugin.path).
+    The worker logs at INFO to ``log_file``; stdout carries nothing of interest.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        group_id: str,
+        *,
+        line: str | KafkaLine = "3.9",
+        config: Mapping[str, str] | None = None,
+        workdir: Path | None = None,
+        jvm_flags: Sequence[str] = TOOL_JVM_FLAGS,
+    ) -> None:
+        kline = get_line(line)
+        self.port = free_ports(1)[0]
+        self.group_id = group_id
+        super().__init__(
+            kline,
+            kline.connect_distributed_main,
+            [],
+            workdir=workdir,
+            jvm_flags=jvm_flags,
+            classpath=kline.connect_classpath(),
+            name=f"connect-worker-{self.port}",
+        )
+        self.log_file = self.workdir / f"{self.name}.log"
+        props = {
+            "bootstrap.servers": bootstrap,
+            "group.id": group_id,
+            "config.storage.topic": f"{group_id}-configs",
+            "offset.storage.topic": f"{group_id}-offsets",
+            "status.storage.topic": f"{group_id}-status",
+            "config.storage.replication.factor": "1",
+            "offset.storage.replication.factor": "1",
+            "status.storage.replication.factor": "1",
+            "offset.storage.partitions": "1",
+            "status.storage.partitions": "1",
+            "key.converter": "org.apache.kafka.connect.storage.StringConverter",
+            "value.converter": "org.apache.kafka.connect.storage.StringConverter",
+            "listeners": f"http://127.0.0.1:{self.port}",
+            "rest.advertised.host.name": "127.0.0.1",
+            "rest.advertised.port": str(self.port),
+            "rest.advertised.listener": "http",
+            "plugin.discovery": "service_load",
+            "offset.flush.interval.ms": "1000",
+            **(config or {}),
+        }
+        self.properties_file = _write_properties(self.workdir / f"{self.name}.properties", props)
+        self.args = [str(self.properties_file)]
+
+    def command(self) -> list[str]:
+        assert self._classpath is not None
+        log_flags = self.line.log_config(
+            self.workdir / f"{self.name}-log.properties", self.log_file
+        )
+        return [
+            artifacts.require_java(),
+            *self.jvm_flags,
+            *log_flags,
+            "-cp",
+            artifacts.classpath_string(self._classpath),
+            self.main_class,
+            *self.args,
+        ]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def worker_id(self) -> str:
+        """How Connect names this worker in connector and task status."""
+        return f"127.0.0.1:{self.port}"
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    # -- REST ---------------------------------------------------------------------------------
+
+    def rest(
+        self, method: str, path: str, body: Any = None, timeout: float = 10.0
+    ) -> tuple[int, Any]:
+        """One REST call: (HTTP status, decoded JSON body or None). Raises ``OSError`` when
+        nothing answers (the worker is not listening yet, or gone)."""
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(
+            self.url + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                status, raw = response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            status, raw = exc.code, exc.read()
+        try:
+            decoded = json.loads(raw) if raw else None
+        except ValueError:
+            decoded = raw.decode(errors="replace")
+        return status, decoded
+
+    def _poll_rest(
+        self,
+        method: str,
+        path: str,
+        accept: Callable[[int, Any], bool],
+        timeout: float,
+        what: str,
+        body: Any = None,
+    ) -> tuple[int, Any]:
+        deadline = time.monotonic() + timeout
+        last: tuple[int, Any] | str = "no answer"
+        while True:
+            if not self.running:
+                raise ToolError(
+                    f"{self.name} exited (rc={self.returncode}) before {what}\n{self.log_tail()}"
+                )
+            try:
+                status, decoded = self.rest(method, path, body)
+            except OSError as exc:  # connection refused / reset while starting
+                last = repr(exc)
+            else:
+                if accept(status, decoded):
+                    return status, decoded
+                last = (status, decoded)
+            if time.monotonic() > deadline:
+                raise ToolError(
+                    f"{self.name}: timed out waiting for {what}; last answer {last}"
+                    f"\n{self.log_tail()}"
+                )
+            time.sleep(0.5)
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        """Wait until ``GET /connectors`` answers 200: the REST resources are up and the worker
+        has joined its group and read the config topic (it answers 409 while rebalancing)."""
+        self._poll_rest("GET", "/connectors", lambda s, _: s == 200, timeout, "GET /connectors")
+
+    def connectors(self) -> list[str]:
+        status, body = self.rest("GET", "/connectors")
+        if status != 200:
+            raise ToolError(f"{self.name}: GET /connectors -> {status} {body}")
+        return list(body)
+
+    def create_connector(
+        self, name: str, config: Mapping[str, str], timeout: float = 60.0
+    ) -> dict[str, Any]:
+        """``POST /connectors``, retried while the group rebalances (409); returns the body.
+
+        A rejected configuration (400) raises at once. When an earlier attempt that timed out
+        on this side did create it (409, already exists), its ``GET /connectors/NAME`` is
+        returned instead."""
+
+        def created(status: int, body: Any) -> bool:
+            if status == 400:
+                raise ToolError(f"{self.name}: connector {name} rejected: {body}")
+            return status in (200, 201) or (status == 409 and "already exists" in str(body))
+
+        status, body = self._poll_rest(
+            "POST",
+            "/connectors",
+            created,
+            timeout,
+            f"connector {name} to be created",
+            body={"name": name, "config": dict(config)},
+        )
+        if status == 409:
+            _, body = self._poll_rest(
+                "GET", f"/connectors/{name}", lambda s, _: s == 200, timeout, f"connector {name}"
+            )
+        return dict(body)
+
+    def connector_status(self, name: str) -> dict[str, Any] | None:
+        """``GET /connectors/NAME/status``, or None while it is unknown or not answerable."""
+        try:
+            status, body = self.rest("GET", f"/connectors/{name}/status")
+        except OSError:  # not listening (yet, or any more), or too slow to answer
+            return None
+        return dict(body) if status == 200 else None

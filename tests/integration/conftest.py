@@ -34,13 +34,20 @@ def start_proxy(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Star
     yield start
     for proxy in started:
         proxy.stop()
+    keep_if_failed(request, [proxy.log_file for proxy in started])
+
+
+def keep_if_failed(request: pytest.FixtureRequest, paths: list[Path]) -> None:
+    """Copy ``paths`` (logs of what the test started) to test-logs/<test id>/ if it failed."""
     report = getattr(request.node, "rep_call", None)
-    if report is not None and report.failed:
-        safe = re.sub(r"[^A-Za-z0-9._-]+", "_", request.node.nodeid)[-150:]
-        dest = request.config.rootpath / "test-logs" / safe
-        dest.mkdir(parents=True, exist_ok=True)
-        for proxy in started:
-            shutil.copy(proxy.log_file, dest / proxy.log_file.name)
+    if report is None or not report.failed:
+        return
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", request.node.nodeid)[-150:]
+    dest = request.config.rootpath / "test-logs" / safe
+    dest.mkdir(parents=True, exist_ok=True)
+    for path in paths:
+        if path.exists():
+            shutil.copy(path, dest / path.name)
 
 
 @pytest.hookimpl(wrapper=True)
