@@ -191,8 +191,10 @@ def run(args: argparse.Namespace) -> int:
                         _write(args.json, doc)
     finally:
         target.stop()
-        if own:
+        if own and not failures:
             shutil.rmtree(workdir, ignore_errors=True)
+        elif own:  # the broker's and the proxy's logs of a failed run are worth reading
+            print(f"{failures} run(s) failed: logs kept in {workdir}", flush=True)
     doc["settings"]["elapsed_s"] = round(time.monotonic() - t0, 1)
     _write(args.json, doc)
     _render([doc], args.plots)
