@@ -74,7 +74,7 @@ def _write(path: Path | None, doc: dict[str, Any]) -> None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.write_text(json.dumps(doc, separators=(",", ":")) + "\n")  # timelines are long
     tmp.replace(path)
 
 
