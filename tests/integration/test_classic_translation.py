@@ -4,8 +4,8 @@ kafka-python consumers (classic protocol only) join groups through groupgate, wh
 serves their JoinGroup / SyncGroup / Heartbeat / LeaveGroup as classic members of a KIP-848
 group, and commit offsets that the proxy writes to the broker under its own membership:
 
-* a group of three (range and cooperative-sticky): every partition owned exactly once, every
-  record produced is consumed;
+* a group of three (range, roundrobin and cooperative-sticky): every partition owned exactly
+  once, every record produced is consumed;
 * a fourth cooperative member: the members that keep partitions revoke none of them (seen from
   the clients' own rebalance listener callbacks);
 * a mixed group: two confluent-kafka ``group.protocol=consumer`` members and two kafka-python
@@ -54,6 +54,7 @@ from kafka import KafkaConsumer
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
 from kafka.coordinator.assignors.range import RangePartitionAssignor
+from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 bootstrap, group, topics, assignor = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
 session_ms, heartbeat_ms = int(sys.argv[5]), int(sys.argv[6])
 running = True
@@ -72,7 +73,8 @@ class Listener(ConsumerRebalanceListener):
         emit(name="partitions_assigned", partitions=tps(assigned))
     def on_partitions_lost(self, lost):
         emit(name="partitions_lost", partitions=tps(lost))
-strategy = {"range": RangePartitionAssignor, "cooperative-sticky": CooperativeStickyAssignor}
+strategy = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor,
+            "cooperative-sticky": CooperativeStickyAssignor}
 c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
                   enable_auto_commit=False, partition_assignment_strategy=[strategy[assignor]],
                   session_timeout_ms=session_ms, heartbeat_interval_ms=heartbeat_ms,
@@ -140,7 +142,7 @@ def produce(bootstrap: str, name: str, count: int, partitions: int) -> None:
     assert producer.flush(30) == 0
 
 
-@pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
+@pytest.mark.parametrize("assignor", ["range", "roundrobin", "cooperative-sticky"])
 def test_classic_members_form_a_group_and_consume_everything(
         kafka39: KafkaBroker, proxy: ProxyProcess, topic: Callable[..., str],
         members: list[Member], assignor: str) -> None:
