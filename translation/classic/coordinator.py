@@ -259,8 +259,7 @@ class ClassicGroupCoordinator:
         # 2. Apply. A member whose previous JoinGroup is still held gets that one answered
         # first (REBALANCE_IN_PROGRESS), so a member never has two held joins.
         if not is_new and replaced is None and group is not None:
-            self._drop_pending(group, member, ErrorCode.REBALANCE_IN_PROGRESS, effects)
-            self._drop_held_sync(group, member, ErrorCode.REBALANCE_IN_PROGRESS, effects)
+            self._answer_held(group, member, ErrorCode.REBALANCE_IN_PROGRESS, effects)
         if group is None:
             group = engine.new_group(group_id)
             engine.groups[group_id] = group
@@ -351,8 +350,7 @@ class ClassicGroupCoordinator:
         effects: list[Effect],
     ) -> None:
         engine = self.engine
-        self._drop_pending(group, old, ErrorCode.FENCED_INSTANCE_ID, effects)
-        self._drop_held_sync(group, old, ErrorCode.FENCED_INSTANCE_ID, effects)
+        self._answer_held(group, old, ErrorCode.FENCED_INSTANCE_ID, effects)
         target = group.target.members.get(old.member_id)
         engine.cancel_member_timers(group.group_id, old.member_id, effects)
         group.remove_member(old.member_id)
@@ -861,8 +859,7 @@ class ClassicGroupCoordinator:
         now_ms: int,
         effects: list[Effect],
     ) -> None:
-        self._drop_pending(group, member, ErrorCode.UNKNOWN_MEMBER_ID, effects)
-        self._drop_held_sync(group, member, ErrorCode.UNKNOWN_MEMBER_ID, effects)
+        self._answer_held(group, member, ErrorCode.UNKNOWN_MEMBER_ID, effects)
         self.told_at.pop((group.group_id, member.member_id), None)
         if member.protocol is MemberProtocol.CLASSIC or not group.members:
             return
@@ -890,8 +887,8 @@ class ClassicGroupCoordinator:
         group_id = group.group_id
         left = []
         for member in list(group.members.values()):
-            self._drop_pending(group, member, ErrorCode.UNKNOWN_MEMBER_ID, effects)
-            self._drop_held_sync(group, member, ErrorCode.UNKNOWN_MEMBER_ID, effects)
+            self._answer_held(group, member, ErrorCode.UNKNOWN_MEMBER_ID, effects)
+            self.told_at.pop((group_id, member.member_id), None)
             engine.cancel_member_timers(group_id, member.member_id, effects)
             left.append((member.member_id, member.instance_id))
         engine.cancel_timer(TimerKey(TimerKind.ASSIGNMENT, group_id), effects)
@@ -902,6 +899,18 @@ class ClassicGroupCoordinator:
         effects.append(GroupHandedBack(group_id, reason, tuple(left)))
 
     # ------------------------------------------------------------------ helpers
+
+    def _answer_held(
+        self,
+        group: ConsumerGroup,
+        member: ConsumerGroupMember,
+        code: ErrorCode,
+        effects: list[Effect],
+    ) -> None:
+        """Answer whatever request of ``member`` is held (a JoinGroup or a SyncGroup) with
+        ``code``: it rejoined, was replaced, removed, or its group was handed back."""
+        self._drop_pending(group, member, code, effects)
+        self._drop_held_sync(group, member, code, effects)
 
     def _drop_pending(
         self,

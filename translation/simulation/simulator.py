@@ -420,23 +420,20 @@ class Simulation:
         self.schedule_heartbeat(client, 0)
 
     def deliver_held_join(self, member_id: str, response: JoinGroupResponse) -> None:
-        held = self.held_joins.pop(member_id, None)
-        if held is None:
-            return
-        client, seq = held
-        self.stats["classic-deferred-joins"] += 1
-        if self.lost():
-            self.stats["lost-responses"] += 1
-            return
-        self.at(self.now + self.delay(), self.ev_response_arrive, client, seq, response, self.now)
+        self._deliver_held(self.held_joins, "classic-deferred-joins", member_id, response)
 
     def deliver_held_sync(self, member_id: str, response: SyncGroupResponse) -> None:
-        held = self.held_syncs.pop(member_id, None)
+        self._deliver_held(self.held_syncs, "classic-held-syncs", member_id, response)
+
+    def _deliver_held(self, held_by_member: dict[str, tuple[SimulatedClassicConsumer, int]],
+                      stat: str, member_id: str, response: ClassicResponse) -> None:
+        """A request the engine held is answered: send the response to its client."""
+        held = held_by_member.pop(member_id, None)
         if held is None:
             return
         client, seq = held
-        self.stats["classic-held-syncs"] += 1
-        if response.assignment is not None:
+        self.stats[stat] += 1
+        if isinstance(response, SyncGroupResponse) and response.assignment is not None:
             client.assignment_image = self.image
         if self.lost():
             self.stats["lost-responses"] += 1
