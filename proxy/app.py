@@ -17,7 +17,7 @@ import trio
 
 from proxy.config import ProxyConfig
 from proxy.connection import ListenerError, Router
-from proxy.coordination.routing import CoordinatingRouter
+from proxy.coordination.routing import CoordinatingRouter, handler_table
 from proxy.coordination.service import CoordinatorService
 from proxy.health import serve_health
 from proxy.logs import LIFECYCLE
@@ -52,11 +52,13 @@ def make_router_factory(config: ProxyConfig, service: CoordinatorService | None 
     """Routers of new connections; with a coordinator service, group requests of coordinated
     groups are answered by it (:mod:`proxy.coordination.routing`)."""
     accepted = parse_table(fetch_node_endpoints=config.fetch_node_endpoints)
+    handlers = handler_table(service) if service is not None else {}
 
-    def factory(server: ProxyServer, node_id: int | None) -> Router:
+    def factory(server: ProxyServer, node_id: int | None, client_host: str) -> Router:
         counters = RequestCounters(node_label(node_id))
-        if service is not None:
-            return CoordinatingRouter(server, counters, accepted, service, node_id)
+        if handlers:
+            return CoordinatingRouter(server, counters, accepted, handlers, node_id,
+                                      client_host)
         return ForwardingRouter(server, counters, accepted)
 
     return factory

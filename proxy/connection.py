@@ -7,14 +7,24 @@ Two tasks run per connection:
 
 * ``_pump_requests`` reads client bytes, cuts them into frames (hard maximum size), peeks each
   request header and asks the :class:`Router` what to do: forward (the common case: the frame's
-  bytes are sent upstream as they are, contiguous frames in one write), answer locally, or
-  reject (close the connection with one log line). Forwarded requests reserve a slot in the
-  :class:`~proxy.orderer.ResponseOrderer`, except Produce with ``acks=0``, which gets no
-  response. When ``max-in-flight`` slots are taken the task stops reading: the client's TCP
-  window fills and it slows down, instead of the proxy buffering without bound.
+  bytes are sent upstream as they are, contiguous frames in one write), examine, or reject
+  (close the connection with one log line). An examined request is decided on its whole,
+  decoded frame (:meth:`Router.decide`): forwarded as it is, forwarded rewritten (its response
+  then passes through the decision's filter), or answered by the proxy (:class:`Local`).
+  Forwarded requests reserve a slot in the :class:`~proxy.orderer.ResponseOrderer`, except
+  Produce with ``acks=0``, which gets no response. When ``max-in-flight`` slots are taken
+  the task stops reading: the client's TCP window fills and it slows down, instead of the
+  proxy buffering without bound.
 * ``_pump_responses`` reads upstream frames, hands each to the slot of the oldest outstanding
   request (brokers answer in order), rewrites the few responses that carry broker addresses or
   API versions, and releases the ready prefix of slots to the client.
+
+Order. Kafka handles the requests of one connection one after the other, and clients rely on
+it (pipelined asynchronous offset commits must land in the order they were sent). The proxy
+keeps that order for everything it examines: an examined request is decided only after every
+earlier answer the proxy gives on this connection is complete, and whatever it sends upstream
+on the client's behalf goes on this connection's own upstream socket, in request order. Frames
+that are only forwarded are not held back by an answer in progress.
 
 Frames that need no change are never copied into new objects: they are forwarded as slices of
 the buffer they arrived in. A large response that needs no change and is next in line is
@@ -37,7 +47,7 @@ import trio
 
 from proxy.codec.errors import CodecError
 from proxy.frames import FrameError, FrameSplitter, encode_frame
-from proxy.orderer import OrderingError, ResponseOrderer, Slot
+from proxy.orderer import OrderingError, ResponseFilter, ResponseOrderer, Slot
 
 log = logging.getLogger("groupgate.connection")
 
@@ -85,20 +95,41 @@ class RequestInfo:
     """False when ``frame`` is only the first bytes of a large request (cut-through)."""
 
 
-LocalAnswer = Payload | Awaitable[Payload]
-"""What a local handler returns: the full response payload (header included), or an
-awaitable producing it."""
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    """Forward ``payload`` (header and body, without the length prefix) instead of the
+    client's request; the broker's response to it goes through ``on_response``."""
+
+    payload: Payload
+    on_response: ResponseFilter
+    on_abandon: Callable[[], None] | None = None
+    """Called if the connection closes before the response arrives."""
+
+
+@dataclass(frozen=True, slots=True)
+class Local:
+    """The proxy answers the request: with the full response payload (header included), or
+    with an awaitable producing it, or producing a :class:`Rewrite` to send upstream then."""
+
+    answer: Payload | Awaitable[Payload | Rewrite]
+
+
+Decision = int | Rewrite | Local
+"""What :meth:`Router.decide` returns: ``FORWARD`` (the frame as it is), a :class:`Rewrite` or
+a :class:`Local` answer."""
 
 
 class Router(Protocol):
     """Decides, per request and per response, what the connection does with a frame."""
 
     def classify(self, request: RequestInfo) -> int:
-        """Return FORWARD, FORWARD_NO_RESPONSE or LOCAL; raise RejectRequest to close."""
+        """Return FORWARD, FORWARD_NO_RESPONSE or EXAMINE from the header alone (``request``
+        may be only the first bytes of a large frame); raise RejectRequest to close."""
         ...
 
-    def answer(self, request: RequestInfo) -> LocalAnswer:
-        """Answer a request classified LOCAL."""
+    def decide(self, request: RequestInfo) -> Decision:
+        """Decide a request classified EXAMINE, given its whole frame, once every earlier
+        answer of the proxy on this connection is complete."""
         ...
 
     def response_rewriter(
@@ -111,7 +142,7 @@ class Router(Protocol):
 
 FORWARD = 0
 FORWARD_NO_RESPONSE = 1
-LOCAL = 2
+EXAMINE = 2
 
 
 class Connection:
@@ -136,6 +167,14 @@ class Connection:
         self.orderer = ResponseOrderer()
         self._space = trio.Event()
         self._send_lock = trio.Lock()
+        """Held while writing to the client."""
+        self._upstream_lock = trio.Lock()
+        """Held while writing to the broker and registering what was written with the
+        orderer, so that the order of the upstream slots is the order on the wire."""
+        self._answering = 0
+        """Local answers of this connection still in progress."""
+        self._answered = trio.Event()
+        self._answered.set()
         self._draining = False
         self._boundary_wait: trio.CancelScope | None = None
         """The cancel scope of the request pump's wait for a new frame, while it waits."""
@@ -171,6 +210,7 @@ class Connection:
         finally:
             self._finished = True
             self._progress.set()
+            self.orderer.abandon()
             for pipe in self._pipes or ():
                 if pipe is not None:
                     pipe.close()
@@ -262,7 +302,6 @@ class Connection:
     async def _pump_requests(self) -> None:
         splitter = FrameSplitter(self.max_frame_bytes, min_frame_bytes=_HEADER.size)
         receive = self.client.receive_some
-        send_upstream = self.upstream.send_all
         router = self.router
         orderer = self.orderer
         data, self._first = self._first, b""
@@ -277,9 +316,7 @@ class Connection:
                 with trio.CancelScope() as wait:
                     if at_boundary:
                         self._boundary_wait = wait
-                    while len(orderer) >= self.max_in_flight:
-                        self._space = trio.Event()
-                        await self._space.wait()
+                    await self._wait_for_space()
                     if not at_boundary and (splitter.incomplete_frame_size >= LARGE_FRAME_BYTES
                                             and await self._cut_through_request(splitter)):
                         continue
@@ -293,38 +330,90 @@ class Connection:
             if not spans:
                 continue
             view = memoryview(blob)
-            batch_start = -1
-            batch_end = -1
+            batch: list[Slot] = []
+            batch_start = batch_end = -1
             for start, end in spans:
+                if len(orderer) >= self.max_in_flight:
+                    if batch_start >= 0:
+                        await self._send_upstream(view[batch_start:batch_end], batch)
+                        batch, batch_start = [], -1
+                    await self._wait_for_space()
                 api_key, api_version, correlation_id = _HEADER.unpack_from(blob, start)
                 request = RequestInfo(api_key, api_version, correlation_id, view[start:end])
                 action = router.classify(request)
                 if action == FORWARD:
-                    orderer.expect_upstream(correlation_id, api_key, api_version)
-                elif action == FORWARD_NO_RESPONSE:
-                    pass
-                else:
+                    batch.append(orderer.reserve(correlation_id, api_key, api_version))
+                elif action != FORWARD_NO_RESPONSE:
                     if batch_start >= 0:
-                        await send_upstream(view[batch_start:batch_end])
-                        batch_start = -1
-                    slot = orderer.expect_local(correlation_id, api_key, api_version)
-                    answer = router.answer(request)
-                    if isinstance(answer, bytes | bytearray | memoryview):
-                        orderer.fill(slot, encode_frame(answer))
-                        await self._flush()
-                    else:
-                        assert self._nursery is not None
-                        self._nursery.start_soon(self._answer_later, slot, answer)
+                        await self._send_upstream(view[batch_start:batch_end], batch)
+                        batch, batch_start = [], -1
+                    await self._examine(request, view[start - 4:end])
                     continue
                 if batch_start < 0:
                     batch_start = start - 4
                 batch_end = end
             if batch_start >= 0:
-                await send_upstream(view[batch_start:batch_end])
+                await self._send_upstream(view[batch_start:batch_end], batch)
 
-    async def _answer_later(self, slot: Slot, answer: Awaitable[Payload]) -> None:
-        self.orderer.fill(slot, encode_frame(await answer))
-        await self._flush()
+    async def _wait_for_space(self) -> None:
+        while len(self.orderer) >= self.max_in_flight:
+            self._space = trio.Event()
+            await self._space.wait()
+
+    async def _examine(self, request: RequestInfo, frame: memoryview) -> None:
+        """Decide an examined request (after the proxy's earlier answers on this connection
+        are complete, as Kafka would have handled them first) and act on the decision."""
+        while self._answering:
+            await self._answered.wait()
+        decision = self.router.decide(request)
+        slot = self.orderer.reserve(request.correlation_id, request.api_key,
+                                    request.api_version)
+        if isinstance(decision, Local):
+            answer = decision.answer
+            if isinstance(answer, bytes | bytearray | memoryview):
+                self.orderer.fill(slot, encode_frame(answer))
+                await self._flush()
+                return
+            assert self._nursery is not None
+            self._answering += 1
+            self._answered = trio.Event()
+            self._nursery.start_soon(self._answer_later, slot, answer)
+        elif isinstance(decision, Rewrite):
+            await self._send_rewritten(slot, decision)
+        else:
+            await self._send_upstream(frame, [slot])
+
+    async def _answer_later(self, slot: Slot, answer: Awaitable[Payload | Rewrite]) -> None:
+        try:
+            result = await answer
+            if isinstance(result, Rewrite):
+                await self._send_rewritten(slot, result)
+            else:
+                self.orderer.fill(slot, encode_frame(result))
+                await self._flush()
+        finally:
+            self._answering -= 1
+            if not self._answering:
+                self._answered.set()
+
+    async def _send_rewritten(self, slot: Slot, rewrite: Rewrite) -> None:
+        slot.on_response = rewrite.on_response
+        slot.on_abandon = rewrite.on_abandon
+        await self._send_upstream(encode_frame(rewrite.payload), [slot])
+
+    async def _send_upstream(self, data: Payload, slots: list[Slot]) -> None:
+        """Write requests to the broker; their slots now wait for its responses, in order."""
+        lock = self._upstream_lock
+        try:
+            lock.acquire_nowait()
+        except trio.WouldBlock:
+            await lock.acquire()
+        try:
+            for slot in slots:
+                self.orderer.sent_upstream(slot)
+            await self.upstream.send_all(data)
+        finally:
+            lock.release()
 
     # -- upstream -> client -------------------------------------------------------------------
 
@@ -347,7 +436,8 @@ class Connection:
             for start, end in spans:
                 (correlation_id,) = _CORRELATION.unpack_from(blob, start)
                 slot = orderer.upstream_response(correlation_id)
-                rewrite = router.response_rewriter(slot.api_key, slot.api_version)
+                rewrite = slot.on_response or router.response_rewriter(slot.api_key,
+                                                                       slot.api_version)
                 if rewrite is None:
                     orderer.fill(slot, view[start - 4:end])
                 else:
@@ -371,7 +461,7 @@ class Connection:
         (correlation_id,) = _CORRELATION.unpack_from(prefix, 4)
         orderer = self.orderer
         slot = orderer.upstream_response(correlation_id)
-        if (not orderer.is_next(slot)
+        if (not orderer.is_next(slot) or slot.on_response is not None
                 or self.router.response_rewriter(slot.api_key, slot.api_version) is not None):
             orderer.push_back(slot)
             return False
@@ -386,7 +476,7 @@ class Connection:
 
         The header, and for Produce the ``acks``, sit at the start of the frame, so a large
         request is classified from its first bytes. Returns False (nothing consumed) when the
-        prefix is too short to classify or the request is not simply forwarded.
+        prefix is too short to classify or the request must be examined whole.
         """
         if splitter.buffered < CLASSIFY_PREFIX_BYTES:
             return False
@@ -398,11 +488,14 @@ class Connection:
             action = self.router.classify(request)
         except IncompleteHeader:
             return False  # decide on the whole frame
-        if action == LOCAL:
+        if action == EXAMINE:
             return False
-        if action == FORWARD:
-            self.orderer.expect_upstream(correlation_id, api_key, api_version)
-        await _stream_frame(splitter, self.client, self.upstream, self._pipe(0))
+        slots = ([self.orderer.reserve(correlation_id, api_key, api_version)]
+                 if action == FORWARD else [])
+        async with self._upstream_lock:
+            for slot in slots:
+                self.orderer.sent_upstream(slot)
+            await _stream_frame(splitter, self.client, self.upstream, self._pipe(0))
         return True
 
     async def _flush(self) -> None:

@@ -14,22 +14,33 @@ It is sans-I/O: the connection task calls it and writes what :meth:`take_ready` 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 
 class OrderingError(Exception):
     """The upstream broker answered a correlation id other than the oldest one outstanding."""
 
 
+Payload = bytes | bytearray | memoryview
+ResponseFilter = Callable[[memoryview], Payload | None]
+"""Turns the broker's response payload into the client's (None: unchanged)."""
+
+
 class Slot:
     """One request awaiting its response."""
 
-    __slots__ = ("api_key", "api_version", "correlation_id", "data")
+    __slots__ = ("api_key", "api_version", "correlation_id", "data", "on_abandon",
+                 "on_response")
 
     def __init__(self, correlation_id: int, api_key: int, api_version: int) -> None:
         self.correlation_id = correlation_id
         self.api_key = api_key
         self.api_version = api_version
-        self.data: bytes | bytearray | memoryview | None = None
+        self.data: Payload | None = None
+        self.on_response: ResponseFilter | None = None
+        """For a request the proxy rewrote before forwarding: what to do with its answer."""
+        self.on_abandon: Callable[[], None] | None = None
+        """Called if the connection ends before the answer comes."""
 
 
 class ResponseOrderer:
@@ -46,17 +57,22 @@ class ResponseOrderer:
     def awaiting_upstream(self) -> int:
         return len(self._upstream)
 
-    def expect_upstream(self, correlation_id: int, api_key: int, api_version: int) -> Slot:
-        """Reserve a slot for a forwarded request; the upstream response fills it."""
+    def reserve(self, correlation_id: int, api_key: int, api_version: int) -> Slot:
+        """Reserve the next slot in request order; it is filled by :meth:`fill` (a local
+        answer) or, once :meth:`sent_upstream` says so, by the broker's response."""
         slot = Slot(correlation_id, api_key, api_version)
         self._slots.append(slot)
-        self._upstream.append(slot)
         return slot
 
-    def expect_local(self, correlation_id: int, api_key: int, api_version: int) -> Slot:
-        """Reserve a slot the proxy fills itself (possibly later) with :meth:`fill`."""
-        slot = Slot(correlation_id, api_key, api_version)
-        self._slots.append(slot)
+    def sent_upstream(self, slot: Slot) -> None:
+        """``slot``'s request has just been written to the broker: its response comes after
+        those of the requests written before it."""
+        self._upstream.append(slot)
+
+    def expect_upstream(self, correlation_id: int, api_key: int, api_version: int) -> Slot:
+        """Reserve a slot for a request forwarded right away."""
+        slot = self.reserve(correlation_id, api_key, api_version)
+        self._upstream.append(slot)
         return slot
 
     def upstream_response(self, correlation_id: int) -> Slot:
@@ -72,6 +88,7 @@ class ResponseOrderer:
             raise OrderingError(f"response with correlation id {correlation_id}, "
                                 f"expected {slot.correlation_id}")
         self._upstream.popleft()
+        slot.on_abandon = None  # its answer has come
         return slot
 
     def is_next(self, slot: Slot) -> bool:
@@ -89,12 +106,20 @@ class ResponseOrderer:
         self._upstream.appendleft(slot)
 
     @staticmethod
-    def fill(slot: Slot, data: bytes | bytearray | memoryview) -> None:
+    def fill(slot: Slot, data: Payload) -> None:
         slot.data = data
 
-    def take_ready(self) -> list[bytes | bytearray | memoryview]:
+    def abandon(self) -> None:
+        """The connection ended: tell the slots still waiting for the broker."""
+        slots, self._slots, self._upstream = self._slots, deque(), deque()
+        for slot in slots:
+            if slot.on_abandon is not None:
+                on_abandon, slot.on_abandon = slot.on_abandon, None
+                on_abandon()
+
+    def take_ready(self) -> list[Payload]:
         """Pop and return the responses at the head of the queue that are ready, in order."""
-        ready: list[bytes | bytearray | memoryview] = []
+        ready: list[Payload] = []
         slots = self._slots
         while slots and slots[0].data is not None:
             slot = slots.popleft()

@@ -20,11 +20,12 @@ from proxy.codec._runtime import r_uv, s_tags
 from proxy.codec.api_index import ApiInfo, api_index
 from proxy.codec.errors import CodecError
 from proxy.connection import (
+    EXAMINE,
     FORWARD,
     FORWARD_NO_RESPONSE,
-    LOCAL,
+    Decision,
     IncompleteHeader,
-    LocalAnswer,
+    Local,
     RejectRequest,
     RequestInfo,
 )
@@ -94,7 +95,7 @@ class ForwardingRouter:
             raise RejectRequest(f"unknown API key {key}")
         if not versions[0] <= request.api_version <= versions[1]:
             if key == API_VERSIONS and request.api_version > versions[1]:
-                return LOCAL
+                return EXAMINE
             info = self._index.get(key)
             name = info.name if info else str(key)
             raise RejectRequest(f"unsupported version {request.api_version} of {name} "
@@ -103,9 +104,9 @@ class ForwardingRouter:
             return FORWARD_NO_RESPONSE
         return FORWARD
 
-    def answer(self, request: RequestInfo) -> LocalAnswer:
-        # Only ApiVersions newer than the proxy knows is classified LOCAL.
-        return apiversions.unsupported_version_response(request.correlation_id)
+    def decide(self, request: RequestInfo) -> Decision:
+        # Only ApiVersions newer than the proxy knows is classified EXAMINE here.
+        return Local(apiversions.unsupported_version_response(request.correlation_id))
 
     # -- responses --------------------------------------------------------------------------
 
@@ -118,7 +119,7 @@ class ForwardingRouter:
 
     def _rewrite_addresses(self, api_key: int, api_version: int, payload: memoryview
                            ) -> bytes | None:
-        start = _body_offset(payload, messages.response_header_version(api_key, api_version))
+        start = body_offset(payload, messages.response_header_version(api_key, api_version))
         body = payload[start:]
         new_body = rewrite_response(api_key, api_version, body, self._address_map)
         if new_body is body:
@@ -136,7 +137,7 @@ class ForwardingRouter:
         return bytes(payload[:4]) + messages.encode_response(API_VERSIONS, api_version, view)
 
 
-def _body_offset(payload: memoryview, header_version: int) -> int:
+def body_offset(payload: memoryview, header_version: int) -> int:
     if header_version == 0:
         return 4
     try:

@@ -35,8 +35,9 @@ RETRY_BIND_SECONDS = 10.0
 lifecycle = logging.getLogger(LIFECYCLE)
 
 
-RouterFactory = Callable[["ProxyServer", "int | None"], Router]
-"""Builds the :class:`Router` of each new connection (see ``proxy.router``)."""
+RouterFactory = Callable[["ProxyServer", "int | None", str], Router]
+"""Builds the :class:`Router` of each new connection from its listener's node id (None: the
+bootstrap listener) and the client's host as Kafka reports it (``/10.0.0.7``)."""
 
 
 @dataclass
@@ -206,7 +207,7 @@ class ProxyServer:
         conn = Connection(
             client,
             upstream,
-            self.router_factory(self, node_id),
+            self.router_factory(self, node_id, _client_host(client)),
             max_frame_bytes=self.config.max_frame_bytes,
             max_in_flight=self.config.max_in_flight,
             name=name,
@@ -253,6 +254,13 @@ def node_label(node_id: int | None) -> str:
 
 def _describe(node_id: int | None) -> str:
     return "bootstrap" if node_id is None else f"broker {node_id}"
+
+
+def _client_host(stream: trio.SocketStream) -> str:
+    try:
+        return "/" + str(stream.socket.getpeername()[0])
+    except OSError:
+        return "/unknown"
 
 
 def _peer(stream: trio.SocketStream) -> str:

@@ -89,6 +89,7 @@ from translation.assignors.base import AssignorError, PartitionAssignor
 from translation.config import GroupConfig
 from translation.effects import (
     Effect,
+    GroupDeleted,
     GroupEmptied,
     GroupEpochBumped,
     GroupExpired,
@@ -238,6 +239,23 @@ class GroupCoordinator:
 
     def group(self, group_id: str) -> ConsumerGroup | None:
         return self.groups.get(group_id)
+
+    def delete_group(self, group_id: str) -> tuple[ErrorCode, list[Effect]]:
+        """DeleteGroups: NON_EMPTY_GROUP while the group has members, else the group is
+        forgotten (its offsets are the broker's to delete). An unknown group is not an error
+        here: the broker may still have one of that id."""
+        effects: list[Effect] = []
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.NONE, effects
+        if group.members:
+            return ErrorCode.NON_EMPTY_GROUP, effects
+        self.cancel_timer(TimerKey(TimerKind.GROUP_EXPIRY, group_id), effects)
+        self.cancel_timer(TimerKey(TimerKind.ASSIGNMENT, group_id), effects)
+        group.dead = True
+        del self.groups[group_id]
+        effects.append(GroupDeleted(group_id))
+        return ErrorCode.NONE, effects
 
     # ------------------------------------------------------------------ group operations
 

@@ -106,6 +106,13 @@ class GroupExpired:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupDeleted:
+    """An empty group was deleted on request (DeleteGroups)."""
+
+    group_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class JoinCompleted:
     """A classic JoinGroup the engine answered with "pending" is complete: send ``response``
     to the client whose JoinGroup (``group_id``, ``member_id``) the proxy is holding."""
@@ -152,6 +159,7 @@ Effect = (
     | MemberFenced
     | GroupEmptied
     | GroupExpired
+    | GroupDeleted
     | JoinCompleted
     | SyncCompleted
     | GroupHandedBack

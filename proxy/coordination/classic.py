@@ -1,24 +1,23 @@
 """Classic group requests answered by the proxy: JoinGroup, SyncGroup, Heartbeat, LeaveGroup.
 
-With ``classic-translation`` on, :class:`~proxy.coordination.routing.CoordinatingRouter` sends
-the classic requests of groups the engine serves here (and the JoinGroups the engine may take,
-see :meth:`~proxy.coordination.service.CoordinatorService.takes_join`). Each function maps the
-decoded wire value onto the engine's classic dataclasses with :mod:`proxy.classic_bridge`,
-calls the service (which runs the engine's
+With ``classic-translation`` on, the handlers here answer the classic requests of groups the
+engine serves (and the JoinGroups the engine may take, see
+:meth:`~proxy.coordination.service.CoordinatorService.takes_join`); the rest pass to the
+broker untouched. Each handler maps the decoded wire value onto the engine's classic
+dataclasses with :mod:`proxy.classic_bridge`, calls the service (which runs the engine's
 :class:`~translation.classic.coordinator.ClassicGroupCoordinator` and handles its effects) and
 maps the answer back to a response value at the client's version. JoinGroup may wait for the
 takeover of the broker's group, a topic metadata refresh, or a held (deferred) join; SyncGroup
 for the release of the partitions its member waits for (a held sync).
-
-:func:`failure` gives the UNKNOWN_SERVER_ERROR response of each API for a handler that failed.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from proxy import classic_bridge as bridge
-from proxy.coordination import wire
+from proxy.coordination.handler import PASS, Answer, ApiHandler, GroupRequest, Outcome, Value
 from translation.classic.messages import (
     HeartbeatResponse,
     JoinGroupRequest,
@@ -31,51 +30,92 @@ if TYPE_CHECKING:
     from proxy.coordination.service import CoordinatorService
 
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
-CLASSIC_KEYS = frozenset({JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP})
 
 
-def join_request(version: int, client_id: str | None, value: dict[str, Any]
-                 ) -> JoinGroupRequest:
-    return bridge.join_group_request(value, version, client_id=client_id,
-                                     client_host=wire.UNKNOWN_CLIENT_HOST)
+class ClassicHandler(ApiHandler):
+    """A classic group request: the engine's if it serves the group, else the broker's."""
+
+    def decide(self, request: GroupRequest) -> Outcome:
+        service = self.service
+        if service.classic is None or not self.is_local(request):
+            return PASS
+        return Answer(self.answer(request))
+
+    def is_local(self, request: GroupRequest) -> bool:
+        return self.service.serves_classic(request.value["group_id"])
+
+    async def answer(self, request: GroupRequest) -> Value:
+        raise NotImplementedError
 
 
-def is_local(service: CoordinatorService, key: int, version: int, client_id: str | None,
-             value: dict[str, Any]) -> bool:
-    """Whether the engine answers this classic request (False: forward it untouched)."""
-    if service.classic is None:
-        return False
-    if key == JOIN_GROUP:
+class JoinGroupHandler(ClassicHandler):
+    api_key = JOIN_GROUP
+
+    def is_local(self, request: GroupRequest) -> bool:
         try:
-            request = join_request(version, client_id, value)
+            join = join_request(request)
         except bridge.BridgeError:
             return False
-        return service.takes_join(request)
-    return service.serves_classic(value["group_id"])
+        return self.service.takes_join(join)
 
+    async def answer(self, request: GroupRequest) -> Value:
+        response = await self.service.join_group(join_request(request))
+        return bridge.join_group_response(response, request.version)
 
-async def answer(service: CoordinatorService, key: int, version: int, client_id: str | None,
-                 value: dict[str, Any]) -> dict[str, Any]:
-    if key == JOIN_GROUP:
-        response = await service.join_group(join_request(version, client_id, value))
-        return bridge.join_group_response(response, version)
-    if key == SYNC_GROUP:
-        return bridge.sync_group_response(
-            await service.sync_group(bridge.sync_group_request(value, version)), version)
-    if key == HEARTBEAT:
-        return bridge.heartbeat_response(
-            service.classic_heartbeat(bridge.heartbeat_request(value, version)), version)
-    return bridge.leave_group_response(
-        service.leave_group(bridge.leave_group_request(value, version)), version)
-
-
-def failure(key: int, version: int, value: dict[str, Any], error: int) -> dict[str, Any]:
-    """The response of a classic request failing with ``error``."""
-    if key == JOIN_GROUP:
+    def failure(self, request: GroupRequest, error: int) -> Value:
         return bridge.join_group_response(
-            JoinGroupResponse(error_code=error, member_id=value.get("member_id", "")), version)
-    if key == SYNC_GROUP:
-        return bridge.sync_group_response(SyncGroupResponse(error_code=error), version)
-    if key == HEARTBEAT:
-        return bridge.heartbeat_response(HeartbeatResponse(error_code=error), version)
-    return bridge.leave_group_response(LeaveGroupResponse(error_code=error), version)
+            JoinGroupResponse(error_code=error, member_id=request.value.get("member_id", "")),
+            request.version)
+
+
+class SyncGroupHandler(ClassicHandler):
+    api_key = SYNC_GROUP
+
+    async def answer(self, request: GroupRequest) -> Value:
+        response = await self.service.sync_group(
+            bridge.sync_group_request(request.value, request.version))
+        return bridge.sync_group_response(response, request.version)
+
+    def failure(self, request: GroupRequest, error: int) -> Value:
+        return bridge.sync_group_response(SyncGroupResponse(error_code=error), request.version)
+
+
+class HeartbeatHandler(ClassicHandler):
+    api_key = HEARTBEAT
+
+    def decide(self, request: GroupRequest) -> Outcome:
+        service = self.service
+        if service.classic is None or not self.is_local(request):
+            return PASS
+        return Answer(bridge.heartbeat_response(
+            service.classic_heartbeat(bridge.heartbeat_request(request.value, request.version)),
+            request.version))
+
+    def failure(self, request: GroupRequest, error: int) -> Value:
+        return bridge.heartbeat_response(HeartbeatResponse(error_code=error), request.version)
+
+
+class LeaveGroupHandler(ClassicHandler):
+    api_key = LEAVE_GROUP
+
+    def decide(self, request: GroupRequest) -> Outcome:
+        service = self.service
+        if service.classic is None or not self.is_local(request):
+            return PASS
+        return Answer(bridge.leave_group_response(
+            service.leave_group(bridge.leave_group_request(request.value, request.version)),
+            request.version))
+
+    def failure(self, request: GroupRequest, error: int) -> Value:
+        return bridge.leave_group_response(LeaveGroupResponse(error_code=error),
+                                           request.version)
+
+
+def join_request(request: GroupRequest) -> JoinGroupRequest:
+    return bridge.join_group_request(request.value, request.version,
+                                     client_id=request.client_id,
+                                     client_host=request.client_host)
+
+
+HANDLERS: tuple[Callable[[CoordinatorService], ApiHandler], ...] = (
+    JoinGroupHandler, SyncGroupHandler, HeartbeatHandler, LeaveGroupHandler)

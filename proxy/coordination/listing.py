@@ -1,37 +1,56 @@
-"""ListGroups and DescribeGroups with coordinated groups next to the broker's own groups.
+"""ListGroups, DescribeGroups and DeleteGroups with coordinated groups next to the broker's own.
 
 The broker knows a coordinated group only as the classic group the proxy holds for it
-(protocol ``groupgate-coordinated``); the engine knows the real one. So:
+(protocol ``groupgate-coordinated``, one member); the engine knows the real one. So, through
+the proxy:
 
-* ListGroups asks the broker for all its groups (without filters, which it could not apply
-  to the engine's states and types), drops the broker's entries for coordinated groups, adds
-  the engine's groups (type ``consumer``, KIP-848 states: Empty, Assigning, Reconciling,
-  Stable) on the connection of the broker that coordinates them (admin clients ask every
-  broker and concatenate the answers, so listing them everywhere would duplicate them), then
-  applies the request's state and type filters (case-insensitive, as Kafka does) to the
-  merged list;
-* DescribeGroups answers a coordinated group as Kafka 4.x answers it for a consumer-protocol
-  group (it is not a classic group): GROUP_ID_NOT_FOUND with a message from v6, state Dead
-  with no error before; other groups of the same request are described by the broker. Admin
-  clients describe consumer groups with ConsumerGroupDescribe first and fall back to
-  DescribeGroups only for classic groups.
+* ListGroups goes to the broker without filters (it could not apply them to the engine's
+  states), its entries for coordinated groups are replaced by the engine's (type ``consumer``,
+  KIP-848 states: Empty, Assigning, Reconciling, Stable) on the connection of the broker that
+  coordinates them (admin clients ask every broker and concatenate the answers, so listing
+  them everywhere would duplicate them), and the request's state and type filters
+  (case-insensitive, as Kafka does) are applied to the merged list;
+* DescribeGroups describes a coordinated group from the engine in the classic shape, at every
+  version, so that tools that only speak DescribeGroups (kafka-consumer-groups of Kafka 3.x,
+  lag exporters) see its real members and assignments: protocol type ``consumer``, protocol
+  the server-side assignor, state Stable / PreparingRebalance (target being computed) /
+  CompletingRebalance (members reconciling) / Empty, and per member its subscription and
+  assignment encoded in the consumer protocol. Other groups of the same request are described
+  by the broker;
+* DeleteGroups of a coordinated group is refused with NON_EMPTY_GROUP while the engine's group
+  has members (as Kafka does for any group); an empty one is forgotten by the engine, the
+  proxy leaves the broker's group, and the broker deletes the group and its offsets.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from proxy.coordination.links import Address
-from proxy.upstream import UpstreamError
+from proxy.codec import messages
+from proxy.coordination.handler import (
+    PASS,
+    Answer,
+    ApiHandler,
+    GroupRequest,
+    Outcome,
+    Upstream,
+    Value,
+)
+from proxy.coordination.offsets import merge_in_order
+from translation.describe import DescribedGroup, DescribedTopicPartitions
 from translation.errors import ErrorCode
 
 if TYPE_CHECKING:
     from proxy.coordination.service import CoordinatorService
 
-LIST_GROUPS, DESCRIBE_GROUPS = 16, 15
+LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS = 16, 15, 42
+CLASSIC_STATES = {"Empty": "Empty", "Assigning": "PreparingRebalance",
+                  "Reconciling": "CompletingRebalance", "Stable": "Stable", "Dead": "Dead"}
+"""The classic state a tool reading DescribeGroups is shown for each KIP-848 group state."""
 
 
-def engine_listing(service: CoordinatorService, node_id: int | None) -> list[dict[str, Any]]:
+def engine_listing(service: CoordinatorService, node_id: int | None) -> list[Value]:
     """The engine's groups coordinated through broker ``node_id`` (None: all of them)."""
     out = []
     for g in service.engine.list_groups():
@@ -45,9 +64,8 @@ def engine_listing(service: CoordinatorService, node_id: int | None) -> list[dic
     return out
 
 
-def merge_listing(broker_groups: list[dict[str, Any]], engine_groups: list[dict[str, Any]],
-                  coordinated: set[str], states: list[str], types: list[str]
-                  ) -> list[dict[str, Any]]:
+def merge_listing(broker_groups: list[Value], engine_groups: list[Value],
+                  coordinated: set[str], states: list[str], types: list[str]) -> list[Value]:
     """Broker entries minus coordinated ids, plus the engine's, filtered (sans-I/O)."""
     merged = [g for g in broker_groups if g["group_id"] not in coordinated] + engine_groups
     wanted_states = {s.lower() for s in states}
@@ -57,45 +75,134 @@ def merge_listing(broker_groups: list[dict[str, Any]], engine_groups: list[dict[
             and (not wanted_types or str(g.get("group_type", "")).lower() in wanted_types)]
 
 
-async def list_groups(service: CoordinatorService, version: int, value: dict[str, Any],
-                      node_id: int | None, address: Address) -> dict[str, Any]:
-    upstream = dict(value, states_filter=[], types_filter=[])
-    try:
-        response = await service.pool.link(address).request(LIST_GROUPS, version, upstream)
-    except UpstreamError:
-        return {"throttle_time_ms": 0, "error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                "groups": []}
-    coordinated = {gid for gid in service.memberships if service.coordinates(gid)}
-    response["groups"] = merge_listing(response["groups"], engine_listing(service, node_id),
-                                       coordinated, value.get("states_filter") or [],
-                                       value.get("types_filter") or [])
-    return response
+class ListGroupsHandler(ApiHandler):
+    api_key = LIST_GROUPS
+
+    def decide(self, request: GroupRequest) -> Outcome:
+        service = self.service
+        if not service.has_groups:
+            return PASS
+        value = request.value
+        states = value.get("states_filter") or []
+        types = value.get("types_filter") or []
+
+        def on_response(response: Value) -> Value:
+            coordinated = {gid for gid in service.memberships if service.coordinates(gid)}
+            response["groups"] = merge_listing(
+                response["groups"], engine_listing(service, request.node_id), coordinated,
+                states, types)
+            return response
+
+        return Upstream(dict(value, states_filter=[], types_filter=[]), on_response)
+
+    def failure(self, request: GroupRequest, error: int) -> Value:
+        return {"error_code": error, "groups": []}
 
 
-def not_classic(group_id: str, version: int) -> dict[str, Any]:
-    """DescribeGroups entry for a group that is not a classic group (Kafka 4.x)."""
+def _consumer_protocol_partitions(items: list[DescribedTopicPartitions]) -> list[Value]:
+    return [{"topic": tp.topic_name, "partitions": list(tp.partitions)} for tp in items
+            if tp.topic_name]
+
+
+def classic_description(group: DescribedGroup, version: int) -> Value:
+    """A DescribeGroups entry for an engine group (see the module docstring)."""
+    if group.error_code:
+        return unknown_group(group.group_id, version)
+    members = []
+    for m in group.members:
+        metadata = messages.encode_data("ConsumerProtocolSubscription", 0, {
+            "topics": list(m.subscribed_topic_names)})
+        assignment = messages.encode_data("ConsumerProtocolAssignment", 0, {
+            "assigned_partitions": _consumer_protocol_partitions(m.assignment)})
+        members.append({"member_id": m.member_id, "group_instance_id": m.instance_id,
+                        "client_id": m.client_id, "client_host": m.client_host,
+                        "member_metadata": metadata, "member_assignment": assignment})
+    return {"error_code": 0, "group_id": group.group_id,
+            "group_state": CLASSIC_STATES.get(group.group_state, group.group_state),
+            "protocol_type": "consumer", "protocol_data": group.assignor_name,
+            "members": members}
+
+
+def unknown_group(group_id: str, version: int) -> Value:
+    """The entry Kafka gives a group it does not know (v6+ with a message)."""
     if version >= 6:
         return {"error_code": int(ErrorCode.GROUP_ID_NOT_FOUND),
-                "error_message": f"Group {group_id} is not a classic group.",
-                "group_id": group_id, "group_state": "Dead", "protocol_type": "",
-                "protocol_data": "", "members": []}
+                "error_message": f"Group {group_id} not found.", "group_id": group_id,
+                "group_state": "Dead", "protocol_type": "", "protocol_data": "", "members": []}
     return {"error_code": 0, "group_id": group_id, "group_state": "Dead", "protocol_type": "",
             "protocol_data": "", "members": []}
 
 
-async def describe_groups(service: CoordinatorService, version: int, value: dict[str, Any],
-                          address: Address) -> dict[str, Any]:
-    requested: list[str] = value["groups"]
-    rest = [g for g in requested if not service.coordinates(g)]
-    described: dict[str, dict[str, Any]] = {}
-    if rest:
-        try:
-            response = await service.pool.link(address).request(
-                DESCRIBE_GROUPS, version, dict(value, groups=rest))
-            described = {g["group_id"]: g for g in response["groups"]}
-        except UpstreamError:
-            described = {g: {"error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                             "group_id": g, "group_state": "", "protocol_type": "",
-                             "protocol_data": "", "members": []} for g in rest}
-    groups = [described[g] if g in described else not_classic(g, version) for g in requested]
-    return {"throttle_time_ms": 0, "groups": groups}
+class DescribeGroupsHandler(ApiHandler):
+    api_key = DESCRIBE_GROUPS
+
+    def decide(self, request: GroupRequest) -> Outcome:
+        service = self.service
+        requested: list[str] = request.value["groups"]
+        local = {i: classic_description(service.engine.describe([g])[0], request.version)
+                 for i, g in enumerate(requested) if service.coordinates(g)}
+        if not local:
+            return PASS
+        rest = [g for i, g in enumerate(requested) if i not in local]
+        if not rest:
+            return Answer({"throttle_time_ms": 0, "groups": [local[i]
+                                                             for i in range(len(requested))]})
+
+        def on_response(response: Value) -> Value:
+            response["groups"] = merge_in_order(requested, response["groups"], local,
+                                                "group_id")
+            return response
+
+        return Upstream(dict(request.value, groups=rest), on_response)
+
+    def failure(self, request: GroupRequest, error: int) -> Value:
+        return {"groups": [{"error_code": error, "group_id": g, "group_state": "",
+                            "protocol_type": "", "protocol_data": "", "members": []}
+                           for g in request.value["groups"]]}
+
+
+class DeleteGroupsHandler(ApiHandler):
+    api_key = DELETE_GROUPS
+
+    def decide(self, request: GroupRequest) -> Outcome:
+        service = self.service
+        requested: list[str] = request.value["groups_names"]
+        mine = [i for i, g in enumerate(requested)
+                if service.coordinates(g) or service.engine.group(g) is not None]
+        if not mine:
+            return PASS
+        return Answer(self._delete(request, requested, mine))
+
+    async def _delete(self, request: GroupRequest, requested: list[str], mine: list[int]
+                      ) -> Value | Upstream:
+        local: dict[int, Value] = {}
+        for index in mine:
+            group_id = requested[index]
+            error = await self.service.delete_group(group_id)
+            if error != ErrorCode.NONE:
+                local[index] = _deleted(group_id, int(error), request.version)
+        rest = [g for i, g in enumerate(requested) if i not in local]
+        if not rest:
+            return {"throttle_time_ms": 0, "results": [local[i] for i in range(len(requested))]}
+
+        def on_response(response: Value) -> Value:
+            response["results"] = merge_in_order(requested, response["results"], local,
+                                                 "group_id")
+            return response
+
+        return Upstream(dict(request.value, groups_names=rest), on_response)
+
+    def failure(self, request: GroupRequest, error: int) -> Value:
+        return {"throttle_time_ms": 0, "results": [
+            _deleted(g, error, request.version) for g in request.value["groups_names"]]}
+
+
+def _deleted(group_id: str, error: int, version: int) -> Value:
+    entry: dict[str, Any] = {"group_id": group_id, "error_code": error}
+    if version >= 3 and error == int(ErrorCode.NON_EMPTY_GROUP):
+        entry["error_message"] = "The group has members."
+    return entry
+
+
+HANDLERS: tuple[Callable[[CoordinatorService], ApiHandler], ...] = (
+    ListGroupsHandler, DescribeGroupsHandler, DeleteGroupsHandler)

@@ -10,19 +10,30 @@ id with protocol type ``consumer`` and a protocol name no real client uses
   in the broker where tools and a later downgrade find them;
 * fences clients that bypass the proxy: a classic consumer that joins the broker directly
   offers ``range``, ``cooperative-sticky``... which the group does not support, and gets
-  INCONSISTENT_GROUP_PROTOCOL instead of consuming the partitions a second time.
+  INCONSISTENT_GROUP_PROTOCOL instead of consuming the partitions a second time;
+* keeps the group's offsets alive: its subscription names the topics the engine's group
+  subscribes to. For a live ``consumer`` group whose subscription it can read, Kafka expires
+  the offsets of every topic *outside* that subscription once ``offsets.retention.minutes``
+  have passed since their last commit (KIP-211), so an empty subscription would let the
+  offsets of a running group expire.
 
 :class:`BrokerMembership` runs as one task per group: find the group's coordinator broker,
 JoinGroup (v4+ asks for a member id first), SyncGroup (the proxy is the leader of a group of
 one and assigns itself nothing), then Heartbeat until cancelled; any error sends it back to
 joining. :meth:`BrokerMembership.leave` sends LeaveGroup, so that direct clients can take the
 group over once the proxy is gone (graceful shutdown, or the engine group expired).
+
+Commits carry the member id and generation they were stamped with (:meth:`stamp`) and are
+never re-stamped: a commit accepted under one generation lands under it or fails. When the
+group's topics change, the membership rejoins to advertise them (a new generation); it first
+holds new commits back and lets the ones in flight be answered, so that no commit of the old
+generation fails and is retried by its client after newer ones have landed.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import trio
 
@@ -64,9 +75,15 @@ SESSION_TIMEOUT_MS = 30_000
 REBALANCE_TIMEOUT_MS = 30_000
 HEARTBEAT_SECONDS = 3.0
 RETRY_SECONDS = 0.5
+DRAIN_SECONDS = 10.0
+"""Longest a rejoin for new topics waits for commits in flight under the old generation."""
 
-_SUBSCRIPTION = messages.encode_data("ConsumerProtocolSubscription", 0, {"topics": []})
 _ASSIGNMENT = messages.encode_data("ConsumerProtocolAssignment", 0, {"assigned_partitions": []})
+
+
+def subscription_metadata(topics: Sequence[str]) -> bytes:
+    """The proxy member's JoinGroup metadata: a consumer subscription naming ``topics``."""
+    return messages.encode_data("ConsumerProtocolSubscription", 0, {"topics": list(topics)})
 
 
 class MembershipRefused(Exception):
@@ -102,8 +119,19 @@ class BrokerMembership:
     """The proxy's member in the broker's classic group ``group_id`` (one task per group)."""
 
     def __init__(self, group_id: str, pool: LinkPool, bootstrap: Sequence[Address], *,
-                 connect_timeout: float) -> None:
+                 connect_timeout: float,
+                 topics: Callable[[], Iterable[str]] = tuple) -> None:
         self.group_id = group_id
+        self._topics = topics
+        """The topic names the group subscribes to now (advertised in the subscription)."""
+        self.advertised: tuple[str, ...] = ()
+        self.in_flight = 0
+        """Commits stamped with the current generation whose answer has not come back."""
+        self._drained = trio.Event()
+        self._drained.set()
+        self._stable_changed = trio.Event()
+        self._resubscribe = False
+        """The group's topics changed: rejoin (after draining) to advertise them."""
         self._pool = pool
         self._bootstrap = tuple(bootstrap)
         self._connect_timeout = connect_timeout
@@ -129,8 +157,47 @@ class BrokerMembership:
 
     def request_rejoin(self) -> None:
         """A commit found the membership stale: rejoin at the next opportunity."""
-        self.stable = False
+        self._set_stable(False)
         self._rejoin.set()
+
+    def subscription_changed(self) -> None:
+        """The group's topics may have changed: rejoin to advertise them if they did."""
+        if self.stable and tuple(sorted(set(self._topics()))) != self.advertised:
+            self._resubscribe = True
+            self._rejoin.set()
+
+    def stamp(self) -> tuple[str, int, Callable[[], None]]:
+        """(member id, generation) for a commit, and the callable to call exactly once when
+        its answer is back or will never come (counts it as in flight meanwhile)."""
+        self.in_flight += 1
+        self._drained = trio.Event() if self.in_flight == 1 else self._drained
+        done = False
+
+        def release() -> None:
+            nonlocal done
+            if done:
+                return
+            done = True
+            self.in_flight -= 1
+            if not self.in_flight:
+                self._drained.set()
+
+        return self.member_id, self.generation, release
+
+    async def wait_stable(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until commits may be stamped."""
+        with trio.move_on_after(timeout):
+            while not self.stable:
+                if self.left or (self.settled.is_set() and self.failure is not None):
+                    return False
+                self._stable_changed = trio.Event()
+                await self._stable_changed.wait()
+        return self.stable
+
+    def _set_stable(self, stable: bool) -> None:
+        if stable != self.stable:
+            self.stable = stable
+            self._stable_changed.set()
 
     async def leave(self) -> None:
         """LeaveGroup at the broker (best effort) and stop the task."""
@@ -149,7 +216,7 @@ class BrokerMembership:
                              self.member_id)
                 except UpstreamError as exc:
                     log.warning("group %s: LeaveGroup failed: %s", self.group_id, exc)
-        self.stable = False
+        self._set_stable(False)
         if self._link is not None:
             with trio.CancelScope(shield=True):
                 await self._link.aclose()
@@ -163,7 +230,7 @@ class BrokerMembership:
                 try:
                     await self._join_and_sync()
                 except (MembershipRefused, CoordinatorUnavailable, UpstreamError) as exc:
-                    self.stable = False
+                    self._set_stable(False)
                     if first:
                         self.failure = str(exc)
                         self.settled.set()
@@ -189,10 +256,12 @@ class BrokerMembership:
         return self._link
 
     async def _join_and_sync(self) -> None:
-        self.stable = False
+        self._set_stable(False)
         self._rejoin = trio.Event()
+        self._resubscribe = False
         for _ in range(10):
             link = await self._connect()
+            topics = tuple(sorted(set(self._topics())))
             join = await link.request(JOIN_GROUP, JOIN_VERSION, {
                 "group_id": self.group_id,
                 "session_timeout_ms": SESSION_TIMEOUT_MS,
@@ -200,7 +269,8 @@ class BrokerMembership:
                 "member_id": self.member_id,
                 "group_instance_id": None,
                 "protocol_type": PROTOCOL_TYPE,
-                "protocols": [{"name": PROTOCOL_NAME, "metadata": _SUBSCRIPTION}],
+                "protocols": [{"name": PROTOCOL_NAME,
+                               "metadata": subscription_metadata(topics)}],
             })
             error = join["error_code"]
             if error == MEMBER_ID_REQUIRED:
@@ -237,9 +307,11 @@ class BrokerMembership:
             error = sync["error_code"]
             if error == NONE:
                 self.generation = generation
-                self.stable = True
-                log.info("group %s: holding the broker's group as member %s, generation %d",
-                         self.group_id, self.member_id, generation)
+                self.advertised = topics
+                self._set_stable(True)
+                log.info("group %s: holding the broker's group as member %s, generation %d, "
+                         "topics %s", self.group_id, self.member_id, generation,
+                         ",".join(topics) or "-")
                 return
             if error in COORDINATOR_MOVED:
                 self.coordinator = None
@@ -247,11 +319,22 @@ class BrokerMembership:
                 self.member_id = ""
         raise CoordinatorUnavailable(f"group {self.group_id}: could not join the broker's group")
 
+    async def _drain(self) -> None:
+        """Before a rejoin the proxy chose: hold new commits, let those in flight finish."""
+        self._set_stable(False)
+        with trio.move_on_after(DRAIN_SECONDS) as waited:
+            await self._drained.wait()
+        if waited.cancelled_caught:
+            log.warning("group %s: %d commit(s) still unanswered after %.0f s; rejoining "
+                        "anyway", self.group_id, self.in_flight, DRAIN_SECONDS)
+
     async def _heartbeat_until_rejoin(self) -> None:
         while True:
             with trio.move_on_after(HEARTBEAT_SECONDS):
                 await self._rejoin.wait()
             if self._rejoin.is_set():
+                if self._resubscribe and self.stable:
+                    await self._drain()
                 return
             assert self._link is not None
             try:

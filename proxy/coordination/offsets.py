@@ -1,37 +1,43 @@
 """Offsets of coordinated groups: validated by the engine, stored in the broker.
 
-For a group the proxy coordinates, the members' OffsetCommit, TxnOffsetCommit, OffsetFetch
-and OffsetDelete requests are answered here:
+For a group the proxy coordinates, its members' offset requests are decided here and sent on
+the client's own connection, so the broker sees them in the order the client sent them (Kafka
+handles one connection's requests in order, and pipelined asynchronous commits depend on it):
 
 * OffsetCommit / TxnOffsetCommit: the engine checks the member id and member epoch
   (:meth:`~translation.coordinator.GroupCoordinator.validate_offset_commit`, relaxed fencing by
   default; topic names are mapped to the broker's topic ids through the topics image). A
   rejected request fails every partition with the engine's error (STALE_MEMBER_EPOCH,
-  UNKNOWN_MEMBER_ID...). An accepted one is sent to the group's coordinator broker under the
-  proxy's own member id and generation in the broker's classic group
-  (:mod:`proxy.coordination.membership`), at the client's version, and the broker's answer
-  goes back to the client. If the broker no longer recognises the proxy's membership, the
-  membership rejoins and the client gets the retriable COORDINATOR_LOAD_IN_PROGRESS.
+  UNKNOWN_MEMBER_ID...). An accepted one is forwarded stamped with the proxy's own member id and
+  generation in the broker's classic group (:mod:`proxy.coordination.membership`); while that
+  membership is rejoining, the commit waits for it (and so does everything the client sends
+  after it). If the broker no longer recognises the stamped membership, the membership rejoins
+  and the client gets the retriable COORDINATOR_LOAD_IN_PROGRESS; a commit is never re-stamped.
 * OffsetFetch v9+: a member id with an epoch >= 0 must be a member at that epoch (as Kafka
   checks for consumer groups); the request then goes to the broker without member fields,
-  which the classic coordinator does not know.
+  which the classic coordinator does not know. Earlier versions carry no member and pass.
 * OffsetDelete: partitions of topics the group subscribes to are refused with
-  GROUP_SUBSCRIBED_TO_TOPIC (the broker cannot know the subscriptions); the rest is deleted
-  at the broker.
+  GROUP_SUBSCRIBED_TO_TOPIC; the rest is deleted at the broker.
 
-Every function takes the decoded request value and returns the response value; transport
-errors become COORDINATOR_NOT_AVAILABLE, which clients retry after finding the coordinator.
+Requests for groups the proxy does not coordinate pass untouched.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from proxy.coordination.links import Address
+from proxy.coordination.handler import (
+    PASS,
+    Answer,
+    ApiHandler,
+    GroupRequest,
+    Outcome,
+    Upstream,
+    Value,
+)
 from proxy.coordination.membership import COORDINATOR_MOVED, MEMBERSHIP_LOST, BrokerMembership
-from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode
 from translation.topics import TopicId, TopicsImage
 
@@ -39,7 +45,9 @@ if TYPE_CHECKING:
     from proxy.coordination.service import CoordinatorService
 
 OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT, OFFSET_DELETE = 8, 9, 28, 47
-GROUP_SUBSCRIBED_TO_TOPIC = 86
+STABLE_WAIT_SECONDS = 15.0
+"""How long a commit waits for the proxy's broker-side membership to be usable before it is
+answered with the retriable COORDINATOR_LOAD_IN_PROGRESS."""
 _UNKNOWN_TOPICS = uuid.UUID("6a1c3f0e-9d43-4b7e-8a53-1f0c2b9e7d10")
 
 
@@ -71,7 +79,7 @@ def _topic_key(topic: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def commit_error(value: dict[str, Any], error: int) -> dict[str, Any]:
+def commit_error(value: Value, error: int) -> Value:
     """An OffsetCommit / TxnOffsetCommit response failing every partition with ``error``."""
     return {"throttle_time_ms": 0, "topics": [
         dict(_topic_key(t), partitions=[{"partition_index": p["partition_index"],
@@ -79,73 +87,95 @@ def commit_error(value: dict[str, Any], error: int) -> dict[str, Any]:
         for t in value["topics"]]}
 
 
-def _partition_errors(response: dict[str, Any]) -> set[int]:
+def _partition_errors(response: Value) -> set[int]:
     return {p["error_code"] for t in response["topics"] for p in t["partitions"]}
 
 
-def _remap_membership_errors(response: dict[str, Any], membership: BrokerMembership) -> None:
+class OffsetCommitHandler(ApiHandler):
+    """OffsetCommit: validated by the engine, forwarded under the proxy's membership."""
+
+    api_key = OFFSET_COMMIT
+    transactional = False
+    member_fields_from = 1
+    """The first version carrying member id and generation."""
+
+    def decide(self, request: GroupRequest) -> Outcome:
+        membership = self.service.membership(request.value["group_id"])
+        if membership is None:
+            return PASS
+        error = self._validate(request)
+        if error != ErrorCode.NONE:
+            return Answer(commit_error(request.value, int(error)))
+        if membership.stable and membership.coordinator is not None:
+            return self._stamped(request, membership)
+        return Answer(self._when_stable(request, membership))
+
+    def failure(self, request: GroupRequest, error: int) -> Value:
+        return commit_error(request.value, error)
+
+    def _validate(self, request: GroupRequest) -> ErrorCode:
+        value = request.value
+        engine = self.service.engine
+        return engine.validate_offset_commit(
+            value["group_id"], value.get("member_id") or "",
+            value.get("generation_id_or_member_epoch", -1),
+            partitions_of(value["topics"], engine.image),
+            instance_id=value.get("group_instance_id"), transactional=self.transactional,
+            api_version=request.version)
+
+    async def _when_stable(self, request: GroupRequest, membership: BrokerMembership
+                           ) -> Value | Upstream:
+        """The membership is rejoining: wait for it, then check and stamp again."""
+        if not await membership.wait_stable(STABLE_WAIT_SECONDS):
+            return commit_error(request.value, int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS))
+        error = self._validate(request)
+        if error != ErrorCode.NONE:
+            return commit_error(request.value, int(error))
+        return self._stamped(request, membership)
+
+    def _stamped(self, request: GroupRequest, membership: BrokerMembership) -> Upstream:
+        value = request.value
+        if request.version < self.member_fields_from:
+            return Upstream(value, _unchanged)
+        member_id, generation, release = membership.stamp()
+        stamped = dict(value, member_id=member_id, generation_id_or_member_epoch=generation,
+                       group_instance_id=None)
+
+        def on_response(response: Value) -> Value:
+            release()
+            _check_membership(response, membership, generation)
+            return response
+
+        return Upstream(stamped, on_response, release)
+
+
+class TxnOffsetCommitHandler(OffsetCommitHandler):
+    """TxnOffsetCommit: as OffsetCommit, validated as transactional (member fields v3+)."""
+
+    api_key = TXN_OFFSET_COMMIT
+    transactional = True
+    member_fields_from = 3
+
+
+def _unchanged(response: Value) -> Value:
+    return response
+
+
+def _check_membership(response: Value, membership: BrokerMembership, generation: int) -> None:
+    """Errors of a stamped commit that say the proxy's membership is stale (it rejoins, the
+    client gets the retriable COORDINATOR_LOAD_IN_PROGRESS) or the coordinator moved (passed
+    on: the client finds the coordinator again, and so does the membership)."""
     errors = _partition_errors(response)
     if errors & MEMBERSHIP_LOST:
-        membership.request_rejoin()
+        if membership.generation == generation:
+            membership.request_rejoin()
         for t in response["topics"]:
             for p in t["partitions"]:
                 if p["error_code"] in MEMBERSHIP_LOST:
                     p["error_code"] = int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
-    if errors & COORDINATOR_MOVED:
+    if errors & COORDINATOR_MOVED and membership.generation == generation:
         membership.coordinator = None
         membership.request_rejoin()
-
-
-async def _commit_upstream(service: CoordinatorService, membership: BrokerMembership,
-                           api_key: int, version: int, value: dict[str, Any],
-                           member_fields: bool) -> dict[str, Any]:
-    if not membership.stable or membership.coordinator is None:
-        return commit_error(value, int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS))
-    upstream = dict(value)
-    if member_fields:
-        upstream.update(member_id=membership.member_id,
-                        generation_id_or_member_epoch=membership.generation,
-                        group_instance_id=None)
-    try:
-        response = await service.pool.link(membership.coordinator).request(api_key, version,
-                                                                           upstream)
-    except UpstreamError:
-        membership.request_rejoin()
-        return commit_error(value, int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
-    _remap_membership_errors(response, membership)
-    return response
-
-
-async def offset_commit(service: CoordinatorService, version: int, value: dict[str, Any]
-                        ) -> dict[str, Any]:
-    group_id = value["group_id"]
-    membership = service.membership(group_id)
-    if membership is None:
-        return commit_error(value, int(ErrorCode.NOT_COORDINATOR))
-    error = service.engine.validate_offset_commit(
-        group_id, value.get("member_id") or "", value.get("generation_id_or_member_epoch", -1),
-        partitions_of(value["topics"], service.engine.image),
-        instance_id=value.get("group_instance_id"), api_version=version)
-    if error != ErrorCode.NONE:
-        return commit_error(value, int(error))
-    return await _commit_upstream(service, membership, OFFSET_COMMIT, version, value,
-                                  member_fields=version >= 1)
-
-
-async def txn_offset_commit(service: CoordinatorService, version: int, value: dict[str, Any]
-                            ) -> dict[str, Any]:
-    group_id = value["group_id"]
-    membership = service.membership(group_id)
-    if membership is None:
-        return commit_error(value, int(ErrorCode.NOT_COORDINATOR))
-    error = service.engine.validate_offset_commit(
-        group_id, value.get("member_id") or "", value.get("generation_id_or_member_epoch", -1),
-        partitions_of(value["topics"], service.engine.image),
-        instance_id=value.get("group_instance_id"), transactional=True, api_version=version)
-    if error != ErrorCode.NONE:
-        return commit_error(value, int(error))
-    return await _commit_upstream(service, membership, TXN_OFFSET_COMMIT, version, value,
-                                  member_fields=version >= 3)
 
 
 def fetch_member_error(service: CoordinatorService, group_id: str, member_id: str | None,
@@ -162,88 +192,94 @@ def fetch_member_error(service: CoordinatorService, group_id: str, member_id: st
     return ErrorCode.NONE
 
 
-async def offset_fetch(service: CoordinatorService, version: int, value: dict[str, Any],
-                       address: Address) -> dict[str, Any]:
-    """OffsetFetch with at least one coordinated group (``address``: where the rest goes)."""
-    if version < 8:
-        membership = service.membership(value["group_id"])
-        target = membership.coordinator if membership and membership.coordinator else address
-        try:
-            return await service.pool.link(target).request(OFFSET_FETCH, version, value)
-        except UpstreamError:
-            return {"throttle_time_ms": 0, "topics": [],
-                    "error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE)}
-    failed: dict[int, int] = {}
-    forwarded = []
-    target = address
-    for index, group in enumerate(value["groups"]):
-        membership = service.membership(group["group_id"])
-        if membership is None:
-            forwarded.append(group)
-            continue
-        if membership.coordinator is not None:
-            target = membership.coordinator
-        error = fetch_member_error(service, group["group_id"], group.get("member_id"),
-                                   group.get("member_epoch", -1))
-        if error != ErrorCode.NONE:
-            failed[index] = int(error)
-            continue
-        forwarded.append(dict(group, member_id=None, member_epoch=-1))
-    answers: list[dict[str, Any]] = []
-    if forwarded:
-        try:
-            response = await service.pool.link(target).request(
-                OFFSET_FETCH, version, dict(value, groups=forwarded))
-            answers = list(response["groups"])
-        except UpstreamError:
-            answers = [{"group_id": g["group_id"], "topics": [],
-                        "error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE)}
-                       for g in forwarded]
-    groups = []
-    it = iter(answers)
-    for index, group in enumerate(value["groups"]):
-        if index in failed:
-            groups.append({"group_id": group["group_id"], "topics": [],
-                           "error_code": failed[index]})
+def merge_in_order(requested: list[str], answered: Iterable[Value], local: dict[int, Value],
+                   key: str) -> list[Value]:
+    """Entries for ``requested`` in request order: ``local[index]`` where the proxy answered,
+    else the broker's entry for that id (answers are matched by ``key``, in order)."""
+    pending: dict[str, list[Value]] = {}
+    for entry in answered:
+        pending.setdefault(entry[key], []).append(entry)
+    out = []
+    for index, name in enumerate(requested):
+        if index in local:
+            out.append(local[index])
         else:
-            groups.append(next(it))
-    return {"throttle_time_ms": 0, "groups": groups}
+            out.append(pending[name].pop(0))
+    return out
 
 
-def subscribed_topic_names(service: CoordinatorService, group_id: str) -> set[str]:
-    group = service.engine.group(group_id)
-    if group is None:
-        return set()
-    names = set(group.subscribed_names)
-    for resolved in group.resolved_regex.values():
-        names.update(resolved)
-    return names
+class OffsetFetchHandler(ApiHandler):
+    """OffsetFetch: member checks for coordinated groups (v9+), member fields stripped."""
+
+    api_key = OFFSET_FETCH
+
+    def decide(self, request: GroupRequest) -> Outcome:
+        value = request.value
+        if request.version < 8:
+            return PASS  # no member fields; the broker holds the offsets
+        service = self.service
+        groups: list[Value] = value["groups"]
+        if not any(service.coordinates(g["group_id"]) for g in groups):
+            return PASS
+        failed: dict[int, Value] = {}
+        forwarded: list[Value] = []
+        for index, group in enumerate(groups):
+            if not service.coordinates(group["group_id"]):
+                forwarded.append(group)
+                continue
+            error = fetch_member_error(service, group["group_id"], group.get("member_id"),
+                                       group.get("member_epoch", -1))
+            if error != ErrorCode.NONE:
+                failed[index] = {"group_id": group["group_id"], "topics": [],
+                                 "error_code": int(error)}
+            else:
+                forwarded.append(dict(group, member_id=None, member_epoch=-1))
+        ids = [g["group_id"] for g in groups]
+        if not forwarded:
+            return Answer({"throttle_time_ms": 0, "groups": [failed[i] for i in range(len(ids))]})
+
+        def on_response(response: Value) -> Value:
+            response["groups"] = merge_in_order(ids, response["groups"], failed, "group_id")
+            return response
+
+        return Upstream(dict(value, groups=forwarded), on_response)
+
+    def failure(self, request: GroupRequest, error: int) -> Value:
+        if request.version < 8:
+            return {"topics": [], "error_code": error}
+        return {"groups": [{"group_id": g["group_id"], "topics": [], "error_code": error}
+                           for g in request.value["groups"]]}
 
 
-async def offset_delete(service: CoordinatorService, version: int, value: dict[str, Any]
-                        ) -> dict[str, Any]:
-    group_id = value["group_id"]
-    membership = service.membership(group_id)
-    subscribed = subscribed_topic_names(service, group_id)
-    refused = [t for t in value["topics"] if t["name"] in subscribed]
-    rest = [t for t in value["topics"] if t["name"] not in subscribed]
-    topics: list[dict[str, Any]] = []
-    error = 0
-    if rest:
-        target = membership.coordinator if membership and membership.coordinator else None
-        if target is None:
-            error = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        else:
-            try:
-                response = await service.pool.link(target).request(
-                    OFFSET_DELETE, version, dict(value, topics=rest))
-                error = response["error_code"]
-                topics.extend(response["topics"])
-            except UpstreamError:
-                error = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    for t in refused:
-        topics.append({"name": t["name"], "partitions": [
-            {"partition_index": p["partition_index"], "error_code": GROUP_SUBSCRIBED_TO_TOPIC}
-            for p in t["partitions"]]})
-    return {"error_code": error, "throttle_time_ms": 0,
-            "topics": topics if error == 0 else []}
+class OffsetDeleteHandler(ApiHandler):
+    """OffsetDelete: topics the group subscribes to are refused, the rest deleted."""
+
+    api_key = OFFSET_DELETE
+
+    def decide(self, request: GroupRequest) -> Outcome:
+        value = request.value
+        group_id = value["group_id"]
+        if not self.service.coordinates(group_id):
+            return PASS
+        subscribed = self.service.group_topics(group_id)
+        subscribed_error = int(ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)
+        refused = [{"name": t["name"], "partitions": [
+            {"partition_index": p["partition_index"], "error_code": subscribed_error}
+            for p in t["partitions"]]} for t in value["topics"] if t["name"] in subscribed]
+        rest = [t for t in value["topics"] if t["name"] not in subscribed]
+        if not rest:
+            return Answer({"error_code": 0, "throttle_time_ms": 0, "topics": refused})
+
+        def on_response(response: Value) -> Value:
+            if response["error_code"] == 0:
+                response["topics"] = list(response["topics"]) + refused
+            return response
+
+        return Upstream(dict(value, topics=rest), on_response)
+
+    def failure(self, request: GroupRequest, error: int) -> Value:
+        return {"error_code": error, "throttle_time_ms": 0, "topics": []}
+
+
+HANDLERS: tuple[Callable[[CoordinatorService], ApiHandler], ...] = (
+    OffsetCommitHandler, TxnOffsetCommitHandler, OffsetFetchHandler, OffsetDeleteHandler)

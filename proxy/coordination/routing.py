@@ -1,192 +1,172 @@
-"""The connection router when the proxy coordinates KIP-848 groups.
+"""The connection router when the proxy coordinates groups: one handler per group API.
 
-:class:`CoordinatingRouter` is a :class:`~proxy.router.ForwardingRouter` that answers group
-requests itself when they concern a group the proxy coordinates, and forwards everything else
-untouched:
+:class:`CoordinatingRouter` is a :class:`~proxy.router.ForwardingRouter` that examines the
+group APIs and forwards everything else untouched. Each examined API has one handler object
+(:class:`~proxy.coordination.handler.ApiHandler`) in one table, :func:`handler_table`:
 
-* ConsumerGroupHeartbeat and ConsumerGroupDescribe: always answered by the engine (the broker
-  behind the proxy has no KIP-848 coordinator); ApiVersions advertises them as v0-v1;
-* OffsetCommit, TxnOffsetCommit, OffsetFetch, OffsetDelete and DescribeGroups: answered here
-  when they name a coordinated group (:mod:`proxy.coordination.offsets`,
-  :mod:`proxy.coordination.listing`);
-* ListGroups: merged with the engine's groups while the proxy coordinates any.
+* ConsumerGroupHeartbeat, ConsumerGroupDescribe (:mod:`.consumer_group`): always (v0-v1);
+* JoinGroup, SyncGroup, Heartbeat, LeaveGroup (:mod:`.classic`): the engine serves the group;
+* OffsetCommit, TxnOffsetCommit, OffsetFetch, OffsetDelete (:mod:`.offsets`): the group is
+  coordinated;
+* ListGroups, DescribeGroups, DeleteGroups (:mod:`.listing`): any group, or a group the
+  request names, is coordinated.
 
-A group becomes coordinated when a ConsumerGroupHeartbeat joins it and the proxy could take
-the broker's classic group of that id.
-
-Classic-protocol requests (JoinGroup, SyncGroup, Heartbeat, LeaveGroup):
-
-* with ``classic-translation`` off they always go to the broker: for a coordinated group the
-  broker itself refuses a classic client with INCONSISTENT_GROUP_PROTOCOL, because the proxy's
-  member holds the group with a protocol no client offers (what Kafka 4.x does for a consumer
-  group when online migration is disabled);
-* with it on (:mod:`proxy.coordination.classic`), SyncGroup, Heartbeat and LeaveGroup of a
-  group the engine has or the proxy coordinates are answered by the engine's classic-member
-  translation, and so is every JoinGroup of such a group plus the JoinGroups
-  :func:`~translation.classic.routing.classify_classic_join` lets the engine take (a
-  ``consumer`` protocol with a known client assignor, the broker's group not held by direct
-  members). The rest (Kafka Connect, custom assignors, members of the broker's own groups)
-  is forwarded untouched. A classic JoinGroup that the engine takes for a new group takes the
-  broker's group over first, as a first ConsumerGroupHeartbeat does.
-
-The request is decoded in :meth:`classify` (which must decide from the group id) and the
-decoded value is kept for the :meth:`answer` call that immediately follows for LOCAL requests;
-the answer is an awaitable, so the connection keeps forwarding while the engine or the broker
-works on it, and the response orderer keeps the responses in request order.
+The connection classifies these APIs EXAMINE from the header alone (so a large one is read
+whole, never streamed past), and calls :meth:`CoordinatingRouter.decide` once the proxy's
+earlier answers on that connection are complete (Kafka's per-connection order). ``decide``
+decodes the request, asks its handler, and turns the outcome into the connection's decision:
+forward as is, forward rewritten (the response goes through the handler's filter), or answer
+locally. Whatever goes wrong inside a handler is answered with that API's failure response
+(UNKNOWN_SERVER_ERROR) and a log line; it never reaches the connection or the process.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable
-from typing import Any
 
 from proxy.codec import messages
 from proxy.codec.errors import CodecError
 from proxy.codec.header import parse_request_header, response_header_for
-from proxy.connection import FORWARD, LOCAL, LocalAnswer, RejectRequest, RequestInfo
-from proxy.coordination import classic, listing, offsets, wire
+from proxy.connection import (
+    EXAMINE,
+    FORWARD,
+    Decision,
+    Local,
+    RejectRequest,
+    RequestInfo,
+    Rewrite,
+)
+from proxy.coordination import classic, consumer_group, listing, offsets
+from proxy.coordination.handler import (
+    ApiHandler,
+    GroupRequest,
+    Outcome,
+    Pass,
+    Upstream,
+    Value,
+)
 from proxy.coordination.service import CoordinatorService
 from proxy.metrics import RequestCounters
 from proxy.rewrite import AddressMap
-from proxy.router import ForwardingRouter
+from proxy.router import ForwardingRouter, body_offset
 from translation.errors import ErrorCode
 
 log = logging.getLogger("groupgate.coordination")
 
-HEARTBEAT, DESCRIBE = wire.CONSUMER_GROUP_HEARTBEAT, wire.CONSUMER_GROUP_DESCRIBE
-OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT, OFFSET_DELETE = 8, 9, 28, 47
-LIST_GROUPS, DESCRIBE_GROUPS = 16, 15
-SERVED: dict[int, tuple[int, int]] = {HEARTBEAT: (0, 1), DESCRIBE: (0, 1)}
+SERVED: dict[int, tuple[int, int]] = {
+    consumer_group.CONSUMER_GROUP_HEARTBEAT: consumer_group.VERSIONS,
+    consumer_group.CONSUMER_GROUP_DESCRIBE: consumer_group.VERSIONS,
+}
 """APIs the proxy serves itself and the versions it advertises for them."""
-EXAMINED = frozenset({HEARTBEAT, DESCRIBE, OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT,
-                      OFFSET_DELETE, LIST_GROUPS, DESCRIBE_GROUPS}) | classic.CLASSIC_KEYS
 UNKNOWN_SERVER_ERROR = int(ErrorCode.UNKNOWN_SERVER_ERROR)
 
-Pending = tuple[int, int, int, str | None, dict[str, Any]]
+
+def handler_table(service: CoordinatorService) -> dict[int, ApiHandler]:
+    """One handler per examined API key."""
+    table: dict[int, ApiHandler] = {}
+    for make in (*consumer_group.HANDLERS, *classic.HANDLERS, *offsets.HANDLERS,
+                 *listing.HANDLERS):
+        handler = make(service)
+        assert handler.api_key not in table, handler.api_key
+        table[handler.api_key] = handler
+    return table
 
 
 class CoordinatingRouter(ForwardingRouter):
     """Per-connection routing with the coordinator service behind it."""
 
-    __slots__ = ("_node_id", "_pending", "_service")
+    __slots__ = ("_client_host", "_handlers", "_node_id")
 
     def __init__(self, address_map: AddressMap, counters: RequestCounters,
-                 accepted: dict[int, tuple[int, int]], service: CoordinatorService,
-                 node_id: int | None) -> None:
+                 accepted: dict[int, tuple[int, int]], handlers: dict[int, ApiHandler],
+                 node_id: int | None, client_host: str) -> None:
         super().__init__(address_map, counters, accepted, SERVED)
-        self._service = service
+        self._handlers = handlers
         self._node_id = node_id
-        self._pending: Pending | None = None
+        self._client_host = client_host
 
     def classify(self, request: RequestInfo) -> int:
         action = super().classify(request)
-        key = request.api_key
-        if action != FORWARD or key not in EXAMINED:
-            return action
-        version = request.api_version
+        if action == FORWARD and request.api_key in self._handlers:
+            return EXAMINE
+        return action
+
+    def decide(self, request: RequestInfo) -> Decision:
+        handler = self._handlers.get(request.api_key)
+        if handler is None:
+            return super().decide(request)  # ApiVersions newer than the proxy knows
+        key, version = request.api_key, request.api_version
+        frame = request.frame
         try:
-            header = parse_request_header(request.frame)
-            value, _ = messages.decode_request(key, version, request.frame, header.header_length)
+            header = parse_request_header(frame)
+            value, _ = messages.decode_request(key, version, frame, header.header_length)
         except CodecError as exc:
             raise RejectRequest(f"malformed request (api key {key} v{version}): {exc}") from exc
-        if key in classic.CLASSIC_KEYS:
-            if not classic.is_local(self._service, key, version, header.client_id, value):
-                return FORWARD
-        elif not self._is_local(key, version, value):
-            return FORWARD
-        self._pending = (request.correlation_id, key, version, header.client_id, value)
-        return LOCAL
-
-    def _is_local(self, key: int, version: int, value: dict[str, Any]) -> bool:
-        service = self._service
-        if key in (HEARTBEAT, DESCRIBE):
-            return True
-        if key in (OFFSET_COMMIT, TXN_OFFSET_COMMIT, OFFSET_DELETE):
-            return service.coordinates(value["group_id"])
-        if key == OFFSET_FETCH:
-            if version < 8:
-                return service.coordinates(value["group_id"])
-            return any(service.coordinates(g["group_id"]) for g in value["groups"])
-        if key == DESCRIBE_GROUPS:
-            return any(service.coordinates(g) for g in value["groups"])
-        if key == LIST_GROUPS:
-            return service.has_groups
-        return False
-
-    def answer(self, request: RequestInfo) -> LocalAnswer:
-        pending, self._pending = self._pending, None
-        if pending is None or pending[0] != request.correlation_id:
-            return super().answer(request)  # ApiVersions newer than the proxy knows
-        return self._respond(*pending)
-
-    async def _respond(self, correlation_id: int, key: int, version: int,
-                       client_id: str | None, value: dict[str, Any]) -> bytes:
-        header = response_header_for(key, version, correlation_id)
+        group_request = GroupRequest(key, version, request.correlation_id, header.client_id,
+                                     self._client_host, self._node_id,
+                                     bytes(frame[:header.header_length]), value)
         try:
-            body = await self._handle(key, version, client_id, value)
-            return header + messages.encode_response(key, version, body)
+            outcome = handler.decide(group_request)
+            return self._decision(handler, group_request, outcome)
+        except Exception:
+            log.exception("deciding api key %d v%d failed", key, version)
+            return Local(self._encode(handler, group_request,
+                                      handler.failure(group_request, UNKNOWN_SERVER_ERROR)))
+
+    # -- outcomes to decisions ----------------------------------------------------------------
+
+    def _decision(self, handler: ApiHandler, request: GroupRequest, outcome: Outcome
+                  ) -> Decision:
+        if isinstance(outcome, Pass):
+            return FORWARD
+        if isinstance(outcome, Upstream):
+            return self._rewrite(handler, request, outcome)
+        answer = outcome.value
+        if isinstance(answer, dict):
+            return Local(self._encode(handler, request, answer))
+        return Local(self._later(handler, request, answer))
+
+    async def _later(self, handler: ApiHandler, request: GroupRequest,
+                     answer: Awaitable[Value | Upstream]) -> bytes | Rewrite:
+        try:
+            result = await answer
+            if isinstance(result, Upstream):
+                return self._rewrite(handler, request, result)
         except Exception:  # answer with an error rather than leave the client waiting
-            log.exception("answering api key %d v%d failed", key, version)
-            return header + messages.encode_response(key, version,
-                                                     _failure(key, version, value))
+            log.exception("answering api key %d v%d failed", request.api_key, request.version)
+            result = handler.failure(request, UNKNOWN_SERVER_ERROR)
+        return self._encode(handler, request, result)
 
-    def _handle(self, key: int, version: int, client_id: str | None, value: dict[str, Any]
-                ) -> Awaitable[dict[str, Any]]:
-        service = self._service
-        address = service.node_address(self._node_id)
-        if key in classic.CLASSIC_KEYS:
-            return classic.answer(service, key, version, client_id, value)
-        if key == HEARTBEAT:
-            return self._heartbeat(version, client_id, value)
-        if key == DESCRIBE:
-            return _ready(wire.describe_response(service.engine.describe(value["group_ids"])))
-        if key == OFFSET_COMMIT:
-            return offsets.offset_commit(service, version, value)
-        if key == TXN_OFFSET_COMMIT:
-            return offsets.txn_offset_commit(service, version, value)
-        if key == OFFSET_FETCH:
-            return offsets.offset_fetch(service, version, value, address)
-        if key == OFFSET_DELETE:
-            return offsets.offset_delete(service, version, value)
-        if key == LIST_GROUPS:
-            return listing.list_groups(service, version, value, self._node_id, address)
-        return listing.describe_groups(service, version, value, address)
+    def _rewrite(self, handler: ApiHandler, request: GroupRequest, upstream: Upstream
+                 ) -> Rewrite:
+        key, version = request.api_key, request.version
+        payload = request.header + messages.encode_request(key, version, upstream.value)
+        header_version = messages.response_header_version(key, version)
 
-    async def _heartbeat(self, version: int, client_id: str | None, value: dict[str, Any]
-                         ) -> dict[str, Any]:
-        request = wire.heartbeat_request(value, client_id=client_id,
-                                         client_host=wire.UNKNOWN_CLIENT_HOST,
-                                         api_version=version)
-        return wire.heartbeat_response(await self._service.heartbeat(request))
+        def on_response(response: memoryview) -> bytes:
+            try:
+                start = body_offset(response, header_version)
+                value, _ = messages.decode_response(key, version, response, start)
+                value = upstream.on_response(value)
+            except Exception:
+                log.exception("the broker's answer to api key %d v%d could not be mapped",
+                              key, version)
+                value = handler.failure(request, UNKNOWN_SERVER_ERROR)
+            return self._encode(handler, request, value)
 
+        return Rewrite(payload, on_response, upstream.release)
 
-async def _ready(value: dict[str, Any]) -> dict[str, Any]:
-    return value
-
-
-def _failure(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
-    """An UNKNOWN_SERVER_ERROR response for a request whose handler failed."""
-    error = UNKNOWN_SERVER_ERROR
-    if key in classic.CLASSIC_KEYS:
-        return classic.failure(key, version, value, error)
-    if key == HEARTBEAT:
-        return wire.heartbeat_error(error, "internal error in groupgate")
-    if key == DESCRIBE:
-        return {"groups": [{"error_code": error, "group_id": g, "members": []}
-                           for g in value["group_ids"]]}
-    if key in (OFFSET_COMMIT, TXN_OFFSET_COMMIT):
-        return offsets.commit_error(value, error)
-    if key == OFFSET_FETCH:
-        if version < 8:
-            return {"topics": [], "error_code": error}
-        return {"groups": [{"group_id": g["group_id"], "topics": [], "error_code": error}
-                           for g in value["groups"]]}
-    if key == OFFSET_DELETE:
-        return {"error_code": error, "topics": []}
-    if key == LIST_GROUPS:
-        return {"error_code": error, "groups": []}
-    return {"groups": [{"error_code": error, "group_id": g, "group_state": "",
-                        "protocol_type": "", "protocol_data": "", "members": []}
-                       for g in value["groups"]]}
+    @staticmethod
+    def _encode(handler: ApiHandler, request: GroupRequest, value: Value) -> bytes:
+        """The response payload for ``value``, or the API's failure if it cannot be encoded
+        (e.g. a value too long for the client's version)."""
+        key, version = request.api_key, request.version
+        header = response_header_for(key, version, request.correlation_id)
+        try:
+            return header + messages.encode_response(key, version, value)
+        except CodecError:
+            log.exception("encoding the answer to api key %d v%d failed", key, version)
+            failure = handler.failure(request, UNKNOWN_SERVER_ERROR)
+            return header + messages.encode_response(key, version, failure)
 

@@ -71,6 +71,7 @@ from translation.coordinator import GroupCoordinator
 from translation.effects import (
     Effect,
     GroupCreated,
+    GroupEpochBumped,
     GroupExpired,
     GroupHandedBack,
     JoinCompleted,
@@ -222,7 +223,7 @@ class CoordinatorService:
         if request.member_epoch == 0 and group_id and group_id.strip():
             failure: str | None = None
             with trio.move_on_after(TAKEOVER_WAIT_SECONDS) as waiting:
-                failure = await self._take_over(group_id)
+                failure = await self._take_over(group_id, request.subscribed_topic_names or ())
             if waiting.cancelled_caught:
                 # e.g. the broker waits for a stale member of a killed proxy to time out
                 return ConsumerGroupHeartbeatResponse(
@@ -245,13 +246,17 @@ class CoordinatorService:
         self._refresh_if_unknown(request.subscribed_topic_names or ())
         return response
 
-    async def _take_over(self, group_id: str) -> str | None:
-        """Hold the broker's group ``group_id``; returns why not, or None."""
+    async def _take_over(self, group_id: str, topics: Iterable[str]) -> str | None:
+        """Hold the broker's group ``group_id`` (subscribed to the group's topics, at first
+        ``topics``, those of the member that starts the group); returns why not, or None."""
         membership = self.memberships.get(group_id)
         if membership is None:
             assert self._nursery is not None
-            membership = BrokerMembership(group_id, self.pool, self.config.upstream,
-                                          connect_timeout=self.config.connect_timeout)
+            first = tuple(topics)
+            membership = BrokerMembership(
+                group_id, self.pool, self.config.upstream,
+                connect_timeout=self.config.connect_timeout,
+                topics=lambda: self.group_topics(group_id) or first)
             self.memberships[group_id] = membership
             self._nursery.start_soon(membership.run)
         await membership.settled.wait()
@@ -260,6 +265,29 @@ class CoordinatorService:
                 del self.memberships[group_id]
             return membership.failure
         return None
+
+    def group_topics(self, group_id: str) -> set[str]:
+        """The topic names group ``group_id`` subscribes to (names and regex matches)."""
+        group = self.engine.group(group_id)
+        if group is None:
+            return set()
+        names = set(group.subscribed_names)
+        for resolved in group.resolved_regex.values():
+            names.update(resolved)
+        return names
+
+    async def delete_group(self, group_id: str) -> ErrorCode:
+        """DeleteGroups of a group the proxy may coordinate: refused while it has members,
+        else the engine forgets it and the proxy leaves the broker's group, so that the
+        broker can delete the group and its offsets."""
+        error, effects = self.engine.delete_group(group_id)
+        self.apply(effects)
+        if error != ErrorCode.NONE:
+            return error
+        membership = self.memberships.pop(group_id, None)
+        if membership is not None:
+            await membership.leave()
+        return ErrorCode.NONE
 
     async def _await_topics(self, request: ConsumerGroupHeartbeatRequest) -> None:
         await self._await_subscription(request.group_id, request.subscribed_topic_names or (),
@@ -336,8 +364,10 @@ class CoordinatorService:
         group_id = request.group_id
         if not self.coordinates(group_id):
             failure: str | None = None
+            subscription = request.protocols[0].subscription if request.protocols else None
             with trio.move_on_after(TAKEOVER_WAIT_SECONDS) as waiting:
-                failure = await self._take_over(group_id)
+                failure = await self._take_over(
+                    group_id, subscription.topics if subscription is not None else ())
             if waiting.cancelled_caught:
                 return JoinGroupResponse(
                     error_code=int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
@@ -435,6 +465,10 @@ class CoordinatorService:
         for effect in effects:
             if isinstance(effect, TimerArmed):
                 self._timer_wake.set()
+            elif isinstance(effect, GroupEpochBumped):
+                membership = self.memberships.get(effect.group_id)
+                if membership is not None:
+                    membership.subscription_changed()
             elif isinstance(effect, JoinCompleted):
                 held_join = self.held_joins.pop((effect.group_id, effect.member_id), None)
                 if held_join is not None:

@@ -14,11 +14,6 @@ from typing import Any
 from translation.describe import DescribedGroup, DescribedTopicPartitions
 from translation.heartbeat import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 
-CONSUMER_GROUP_HEARTBEAT = 68
-CONSUMER_GROUP_DESCRIBE = 69
-UNKNOWN_CLIENT_HOST = "/unknown"
-"""Client host reported for members: the router is not told the client's address."""
-
 
 def heartbeat_request(value: dict[str, Any], *, client_id: str | None, client_host: str,
                       api_version: int) -> ConsumerGroupHeartbeatRequest:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import hashlib
 import json
 import os
 import signal
@@ -752,3 +753,75 @@ class ConnectWorker(JavaTool):
         except OSError:  # not listening (yet, or any more), or too slow to answer
             return None
         return dict(body) if status == 200 else None
+
+
+_COMMIT_CONSUMER = Path(__file__).resolve().parent / "java" / "CommitConsumer.java"
+
+
+def compiled_java(source: Path, classpath: Sequence[Path]) -> Path:
+    """Compile ``source`` against ``classpath`` once per source and classpath, into the
+    cache; returns the directory of its classes."""
+    digest = hashlib.sha256(source.read_bytes())
+    for jar in classpath:
+        digest.update(str(jar).encode())
+    out = artifacts.cache_root() / "java" / f"{source.stem}-{digest.hexdigest()[:12]}"
+    if (out / f"{source.stem}.class").is_file():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    javac = str(Path(artifacts.require_java()).with_name("javac"))
+    proc = subprocess.run(
+        [javac, "-nowarn", "-d", str(out), "-cp", artifacts.classpath_string(classpath),
+         str(source)],
+        capture_output=True, text=True, check=False,
+    )
+    if proc.returncode != 0:
+        raise ToolError(f"javac {source.name} failed:\n{proc.stderr[-3000:]}")
+    return out
+
+
+class CommitConsumer(JavaTool):
+    """A Java ``KafkaConsumer`` (the 4.4 client, either group protocol) committing the way
+    applications do: ``commitAsync`` after every record (``mode="async"``), ``commitSync``
+    after every poll (``"sync"``) or auto-commit (``"auto"``); ``slow_ms`` stalls every
+    revocation callback. Events (JSON lines): ``started``, ``assigned`` / ``revoked`` /
+    ``lost`` (partitions: [[topic, partition]]), ``records`` (records: [[topic, partition,
+    offset]]), ``commit`` (ok, error, offsets: [[topic, partition, offset]]), ``stopped``."""
+
+    def __init__(self, bootstrap: str, topic: str, group_id: str, *, mode: str = "async",
+                 group_protocol: str = "classic", slow_ms: int = 0,
+                 config: Mapping[str, str] | None = None, workdir: Path | None = None,
+                 name: str | None = None) -> None:
+        line = get_line("4.4")
+        jars = line.clients_classpath()
+        classes = compiled_java(_COMMIT_CONSUMER, jars)
+        super().__init__(line, "CommitConsumer", [], workdir=workdir,
+                         classpath=[*jars, classes],
+                         name=name or f"commit-consumer-{os.urandom(3).hex()}")
+        props = {"bootstrap.servers": bootstrap, "group.id": group_id,
+                 "group.protocol": group_protocol, "auto.offset.reset": "earliest",
+                 **(config or {})}
+        path = _write_properties(self.workdir / f"{self.name}.properties", props)
+        self.args = [str(path), topic, mode, str(slow_ms)]
+        self.consumed: dict[TopicPartition, set[int]] = {}
+        self.committed: dict[TopicPartition, int] = {}
+        """The highest offset each partition's successful commits reached."""
+        self.commit_errors: list[str] = []
+        self.commits = 0
+
+    def _on_event(self, event: Event) -> None:
+        name = event.get("name")
+        if name == "records":
+            for topic, partition, offset in event["records"]:
+                self.consumed.setdefault((topic, int(partition)), set()).add(int(offset))
+        elif name == "commit":
+            self.commits += 1
+            if not event["ok"]:
+                self.commit_errors.append(str(event["error"]))
+                return
+            for topic, partition, offset in event["offsets"]:
+                tp = (topic, int(partition))
+                self.committed[tp] = max(self.committed.get(tp, -1), int(offset))
+
+    @property
+    def consumed_count(self) -> int:
+        return sum(len(v) for v in self.consumed.values())

@@ -1,16 +1,26 @@
-"""Fakes for the coordination unit tests: a broker membership that never touches the network
-and a link pool that records requests and answers from a script."""
+"""Fakes for the coordination unit tests: a broker membership that never touches the network,
+a link pool that records requests and answers from a script, and :func:`exchange`, which
+drives the coordinating router through one request the way a connection does."""
 
 from __future__ import annotations
 
+import struct
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from proxy.codec import messages
+from proxy.codec.header import encode_request_header, parse_request_header, response_header_for
 from proxy.config import ProxyConfig
+from proxy.connection import EXAMINE, FORWARD, Local, RequestInfo, Rewrite
 from proxy.coordination.links import LinkPool
 from proxy.coordination.membership import BrokerMembership
+from proxy.coordination.routing import CoordinatingRouter, handler_table
 from proxy.coordination.service import CoordinatorService
+from proxy.metrics import RequestCounters
+from proxy.rewrite import DictAddressMap
+from proxy.router import body_offset, parse_table
 from translation.topics import TopicMetadata, TopicsImage
 
 TOPIC = "orders"
@@ -76,3 +86,65 @@ def coordinate(service: CoordinatorService, group_id: str) -> FakeMembership:
     membership = FakeMembership(group_id, service.pool)
     service.memberships[group_id] = membership
     return membership
+
+
+# -- driving the router the way a connection does -------------------------------------------
+
+
+def request(key: int, version: int, value: dict[str, Any], correlation: int = 7) -> RequestInfo:
+    """A request frame (header and body) as a client would send it."""
+    payload = (encode_request_header(key, version, correlation, "client-1")
+               + messages.encode_request(key, version, value))
+    return RequestInfo(key, version, correlation, memoryview(payload))
+
+
+def router(service: CoordinatorService, node_id: int | None = 1) -> CoordinatingRouter:
+    return CoordinatingRouter(DictAddressMap({}), RequestCounters("test"), parse_table(),
+                              handler_table(service), node_id, "/10.0.0.7")
+
+
+@dataclass
+class Exchange:
+    """What happened to one request: ``forward`` (untouched), ``local`` (answered by the
+    proxy) or ``rewrite`` (sent upstream changed: ``sent``); ``response`` is what the client
+    got (None when forwarded untouched)."""
+
+    action: str
+    response: dict[str, Any] | None = None
+    sent: dict[str, Any] | None = None
+    abandon: Callable[[], None] | None = None
+
+
+async def exchange(router: CoordinatingRouter, info: RequestInfo,
+                   broker: Answer | None = None) -> Exchange:
+    """Classify and decide ``info``, answer a rewritten request with ``broker`` and pass the
+    answer through the router's response filter."""
+    key, version = info.api_key, info.api_version
+    if router.classify(info) != EXAMINE:
+        return Exchange("forward")
+    decision = router.decide(info)
+    if decision == FORWARD:
+        return Exchange("forward")
+    if isinstance(decision, Local):
+        answer = decision.answer
+        if not isinstance(answer, bytes | bytearray | memoryview):
+            answer = await answer
+        if not isinstance(answer, Rewrite):
+            start = body_offset(memoryview(answer), messages.response_header_version(key,
+                                                                                     version))
+            (correlation,) = struct.unpack_from(">i", answer, 0)
+            assert correlation == info.correlation_id
+            return Exchange("local", messages.decode_response(key, version, answer, start)[0])
+        decision = answer
+    assert isinstance(decision, Rewrite)
+    header = parse_request_header(decision.payload)
+    assert header.correlation_id == info.correlation_id
+    sent, _ = messages.decode_request(key, version, decision.payload, header.header_length)
+    if broker is None:
+        return Exchange("rewrite", None, sent, decision.on_abandon)
+    reply = (response_header_for(key, version, info.correlation_id)
+             + messages.encode_response(key, version, broker(key, version, sent)))
+    out = decision.on_response(memoryview(reply))
+    assert out is not None
+    start = body_offset(memoryview(out), messages.response_header_version(key, version))
+    return Exchange("rewrite", messages.decode_response(key, version, out, start)[0], sent)

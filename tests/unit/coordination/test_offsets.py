@@ -1,16 +1,18 @@
-"""Offset requests of coordinated groups: engine validation, then the broker under the
-proxy's own membership."""
+"""Offset requests of coordinated groups: engine validation, then the broker on the client's own
+connection, stamped with the proxy's membership."""
 
 from __future__ import annotations
 
 import uuid
 from typing import Any
 
-from proxy.codec import messages
+import trio
+import trio.testing
+
 from proxy.coordination import offsets, wire
 from translation.topics import TopicMetadata, TopicsImage
 
-from .helpers import COORDINATOR, TOPIC, TOPIC_ID, FakePool, coordinate, make_service
+from .helpers import TOPIC, TOPIC_ID, coordinate, exchange, make_service, request, router
 
 
 def _join(service: Any, group: str, member: str) -> int:
@@ -22,8 +24,9 @@ def _join(service: Any, group: str, member: str) -> int:
     return int(response.member_epoch)
 
 
-def _commit(member: str, epoch: int, partitions: list[int]) -> dict[str, Any]:
-    return {"group_id": "g", "generation_id_or_member_epoch": epoch, "member_id": member,
+def _commit(member: str, epoch: int, partitions: list[int], group: str = "g"
+            ) -> dict[str, Any]:
+    return {"group_id": group, "generation_id_or_member_epoch": epoch, "member_id": member,
             "group_instance_id": None, "topics": [{"name": TOPIC, "partitions": [
                 {"partition_index": p, "committed_offset": 10, "committed_leader_epoch": -1,
                  "committed_metadata": ""} for p in partitions]}]}
@@ -31,6 +34,11 @@ def _commit(member: str, epoch: int, partitions: list[int]) -> dict[str, Any]:
 
 def _ok(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
     return offsets.commit_error(value, 0)
+
+
+def _errors(response: dict[str, Any] | None) -> set[int]:
+    assert response is not None
+    return {p["error_code"] for t in response["topics"] for p in t["partitions"]}
 
 
 def test_topic_ids_by_id_by_name_and_for_unknown_names() -> None:
@@ -42,62 +50,103 @@ def test_topic_ids_by_id_by_name_and_for_unknown_names() -> None:
     assert unknown == offsets.topic_id_of({"name": "gone"}, image) != TOPIC_ID
 
 
-async def test_accepted_commit_goes_upstream_under_the_proxys_membership() -> None:
-    service = make_service(_ok)
-    coordinate(service, "g")
+async def test_accepted_commit_goes_upstream_stamped_with_the_proxys_membership() -> None:
+    service = make_service()
+    membership = coordinate(service, "g")
     epoch = _join(service, "g", "m1")
-    response = await offsets.offset_commit(service, 9, _commit("m1", epoch, [0, 1]))
-    assert {p["error_code"] for t in response["topics"] for p in t["partitions"]} == {0}
-    pool = service.pool
-    assert isinstance(pool, FakePool)
-    ((key, version, sent),) = pool.fake.requests
-    assert (key, version) == (8, 9) and pool.addresses == [COORDINATOR]
-    assert sent["member_id"] == "proxy-member" and sent["generation_id_or_member_epoch"] == 7
-    assert sent["topics"] == _commit("m1", epoch, [0, 1])["topics"]
-    messages.encode_response(8, 9, response)
+    result = await exchange(router(service), request(8, 9, _commit("m1", epoch, [0, 1])), _ok)
+    assert result.action == "rewrite" and _errors(result.response) == {0}
+    assert result.sent is not None
+    assert result.sent["member_id"] == "proxy-member"
+    assert result.sent["generation_id_or_member_epoch"] == 7
+    assert [(t["name"], t["partitions"]) for t in result.sent["topics"]] == [
+        (t["name"], t["partitions"]) for t in _commit("m1", epoch, [0, 1])["topics"]]
+    assert membership.in_flight == 0  # answered
+
+
+async def test_commits_of_other_groups_pass_untouched() -> None:
+    service = make_service()
+    coordinate(service, "g")
+    result = await exchange(router(service), request(8, 9, _commit("m", 3, [0], "theirs")))
+    assert result.action == "forward"
 
 
 async def test_rejected_commit_never_reaches_the_broker() -> None:
-    service = make_service(_ok)
+    service = make_service()
     coordinate(service, "g")
     epoch = _join(service, "g", "m1")
-    stale = await offsets.offset_commit(service, 9, _commit("m1", epoch + 1, [0]))
-    unknown = await offsets.offset_commit(service, 9, _commit("zombie", epoch, [0]))
-
-    def errors(response: dict[str, Any]) -> set[int]:
-        return {p["error_code"] for t in response["topics"] for p in t["partitions"]}
-
-    assert errors(stale) == {113}  # STALE_MEMBER_EPOCH
-    assert errors(unknown) == {25}  # UNKNOWN_MEMBER_ID
-    assert isinstance(service.pool, FakePool) and not service.pool.fake.requests
+    stale = await exchange(router(service), request(8, 9, _commit("m1", epoch + 1, [0])))
+    unknown = await exchange(router(service), request(8, 9, _commit("zombie", epoch, [0])))
+    assert (stale.action, _errors(stale.response)) == ("local", {113})  # STALE_MEMBER_EPOCH
+    assert (unknown.action, _errors(unknown.response)) == ("local", {25})  # UNKNOWN_MEMBER_ID
 
 
 async def test_broker_refusing_the_membership_means_rejoin_and_a_retriable_error() -> None:
-    service = make_service(lambda k, v, value: offsets.commit_error(value, 22))
+    service = make_service()
     membership = coordinate(service, "g")
     epoch = _join(service, "g", "m1")
-    response = await offsets.offset_commit(service, 9, _commit("m1", epoch, [0]))
-    assert {p["error_code"] for t in response["topics"] for p in t["partitions"]} == {14}
+    refused = await exchange(router(service), request(8, 9, _commit("m1", epoch, [0])),
+                             lambda k, v, value: offsets.commit_error(value, 22))
+    assert _errors(refused.response) == {14}  # COORDINATOR_LOAD_IN_PROGRESS
     assert not membership.stable
-    assert isinstance(service.pool, FakePool)
-    again = await offsets.offset_commit(service, 9, _commit("m1", epoch, [0]))
-    assert {p["error_code"] for t in again["topics"] for p in t["partitions"]} == {14}
-    assert len(service.pool.fake.requests) == 1  # not sent while the membership is stale
+
+
+async def test_a_commit_waits_while_the_membership_rejoins_and_is_stamped_after(
+        autojump_clock: trio.testing.MockClock) -> None:
+    service = make_service()
+    membership = coordinate(service, "g")
+    epoch = _join(service, "g", "m1")
+    membership.request_rejoin()
+    results = []
+
+    async def commit() -> None:
+        results.append(await exchange(router(service), request(8, 9, _commit("m1", epoch, [0])),
+                                      _ok))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(commit)
+        await trio.sleep(1)
+        assert not results  # held while the membership is not usable
+        membership.generation = 8
+        membership._set_stable(True)
+    (result,) = results
+    assert result.action == "rewrite" and result.sent is not None
+    assert result.sent["generation_id_or_member_epoch"] == 8
+
+
+async def test_a_commit_never_reaches_a_membership_that_stays_down(
+        autojump_clock: trio.testing.MockClock) -> None:
+    service = make_service()
+    membership = coordinate(service, "g")
+    epoch = _join(service, "g", "m1")
+    membership.request_rejoin()
+    result = await exchange(router(service), request(8, 9, _commit("m1", epoch, [0])))
+    assert (result.action, _errors(result.response)) == ("local", {14})
+
+
+async def test_in_flight_commits_are_counted_until_answered_or_abandoned() -> None:
+    service = make_service()
+    membership = coordinate(service, "g")
+    epoch = _join(service, "g", "m1")
+    sent = await exchange(router(service), request(8, 9, _commit("m1", epoch, [0])))
+    assert sent.action == "rewrite" and membership.in_flight == 1
+    assert sent.abandon is not None
+    sent.abandon()  # the client's connection closed before the broker answered
+    sent.abandon()
+    assert membership.in_flight == 0
 
 
 async def test_txn_commit_validated_as_transactional() -> None:
-    service = make_service(_ok)
+    service = make_service()
     coordinate(service, "g")
     epoch = _join(service, "g", "m1")
     value = dict(_commit("m1", epoch + 3, [0]), transactional_id="t", producer_id=1,
                  producer_epoch=0)
-    response = await offsets.txn_offset_commit(service, 3, value)
-    assert {p["error_code"] for t in response["topics"] for p in t["partitions"]} == {22}
+    stale = await exchange(router(service), request(28, 3, value))
+    assert _errors(stale.response) == {22}  # ILLEGAL_GENERATION for transactional commits
     value["generation_id_or_member_epoch"] = epoch
-    await offsets.txn_offset_commit(service, 3, value)
-    assert isinstance(service.pool, FakePool)
-    ((key, _, sent),) = service.pool.fake.requests
-    assert key == 28 and sent["member_id"] == "proxy-member"
+    ok = await exchange(router(service), request(28, 3, value), _ok)
+    assert ok.sent is not None and ok.sent["member_id"] == "proxy-member"
 
 
 async def test_offset_fetch_checks_member_epoch_and_strips_member_fields() -> None:
@@ -105,20 +154,23 @@ async def test_offset_fetch_checks_member_epoch_and_strips_member_fields() -> No
         return {"groups": [{"group_id": g["group_id"], "topics": [], "error_code": 0}
                            for g in value["groups"]]}
 
-    service = make_service(answer)
+    service = make_service()
     coordinate(service, "g")
     epoch = _join(service, "g", "m1")
     group = {"group_id": "g", "member_id": "m1", "member_epoch": epoch, "topics": None}
-    request = {"groups": [group, dict(group, member_epoch=epoch + 1),
-                          dict(group, member_id="x"), dict(group, member_id=None,
-                                                           member_epoch=-1)],
-               "require_stable": True}
-    response = await offsets.offset_fetch(service, 9, request, ("h", 1))
-    assert [g["error_code"] for g in response["groups"]] == [0, 113, 25, 0]
-    assert isinstance(service.pool, FakePool)
-    ((_, _, sent),) = service.pool.fake.requests
-    assert [(g["member_id"], g["member_epoch"]) for g in sent["groups"]] == [(None, -1)] * 2
-    messages.encode_response(9, 9, response)
+    value = {"groups": [group, dict(group, member_epoch=epoch + 1), dict(group, member_id="x"),
+                        dict(group, member_id=None, member_epoch=-1),
+                        {"group_id": "theirs", "member_id": "y", "member_epoch": 4,
+                         "topics": None}],
+             "require_stable": True}
+    result = await exchange(router(service), request(9, 9, value), answer)
+    assert result.response is not None and result.sent is not None
+    assert [g["error_code"] for g in result.response["groups"]] == [0, 113, 25, 0, 0]
+    assert [g["group_id"] for g in result.response["groups"]] == ["g"] * 4 + ["theirs"]
+    assert [(g["member_id"], g["member_epoch"]) for g in result.sent["groups"]] == [
+        (None, -1), (None, -1), ("y", 4)]  # a group the proxy does not coordinate: untouched
+    old = await exchange(router(service), request(9, 7, {"group_id": "g", "topics": None}))
+    assert old.action == "forward"
 
 
 async def test_offset_delete_refuses_subscribed_topics() -> None:
@@ -127,13 +179,17 @@ async def test_offset_delete_refuses_subscribed_topics() -> None:
         return {"error_code": 0, "topics": [{"name": "old", "partitions": [
             {"partition_index": 0, "error_code": 0}]}]}
 
-    service = make_service(answer)
+    service = make_service()
     coordinate(service, "g")
     _join(service, "g", "m1")
-    request = {"group_id": "g", "topics": [
+    value = {"group_id": "g", "topics": [
         {"name": TOPIC, "partitions": [{"partition_index": 0}]},
         {"name": "old", "partitions": [{"partition_index": 0}]}]}
-    response = await offsets.offset_delete(service, 0, request)
-    errors = {t["name"]: [p["error_code"] for p in t["partitions"]] for t in response["topics"]}
+    result = await exchange(router(service), request(47, 0, value), answer)
+    assert result.response is not None
+    errors = {t["name"]: [p["error_code"] for p in t["partitions"]]
+              for t in result.response["topics"]}
     assert errors == {"old": [0], TOPIC: [86]}  # GROUP_SUBSCRIBED_TO_TOPIC
-    messages.encode_response(47, 0, response)
+    only_subscribed = dict(value, topics=value["topics"][:1])
+    local = await exchange(router(service), request(47, 0, only_subscribed))
+    assert local.action == "local"

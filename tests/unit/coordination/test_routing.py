@@ -3,32 +3,15 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Awaitable
 from typing import Any
 
 import pytest
 
 from proxy.codec import messages
 from proxy.codec.header import encode_request_header
-from proxy.connection import FORWARD, LOCAL, RejectRequest, RequestInfo
-from proxy.coordination.routing import CoordinatingRouter
-from proxy.metrics import RequestCounters
-from proxy.rewrite import DictAddressMap
-from proxy.router import parse_table
+from proxy.connection import EXAMINE, FORWARD, RejectRequest, RequestInfo
 
-from .helpers import TOPIC, coordinate, make_service
-
-
-def _request(key: int, version: int, value: dict[str, Any], correlation: int = 7
-             ) -> RequestInfo:
-    payload = (encode_request_header(key, version, correlation, "client-1")
-               + messages.encode_request(key, version, value))
-    return RequestInfo(key, version, correlation, memoryview(payload))
-
-
-def _router(service: Any) -> CoordinatingRouter:
-    return CoordinatingRouter(DictAddressMap({}), RequestCounters("test"), parse_table(),
-                              service, 1)
+from .helpers import TOPIC, coordinate, exchange, make_service, request, router
 
 
 def _commit(group: str) -> dict[str, Any]:
@@ -37,54 +20,74 @@ def _commit(group: str) -> dict[str, Any]:
                                                        "committed_offset": 1}]}]}
 
 
-def test_group_requests_are_local_only_for_coordinated_groups() -> None:
+async def test_group_requests_are_answered_only_for_coordinated_groups() -> None:
     service = make_service()
     coordinate(service, "mine")
-    router = _router(service)
-    assert router.classify(_request(8, 9, _commit("theirs"))) == FORWARD
-    assert router.classify(_request(8, 9, _commit("mine"))) == LOCAL
+    r = router(service)
+
+    async def action(key: int, version: int, value: dict[str, Any]) -> str:
+        return (await exchange(r, request(key, version, value))).action
+
+    assert await action(8, 9, _commit("theirs")) == "forward"
+    assert await action(8, 9, _commit("mine")) == "local"  # the engine rejects member "m"
     fetch = {"groups": [{"group_id": "theirs", "topics": None}]}
-    assert router.classify(_request(9, 9, fetch)) == FORWARD
+    assert await action(9, 9, fetch) == "forward"
     fetch["groups"].append({"group_id": "mine", "topics": None})
-    assert router.classify(_request(9, 9, fetch)) == LOCAL
-    assert router.classify(_request(15, 5, {"groups": ["theirs"]})) == FORWARD
-    assert router.classify(_request(15, 5, {"groups": ["theirs", "mine"]})) == LOCAL
-    assert router.classify(_request(16, 4, {})) == FORWARD  # the engine has no group yet
-    # classic protocol requests always go to the broker, which refuses them for "mine"
+    assert await action(9, 9, fetch) == "rewrite"
+    assert await action(15, 5, {"groups": ["theirs"]}) == "forward"
+    assert await action(15, 5, {"groups": ["theirs", "mine"]}) == "rewrite"
+    assert await action(16, 4, {}) == "forward"  # the engine has no group yet
     join = {"group_id": "mine", "session_timeout_ms": 1000, "member_id": "",
             "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b""}]}
-    assert router.classify(_request(11, 5, join)) == FORWARD
+    assert await action(11, 5, join) == "forward"  # classic translation is off here
     heartbeat = {"group_id": "any", "member_id": "m", "member_epoch": 1}
-    assert router.classify(_request(68, 1, heartbeat)) == LOCAL
-    assert router.classify(_request(69, 0, {"group_ids": ["x"]})) == LOCAL
+    assert await action(68, 1, heartbeat) == "local"
+    assert await action(69, 0, {"group_ids": ["x"]}) == "local"
 
 
-def test_malformed_owned_request_closes_the_connection() -> None:
-    router = _router(make_service())
+def test_examined_apis_are_examined_from_the_header_alone() -> None:
+    r = router(make_service())
+    payload = encode_request_header(8, 9, 3, "c") + b"\x05"
+    truncated = RequestInfo(8, 9, 3, memoryview(payload), complete=False)
+    assert r.classify(truncated) == EXAMINE  # read whole, never streamed past
+    assert r.classify(RequestInfo(3, 12, 4, memoryview(b""))) == FORWARD
+
+
+def test_malformed_examined_request_closes_the_connection() -> None:
+    r = router(make_service())
     payload = encode_request_header(68, 1, 3, "c") + b"\x05"
+    info = RequestInfo(68, 1, 3, memoryview(payload))
+    assert r.classify(info) == EXAMINE
     with pytest.raises(RejectRequest):
-        router.classify(RequestInfo(68, 1, 3, memoryview(payload)))
+        r.decide(info)
 
 
 async def test_local_answer_has_the_clients_correlation_id_and_header() -> None:
-    router = _router(make_service())
-    request = _request(69, 1, {"group_ids": ["nope"]}, correlation=4242)
-    assert router.classify(request) == LOCAL
-    answer = router.answer(request)
-    assert isinstance(answer, Awaitable)
-    payload = await answer
-    (correlation,) = struct.unpack_from(">i", payload, 0)
-    assert correlation == 4242
-    value, _ = messages.decode_response(69, 1, payload, 5)  # response header v1
-    assert value["groups"][0]["error_code"] == 69
+    result = await exchange(router(make_service()), request(69, 1, {"group_ids": ["nope"]},
+                                                            correlation=4242))
+    assert result.action == "local" and result.response is not None
+    assert result.response["groups"][0]["error_code"] == 69
+
+
+async def test_a_failing_handler_answers_unknown_server_error() -> None:
+    service = make_service()
+    coordinate(service, "g")
+
+    def broken(group_id: str) -> Any:
+        raise RuntimeError("boom")
+
+    service.engine.validate_offset_commit = broken  # type: ignore[assignment,method-assign]
+    result = await exchange(router(service), request(8, 9, _commit("g")))
+    assert result.action == "local" and result.response is not None
+    assert {p["error_code"] for t in result.response["topics"] for p in t["partitions"]} == {-1}
 
 
 def test_api_versions_advertise_the_served_apis() -> None:
-    router = _router(make_service())
+    r = router(make_service())
     broker = {"error_code": 0, "throttle_time_ms": 0, "api_keys": [
         {"api_key": 8, "min_version": 0, "max_version": 9},
         {"api_key": 68, "min_version": 0, "max_version": 0}]}
-    rewrite = router.response_rewriter(18, 3)
+    rewrite = r.response_rewriter(18, 3)
     assert rewrite is not None
     payload = struct.pack(">i", 1) + messages.encode_response(18, 3, broker)
     out = rewrite(memoryview(payload))

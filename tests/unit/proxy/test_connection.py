@@ -27,8 +27,8 @@ class EchoRouter:
     def classify(self, request: RequestInfo) -> int:
         return FORWARD
 
-    def answer(self, request: RequestInfo) -> bytes:
-        raise AssertionError("no local answers here")
+    def decide(self, request: RequestInfo) -> int:
+        raise AssertionError("nothing is examined here")
 
     def response_rewriter(self, api_key: int, api_version: int) -> None:
         return None

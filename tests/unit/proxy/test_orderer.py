@@ -12,7 +12,7 @@ from proxy.orderer import OrderingError, ResponseOrderer
 def test_local_answer_waits_behind_an_outstanding_forwarded_request() -> None:
     orderer = ResponseOrderer()
     orderer.expect_upstream(1, 3, 12)
-    local = orderer.expect_local(2, 18, 3)
+    local = orderer.reserve(2, 18, 3)
     orderer.fill(local, b"local")
     assert orderer.take_ready() == []
     orderer.fill(orderer.upstream_response(1), b"forwarded")
@@ -40,7 +40,7 @@ def test_release_order_equals_request_order(kinds: list[tuple[bool, int]], rnd) 
     slots = []
     for corr, (local, _) in enumerate(kinds):
         if local:
-            slots.append(orderer.expect_local(corr, 0, 0))
+            slots.append(orderer.reserve(corr, 0, 0))
         else:
             slots.append(orderer.expect_upstream(corr, 0, 0))
     # Local answers complete in random order; upstream ones in order (brokers answer in order).
@@ -61,7 +61,7 @@ def test_release_order_equals_request_order(kinds: list[tuple[bool, int]], rnd) 
 
 def test_cut_through_takes_the_head_slot_or_pushes_it_back() -> None:
     orderer = ResponseOrderer()
-    local = orderer.expect_local(1, 18, 3)
+    local = orderer.reserve(1, 18, 3)
     big = orderer.expect_upstream(2, 1, 15)
     slot = orderer.upstream_response(2)
     assert slot is big and not orderer.is_next(big)

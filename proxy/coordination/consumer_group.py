@@ -1,0 +1,53 @@
+"""ConsumerGroupHeartbeat and ConsumerGroupDescribe: the KIP-848 APIs the proxy always serves.
+
+A classic broker has no KIP-848 coordinator, so these never go upstream: the engine answers
+them (through the coordinator service, which may first take the broker's group over or wait
+for topic metadata), and ApiVersions advertises them as v0-v1 whatever the broker says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from proxy.coordination import wire
+from proxy.coordination.handler import Answer, ApiHandler, GroupRequest, Outcome, Value
+
+if TYPE_CHECKING:
+    from proxy.coordination.service import CoordinatorService
+
+CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
+VERSIONS = (0, 1)
+"""What the proxy advertises for both."""
+
+
+class ConsumerGroupHeartbeatHandler(ApiHandler):
+    api_key = CONSUMER_GROUP_HEARTBEAT
+
+    def decide(self, request: GroupRequest) -> Outcome:
+        return Answer(self._heartbeat(request))
+
+    async def _heartbeat(self, request: GroupRequest) -> Value:
+        engine_request = wire.heartbeat_request(request.value, client_id=request.client_id,
+                                                client_host=request.client_host,
+                                                api_version=request.version)
+        return wire.heartbeat_response(await self.service.heartbeat(engine_request))
+
+    def failure(self, request: GroupRequest, error: int) -> Value:
+        return wire.heartbeat_error(error, "internal error in groupgate")
+
+
+class ConsumerGroupDescribeHandler(ApiHandler):
+    api_key = CONSUMER_GROUP_DESCRIBE
+
+    def decide(self, request: GroupRequest) -> Outcome:
+        return Answer(wire.describe_response(
+            self.service.engine.describe(request.value["group_ids"])))
+
+    def failure(self, request: GroupRequest, error: int) -> Value:
+        return {"groups": [{"error_code": error, "group_id": g, "members": []}
+                           for g in request.value["group_ids"]]}
+
+
+HANDLERS: tuple[Callable[[CoordinatorService], ApiHandler], ...] = (
+    ConsumerGroupHeartbeatHandler, ConsumerGroupDescribeHandler)

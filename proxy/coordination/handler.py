@@ -1,0 +1,99 @@
+"""What one group API does in the proxy: the handler interface and the outcomes it returns.
+
+The coordinating router (:mod:`proxy.coordination.routing`) decodes every request of an API
+it examines into a :class:`GroupRequest` and hands it to that API's :class:`ApiHandler`, one
+object per API in one table. The handler returns one outcome, in values, never bytes:
+
+* :data:`PASS`: forward the client's frame untouched (e.g. a commit for a group the proxy
+  does not coordinate);
+* :class:`Answer`: the proxy answers, with a response value now or an awaitable producing one
+  (or producing an :class:`Upstream` once something it waited for is done);
+* :class:`Upstream`: forward a changed request on the client's own connection (in order with
+  everything else the client sent) and pass the broker's response value through
+  ``on_response`` (e.g. a commit stamped with the proxy's broker-side member id, whose
+  membership errors are translated back).
+
+The router turns outcomes into the connection's decisions, encodes values with the client's
+header and version, and answers with the handler's :meth:`ApiHandler.failure` if a handler
+raises: a failure stays with the request that caused it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Final
+
+if TYPE_CHECKING:
+    from proxy.coordination.service import CoordinatorService
+
+Value = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRequest:
+    """A decoded request of an examined API, with what the router knows of its connection."""
+
+    api_key: int
+    version: int
+    correlation_id: int
+    client_id: str | None
+    client_host: str
+    """The client's address as Kafka reports it (``/10.0.0.7``)."""
+    node_id: int | None
+    """The broker behind the listener the request came in on (None: the bootstrap one)."""
+    header: bytes
+    """The request header as the client sent it (kept when the request is rewritten)."""
+    value: Value
+
+
+class Pass:
+    """Forward the client's request untouched."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "PASS"
+
+
+PASS: Final = Pass()
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """Forward ``value`` (the request, changed) and map the broker's answer with
+    ``on_response`` (response value in, response value out)."""
+
+    value: Value
+    on_response: Callable[[Value], Value]
+    release: Callable[[], None] | None = None
+    """Called instead of ``on_response`` if no answer will ever come (the client's
+    connection closed first)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The proxy answers: a response value, or an awaitable of one (or of an
+    :class:`Upstream` to send when it is ready)."""
+
+    value: Value | Awaitable[Value | Upstream]
+
+
+Outcome = Pass | Upstream | Answer
+
+
+class ApiHandler:
+    """One group API: how the proxy decides its requests and how it fails them."""
+
+    api_key: ClassVar[int]
+
+    def __init__(self, service: CoordinatorService) -> None:
+        self.service = service
+
+    def decide(self, request: GroupRequest) -> Outcome:
+        """What to do with ``request``; called in the connection's request order."""
+        raise NotImplementedError
+
+    def failure(self, request: GroupRequest, error: int) -> Value:
+        """The response failing all of ``request`` with ``error``."""
+        raise NotImplementedError
