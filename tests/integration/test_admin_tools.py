@@ -1,8 +1,9 @@
 """Admin tools through groupgate see coordinated groups as they are.
 
-Kafka's own consumer-groups command (3.9, which describes groups with DescribeGroups, and
-4.4, which uses ConsumerGroupDescribe) and the confluent-kafka admin client, pointed at the
-proxy, against a group the proxy coordinates on a Kafka 3.9 broker:
+Kafka's own consumer-groups command (3.9 and 4.4; both describe with ConsumerGroupDescribe,
+which the proxy advertises) and kafka-python's admin client (DescribeGroups, as older tools
+and lag exporters do), pointed at the proxy, against a group the proxy coordinates on a Kafka
+3.9 broker:
 
 * describing it shows its real members and their partitions;
 * deleting it is refused while it has members and succeeds once they are gone, and the
@@ -14,11 +15,12 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from proxy.testbed.broker import KafkaBroker
-from proxy.testbed.tools import consumer_groups, describe_group
+from proxy.testbed.tools import consumer_groups, describe_group, parse_table
 from tests.integration.conftest import StartProxy
 from tests.integration.test_offsets import (
     PROXY_FLAGS,
@@ -26,6 +28,17 @@ from tests.integration.test_offsets import (
     consume_and_commit,
     produce,
 )
+
+
+def describe_with_kafka_python(bootstrap: str, group: str) -> dict[str, Any]:
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        result: dict[str, Any] = admin.describe_groups([group])[group]
+        return result
+    finally:
+        admin.close()
 
 
 @pytest.mark.parametrize("protocol", ["consumer", "classic"])
@@ -38,11 +51,21 @@ def test_describe_and_delete_a_coordinated_group(
     group = f"admin-{protocol}-{uuid.uuid4().hex[:8]}"
     consumer = consume_and_commit(proxy.bootstrap, group, name, 40, protocol)
     try:
-        for line in ("3.9", "4.4"):
-            rows = describe_group(line, proxy.bootstrap, group, "--members", "--verbose")
-            assert len(rows) == 1, (line, rows)
-            assert rows[0]["#PARTITIONS"] == "4", (line, rows)
-            assert name in rows[0]["ASSIGNMENT"], (line, rows)
+        for line, assignment in (("3.9", "(0,1,2,3)"), ("4.4", f"{name}:0,1,2,3")):
+            out = consumer_groups(line, proxy.bootstrap, "--describe", "--group", group,
+                                  "--members", "--verbose").stdout
+            rows = parse_table(out)
+            assert len(rows) == 1, (line, out)
+            assert rows[0]["#PARTITIONS"] == "4", (line, out)
+            assert assignment in out, (line, out)
+        described = describe_with_kafka_python(proxy.bootstrap, group)
+        assert described["error"] is None and described["protocol_type"] == "consumer"
+        assert described["group_state"] in ("Stable", "CompletingRebalance"), described
+        (member,) = described["members"]
+        assert member["member_metadata"]["topics"] == [name]
+        assert [(t["topic"], sorted(t["partitions"]))
+                for t in member["member_assignment"]["assigned_partitions"]] == [
+            (name, [0, 1, 2, 3])]
         offsets = describe_group("3.9", proxy.bootstrap, group)
         assert sorted((r["PARTITION"], r["CURRENT-OFFSET"]) for r in offsets) == [
             (str(p), "10") for p in range(4)]
