@@ -30,7 +30,7 @@ import pytest
 
 from proxy.testbed.broker import KafkaBroker
 from proxy.testbed.proxyproc import ProxyProcess
-from proxy.testbed.spark import jvm_pid, local_session
+from proxy.testbed.spark import jvm_pid, local_session, stop_session
 from tests.integration.conftest import StartProxy
 from tests.integration.observe import PortWatcher
 
@@ -48,7 +48,7 @@ def spark() -> Iterator[Any]:
     try:
         yield session
     finally:
-        session.stop()
+        stop_session(session)
 
 
 @pytest.fixture
