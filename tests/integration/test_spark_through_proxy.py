@@ -37,6 +37,7 @@ from tests.integration.observe import PortWatcher
 PARTITIONS = 3
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 JOIN_GROUP, SYNC_GROUP, INIT_PRODUCER_ID = 11, 14, 22
+DESCRIBE_CLUSTER, DESCRIBE_TOPIC_PARTITIONS = 60, 75
 GROUP_APIS = frozenset({JOIN_GROUP, SYNC_GROUP})
 DEPRECATED_OFFSET_FETCHING = "spark.sql.streaming.kafka.useDeprecatedOffsetFetching"
 Record = tuple[int, int, str, str]  # partition, offset, key, value
@@ -167,7 +168,8 @@ def test_batch_read_of_every_record(spark: Any, kafka39: KafkaBroker, proxy: Pro
     for p in range(PARTITIONS):
         assert sorted(o for q, o, _, _ in records if q == p) == list(range(500))
     assert_spark_used_only_the_proxy(proxy, kafka39, watcher,
-                                     apis={METADATA, LIST_OFFSETS, FETCH},
+                                     apis={METADATA, DESCRIBE_CLUSTER,
+                                           DESCRIBE_TOPIC_PARTITIONS, LIST_OFFSETS, FETCH},
                                      on_broker_listener={LIST_OFFSETS, FETCH},
                                      absent=GROUP_APIS)
 
