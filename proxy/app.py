@@ -47,6 +47,17 @@ class Readiness:
         return True, "ok"
 
 
+CLASSIC_HEARTBEAT_MS = 3_000
+"""The heartbeat interval classic clients use by default (Java, librdkafka, kafka-python)."""
+
+
+def hand_off_seconds(config: ProxyConfig) -> float:
+    """How long a graceful stop waits for every member to hear that it must let go: one
+    heartbeat interval (the proxy's for new-protocol members, the clients' default for
+    classic ones) and a second to spare; bounded by ``shutdown-grace``."""
+    return (max(config.group_heartbeat_interval_ms, CLASSIC_HEARTBEAT_MS) + 1_000) / 1000
+
+
 def make_router_factory(config: ProxyConfig, service: CoordinatorService | None = None
                         ) -> RouterFactory:
     """Routers of new connections; with a coordinator service, group requests of coordinated
@@ -104,6 +115,8 @@ async def serve(config: ProxyConfig, *,
         if service is not None:
             service.node_address = lambda node_id: upstream_of(server, node_id)
             await nursery.start(service.run)
+            hand_off_s = min(config.shutdown_grace, hand_off_seconds(config))
+            server.before_drain = lambda: service.let_go(hand_off_s)
         await nursery.start(server.run)
         nursery.start_soon(server.watch_signals)
         if config.metrics_listen is not None:

@@ -20,7 +20,7 @@ import logging
 import signal
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import trio
@@ -80,6 +80,9 @@ class ProxyServer:
         self._listeners: list[trio.SocketListener] = []
         self._stop = trio.Event()
         self.stopped = trio.Event()
+        self.before_drain: Callable[[], Awaitable[None]] | None = None
+        """Run when a graceful stop begins, before connections are drained (the coordinator
+        service tells its members to let go of their partitions then)."""
 
     # -- broker directory (the rewriters' AddressMap) ----------------------------------------
 
@@ -148,6 +151,8 @@ class ProxyServer:
                 await self._stop.wait()
                 self._nursery = None
                 accepting.cancel_scope.cancel()
+            if self.before_drain is not None:
+                await self.before_drain()
             await self._shutdown()
             connections.cancel_scope.cancel()
         self.stopped.set()

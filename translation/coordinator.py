@@ -240,6 +240,36 @@ class GroupCoordinator:
     def group(self, group_id: str) -> ConsumerGroup | None:
         return self.groups.get(group_id)
 
+    def suspend(self, group_id: str) -> None:
+        """The coordinator is not active for ``group_id`` for now (the proxy's hold on the
+        broker's group is interrupted): none of the group's timers fires until
+        :meth:`resume`, so nobody is fenced for not reaching a coordinator that is not
+        there."""
+        group = self.groups.get(group_id)
+        if group is not None and group.suspended is None:
+            group.suspended = {}
+
+    def resume(self, group_id: str, now_ms: int) -> list[Effect]:
+        """Active again: as when Kafka's coordinator loads a group, every member gets a full
+        session timeout from ``now_ms``, and each timer that came due while suspended is
+        re-armed one session timeout from now (same payload)."""
+        effects: list[Effect] = []
+        group = self.groups.get(group_id)
+        if group is None or group.suspended is None:
+            return effects
+        deferred, group.suspended = group.suspended, None
+        for member in group.members.values():
+            self.schedule_session_timeout(group, member, now_ms, effects)
+        for key, payload in deferred.items():
+            if key.kind is TimerKind.SESSION:
+                continue
+            owner = group.members.get(key.member_id)
+            timeout = (owner.session_timeout_ms if owner is not None else 0) \
+                or self.config.session_timeout_ms
+            self.timers.schedule(key, now_ms + timeout, payload)
+            effects.append(TimerArmed(key, now_ms + timeout))
+        return effects
+
     def delete_group(self, group_id: str) -> tuple[ErrorCode, list[Effect]]:
         """DeleteGroups: NON_EMPTY_GROUP while the group has members, else the group is
         forgotten (its offsets are the broker's to delete). An unknown group is not an error
@@ -395,6 +425,9 @@ class GroupCoordinator:
     def _on_timer(self, key: TimerKey, payload: int, now_ms: int, effects: list[Effect]) -> None:
         group = self.groups.get(key.group_id)
         if group is None:
+            return
+        if group.suspended is not None:
+            group.suspended[key] = payload
             return
         if key.kind is TimerKind.GROUP_EXPIRY:
             if not group.members:

@@ -21,6 +21,7 @@ from translation.member import ConsumerGroupMember
 from translation.ownership import PartitionOwners
 from translation.reconciliation import release_all
 from translation.target import TargetAssignment
+from translation.timers import TimerKey
 from translation.topics import TopicId, TopicsImage
 
 
@@ -63,6 +64,7 @@ class ConsumerGroup:
         "static_members",
         "subscribed_names",
         "subscription_metadata",
+        "suspended",
         "target",
         "unreconciled",
     )
@@ -83,6 +85,10 @@ class ConsumerGroup:
         self.preferred_assignor = default_assignor
         self.unreconciled: set[str] = set()
         self.dead = False
+        self.suspended: dict[TimerKey, int] | None = None
+        """While the coordinator is not active for the group (see
+        :meth:`~translation.coordinator.GroupCoordinator.suspend`): the group's timers that
+        came due meanwhile, with their payloads; None while active."""
         self.last_assignment_ms: int | None = None
         """When the target was last computed (None: never)."""
         self._topic_ids_cache: dict[tuple[frozenset[str], str | None], frozenset[TopicId]] = {}

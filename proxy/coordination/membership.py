@@ -132,6 +132,10 @@ class BrokerMembership:
         self._stable_changed = trio.Event()
         self._resubscribe = False
         """The group's topics changed: rejoin (after draining) to advertise them."""
+        self._planned = False
+        """Rejoining by choice (new topics), not because the broker membership failed."""
+        self.on_interrupted: Callable[[bool], None] | None = None
+        """Told when :attr:`interrupted` changes."""
         self._pool = pool
         self._bootstrap = tuple(bootstrap)
         self._connect_timeout = connect_timeout
@@ -194,10 +198,22 @@ class BrokerMembership:
                 await self._stable_changed.wait()
         return self.stable
 
+    @property
+    def interrupted(self) -> bool:
+        """Established once, but not holding the broker's group right now for a reason other
+        than a planned rejoin (the broker is unreachable, the coordinator moved, the broker
+        forgot the member): the proxy is not the group's coordinator until it holds it again."""
+        return (self.established and not self.stable and not self._planned
+                and not self.left)
+
     def _set_stable(self, stable: bool) -> None:
+        before = self.interrupted
         if stable != self.stable:
             self.stable = stable
             self._stable_changed.set()
+        after = self.interrupted
+        if before != after and self.on_interrupted is not None:
+            self.on_interrupted(after)
 
     async def leave(self) -> None:
         """LeaveGroup at the broker (best effort) and stop the task."""
@@ -230,6 +246,7 @@ class BrokerMembership:
                 try:
                     await self._join_and_sync()
                 except (MembershipRefused, CoordinatorUnavailable, UpstreamError) as exc:
+                    self._planned = False
                     self._set_stable(False)
                     if first:
                         self.failure = str(exc)
@@ -308,6 +325,7 @@ class BrokerMembership:
             if error == NONE:
                 self.generation = generation
                 self.advertised = topics
+                self._planned = False
                 self._set_stable(True)
                 log.info("group %s: holding the broker's group as member %s, generation %d, "
                          "topics %s", self.group_id, self.member_id, generation,
@@ -321,6 +339,7 @@ class BrokerMembership:
 
     async def _drain(self) -> None:
         """Before a rejoin the proxy chose: hold new commits, let those in flight finish."""
+        self._planned = True
         self._set_stable(False)
         with trio.move_on_after(DRAIN_SECONDS) as waited:
             await self._drained.wait()

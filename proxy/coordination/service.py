@@ -49,6 +49,7 @@ import trio
 from cachetools import TTLCache
 
 from proxy.config import ProxyConfig
+from proxy.coordination.handoff import HandOff
 from proxy.coordination.links import Address, LinkPool
 from proxy.coordination.membership import BrokerMembership
 from proxy.coordination.topics import TopicWatcher
@@ -174,6 +175,7 @@ class CoordinatorService:
             maxsize=REMEMBERED_MAX, ttl=ISSUED_ID_SECONDS, timer=trio.current_time)
         self._timer_wake = trio.Event()
         self._nursery: trio.Nursery | None = None
+        self.hand_off = HandOff()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -186,6 +188,31 @@ class CoordinatorService:
             if watch_topics:
                 nursery.start_soon(self.topics.run)
             task_status.started()
+
+    async def let_go(self, timeout_s: float) -> None:
+        """Make every member drop its partitions before the groups are given up: from now on
+        each member's next request is answered UNKNOWN_MEMBER_ID (:mod:`.handoff`); waits
+        until all have been told or ``timeout_s`` has passed."""
+        self.hand_off.start(self.engine)
+        for key, held in list(self.held_joins.items()):
+            held.resolve(JoinGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID),
+                                           member_id=key[1]))
+            self.hand_off.told(*key)
+        for key, held_sync in list(self.held_syncs.items()):
+            held_sync.resolve(SyncGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID)))
+            self.hand_off.told(*key)
+        members = len(self.hand_off.pending)
+        untold = await self.hand_off.wait(timeout_s)
+        log.info("handing off %d group(s): %d of %d member(s) told to let go of their "
+                 "partitions%s", len(self.engine.groups), members - untold, members,
+                 f"; {untold} not heard from within {timeout_s:.1f}s" if untold else "")
+
+    def _handing_off(self, group_id: str, member_id: str) -> bool:
+        """While handing off: note that ``member_id`` is being told; True if it is."""
+        if not self.hand_off.active:
+            return False
+        self.hand_off.told(group_id, member_id)
+        return True
 
     async def aclose(self) -> None:
         """Leave every broker-side group (so direct clients can take over) and stop."""
@@ -220,6 +247,18 @@ class CoordinatorService:
     async def heartbeat(self, request: ConsumerGroupHeartbeatRequest
                         ) -> ConsumerGroupHeartbeatResponse:
         group_id = request.group_id
+        if self._handing_off(group_id, request.member_id):
+            if request.member_epoch == 0:
+                return ConsumerGroupHeartbeatResponse(
+                    error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                    error_message="groupgate is handing its groups off")
+            return ConsumerGroupHeartbeatResponse(
+                error_code=int(ErrorCode.UNKNOWN_MEMBER_ID),
+                error_message="groupgate is handing its groups off; rejoin")
+        if self._not_coordinating(group_id):
+            return ConsumerGroupHeartbeatResponse(
+                error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                error_message=f"groupgate is not holding the broker's group {group_id} now")
         if request.member_epoch == 0 and group_id and group_id.strip():
             failure: str | None = None
             with trio.move_on_after(TAKEOVER_WAIT_SECONDS) as waiting:
@@ -257,7 +296,7 @@ class CoordinatorService:
                 group_id, self.pool, self.config.upstream,
                 connect_timeout=self.config.connect_timeout,
                 topics=lambda: self.group_topics(group_id) or first)
-            self.memberships[group_id] = membership
+            self.adopt(membership)
             self._nursery.start_soon(membership.run)
         await membership.settled.wait()
         if membership.failure is not None:
@@ -265,6 +304,32 @@ class CoordinatorService:
                 del self.memberships[group_id]
             return membership.failure
         return None
+
+    def adopt(self, membership: BrokerMembership) -> None:
+        """Keep ``membership`` as the proxy's hold on its group, and follow its
+        interruptions."""
+        group_id = membership.group_id
+        membership.on_interrupted = (
+            lambda interrupted: self._membership_interrupted(group_id, interrupted))
+        self.memberships[group_id] = membership
+
+    def _membership_interrupted(self, group_id: str, interrupted: bool) -> None:
+        """The proxy lost (or regained) its hold on the broker's group: while it does not
+        hold it, it is not the group's coordinator and the engine's timers for the group
+        wait (members keep their partitions, as with a Kafka coordinator failover)."""
+        if interrupted:
+            log.warning("group %s: not holding the broker's group; its members are answered "
+                        "COORDINATOR_NOT_AVAILABLE until it is held again", group_id)
+            self.engine.suspend(group_id)
+        else:
+            log.info("group %s: holding the broker's group again; every member gets a full "
+                     "session timeout from now", group_id)
+            self.apply(self.engine.resume(group_id, self.now_ms()))
+
+    def _not_coordinating(self, group_id: str) -> bool:
+        """Whether requests of ``group_id`` must wait: its broker membership is interrupted."""
+        membership = self.memberships.get(group_id)
+        return membership is not None and membership.interrupted
 
     def group_topics(self, group_id: str) -> set[str]:
         """The topic names group ``group_id`` subscribes to (names and regex matches)."""
@@ -362,6 +427,17 @@ class CoordinatorService:
         classic = self.classic
         assert classic is not None
         group_id = request.group_id
+        if self._handing_off(group_id, request.member_id):
+            known = request.member_id != UNKNOWN_MEMBER_ID
+            return JoinGroupResponse(
+                error_code=int(ErrorCode.UNKNOWN_MEMBER_ID if known
+                               else ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                member_id=request.member_id,
+                error_message="groupgate is handing its groups off")
+        if self._not_coordinating(group_id):
+            return JoinGroupResponse(
+                error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), member_id=request.member_id,
+                error_message=f"groupgate is not holding the broker's group {group_id} now")
         if not self.coordinates(group_id):
             failure: str | None = None
             subscription = request.protocols[0].subscription if request.protocols else None
@@ -428,6 +504,10 @@ class CoordinatorService:
         """A classic SyncGroup; waits while the engine holds it (the member waits for
         partitions that other members still own)."""
         assert self.classic is not None
+        if self._handing_off(request.group_id, request.member_id):
+            return SyncGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))
+        if self._not_coordinating(request.group_id):
+            return SyncGroupResponse(error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
         response, effects = self.classic.sync_group(request, self.now_ms())
         self.apply(effects)
         if response is not None:
@@ -448,6 +528,10 @@ class CoordinatorService:
 
     def classic_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
         assert self.classic is not None
+        if self._handing_off(request.group_id, request.member_id):
+            return HeartbeatResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))
+        if self._not_coordinating(request.group_id):
+            return HeartbeatResponse(error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
         response, effects = self.classic.heartbeat(request, self.now_ms())
         self.apply(effects)
         return response
@@ -456,6 +540,8 @@ class CoordinatorService:
         assert self.classic is not None
         response, effects = self.classic.leave_group(request, self.now_ms())
         self.apply(effects)
+        for member in request.members:
+            self._handing_off(request.group_id, member.member_id)
         return response
 
     # -- engine effects, timers, topics -------------------------------------------------------

@@ -50,6 +50,11 @@ class FakeMembership(BrokerMembership):
         self.leaves += 1
         self.left = True
 
+    def hold(self, stable: bool) -> None:
+        """The broker's group is lost (False: the broker restarted, the coordinator moved) or
+        held again (True)."""
+        self._set_stable(stable)
+
 
 class FakeLink:
     def __init__(self, answer: Answer) -> None:
@@ -84,7 +89,7 @@ def make_service(answer: Answer | None = None, **settings: Any) -> CoordinatorSe
 
 def coordinate(service: CoordinatorService, group_id: str) -> FakeMembership:
     membership = FakeMembership(group_id, service.pool)
-    service.memberships[group_id] = membership
+    service.adopt(membership)
     return membership
 
 

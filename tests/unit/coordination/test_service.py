@@ -110,3 +110,68 @@ async def test_remembered_member_ids_expire_and_stay_bounded(
     assert service._issued("g", f"m{service_mod.REMEMBERED_MAX + 4_999}")
     await trio.sleep(service_mod.ISSUED_ID_SECONDS + 0.1)
     assert not service._issued("g", f"m{service_mod.REMEMBERED_MAX + 4_999}")
+
+
+async def test_while_the_broker_group_is_not_held_members_wait_and_nobody_is_fenced(
+        autojump_clock: trio.testing.MockClock) -> None:
+    service = make_service()
+    membership = coordinate(service, "g")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lambda task_status: service.run(watch_topics=False,
+                                                            task_status=task_status))
+        joined = await service.heartbeat(_hb("m1", 0))
+        assert joined.error_code == 0
+        membership.hold(False)  # e.g. the broker restarted
+        response = await service.heartbeat(_hb("m1", joined.member_epoch))
+        assert response.error_code == 15  # COORDINATOR_NOT_AVAILABLE: find it again
+        await trio.sleep(30)  # five session timeouts without a heartbeat
+        assert "m1" in service.engine.groups["g"].members
+        membership.hold(True)
+        await trio.sleep(5.9)  # a full session timeout from the moment it is held again
+        assert "m1" in service.engine.groups["g"].members
+        response = await service.heartbeat(_hb("m1", joined.member_epoch))
+        assert response.error_code == 0
+        await trio.sleep(6.1)
+        assert "m1" not in service.engine.groups["g"].members  # timers run again
+        nursery.cancel_scope.cancel()
+
+
+async def test_letting_go_tells_every_member_to_drop_its_partitions(
+        autojump_clock: trio.testing.MockClock) -> None:
+    service = make_service()
+    coordinate(service, "g")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lambda task_status: service.run(watch_topics=False,
+                                                            task_status=task_status))
+        epochs = {m: (await service.heartbeat(_hb(m, 0))).member_epoch for m in ("m1", "m2")}
+        finished: list[float] = []
+
+        async def let_go() -> None:
+            await service.let_go(10.0)
+            finished.append(trio.current_time())
+
+        started = trio.current_time()
+        nursery.start_soon(let_go)
+        await trio.sleep(1)
+        assert (await service.heartbeat(_hb("m1", epochs["m1"]))).error_code == 25
+        assert not finished  # m2 has not heard yet
+        joining = await service.heartbeat(_hb("m3", 0))
+        assert joining.error_code == 15  # a new member is told to retry elsewhere
+        assert (await service.heartbeat(_hb("m2", epochs["m2"]))).error_code == 25
+        await trio.testing.wait_all_tasks_blocked()
+        assert finished and finished[0] - started < 2  # did not wait for the bound
+        nursery.cancel_scope.cancel()
+
+
+async def test_letting_go_is_bounded_when_a_member_is_silent(
+        autojump_clock: trio.testing.MockClock) -> None:
+    service = make_service()
+    coordinate(service, "g")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lambda task_status: service.run(watch_topics=False,
+                                                            task_status=task_status))
+        await service.heartbeat(_hb("m1", 0))
+        started = trio.current_time()
+        await service.let_go(4.0)
+        assert trio.current_time() - started == 4.0
+        nursery.cancel_scope.cancel()

@@ -166,3 +166,18 @@ def test_timer_store_matches_a_simple_model() -> None:
             assert len(timers) == len(model)
 
     check()
+
+
+def test_a_suspended_group_fences_nobody_and_resumes_with_full_sessions() -> None:
+    a = ScriptedAssignor()
+    engine = make_engine(image(foo=(FOO, 2)), a, session_timeout_ms=1000)
+    a.next = target(m={FOO: [0, 1]})
+    engine.heartbeat(join(G, "m"), 0)
+    engine.suspend(G)
+    assert engine.tick(5000) == []  # the session timer came due, and waits
+    assert "m" in engine.groups[G].members
+    effects = engine.resume(G, 6000)
+    assert TimerArmed(key(TimerKind.SESSION, "m"), 7000) in effects
+    assert engine.tick(6999) == []
+    assert MemberFenced(G, "m", "session-timeout") in engine.tick(7000)
+    assert engine.resume(G, 8000) == []  # not suspended: nothing to do
