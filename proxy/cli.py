@@ -22,6 +22,8 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
                           "assignor and heartbeat throughput of the engine vs Kafka's"),
     ("bench", "rebalance"): ("proxy.commands.bench_rebalance",
                              "rebalance cost felt by real consumers, per target"),
+    ("soak",): ("proxy.commands.soak",
+                "real clients under random failures; offsets and ownership checked"),
 }
 
 

@@ -97,6 +97,9 @@ class JavaTool:
     Non-JSON stdout lines are kept in ``other_output``; stderr goes to ``stderr_file``.
     """
 
+    accepts_commands = False
+    """Whether the tool reads commands from stdin (:meth:`send`)."""
+
     def __init__(
         self,
         line: str | KafkaLine,
@@ -146,7 +149,7 @@ class JavaTool:
         try:
             self.proc = subprocess.Popen(
                 cmd,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE if self.accepts_commands else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=err,
                 text=True,
@@ -187,6 +190,14 @@ class JavaTool:
 
     def _on_event(self, event: Event) -> None:
         """Hook for subclasses; called with the condition lock held."""
+
+    def send(self, line: str) -> None:
+        """Write one command line to the tool's stdin (tools with ``accepts_commands``)."""
+        if self.proc is None or self.proc.stdin is None:
+            raise RuntimeError(f"{self.name} takes no commands")
+        with contextlib.suppress(BrokenPipeError, OSError):
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
 
     # -- waiting ------------------------------------------------------------------------------
 
@@ -783,20 +794,26 @@ class CommitConsumer(JavaTool):
     """A Java ``KafkaConsumer`` (the 4.4 client, either group protocol) committing the way
     applications do: ``commitAsync`` after every record (``mode="async"``), ``commitSync``
     after every poll (``"sync"``) or auto-commit (``"auto"``); ``slow_ms`` stalls every
-    revocation callback. Events (JSON lines): ``started``, ``assigned`` / ``revoked`` /
-    ``lost`` (partitions: [[topic, partition]]), ``records`` (records: [[topic, partition,
-    offset]]), ``commit`` (ok, error, offsets: [[topic, partition, offset]]), ``stopped``."""
+    revocation callback, :meth:`stall` blocks its poll loop once. Events (JSON lines, ``t`` on
+    the machine's monotonic clock): ``join``, ``stall`` / ``resume`` around callbacks,
+    ``assign`` / ``revoke`` / ``lost`` (``p``: partitions), ``c`` (consumed, ``r``: [[partition,
+    first, last]]), ``commit`` (``ok``, ``err``, ``o``: [[partition, offset]]), ``stuck`` /
+    ``unstuck``, ``leave``, ``closed`` (see CommitConsumer.java)."""
+
+    accepts_commands = True
 
     def __init__(self, bootstrap: str, topic: str, group_id: str, *, mode: str = "async",
                  group_protocol: str = "classic", slow_ms: int = 0,
                  config: Mapping[str, str] | None = None, workdir: Path | None = None,
-                 name: str | None = None) -> None:
+                 name: str | None = None,
+                 on_event: Callable[[Event], None] | None = None) -> None:
         line = get_line("4.4")
         jars = line.clients_classpath()
         classes = compiled_java(_COMMIT_CONSUMER, jars)
         super().__init__(line, "CommitConsumer", [], workdir=workdir,
                          classpath=[*jars, classes],
                          name=name or f"commit-consumer-{os.urandom(3).hex()}")
+        self.topic = topic
         props = {"bootstrap.servers": bootstrap, "group.id": group_id,
                  "group.protocol": group_protocol, "auto.offset.reset": "earliest",
                  **(config or {})}
@@ -807,20 +824,29 @@ class CommitConsumer(JavaTool):
         """The highest offset each partition's successful commits reached."""
         self.commit_errors: list[str] = []
         self.commits = 0
+        self.on_event = on_event
+        """Also called with every event (from the reader thread)."""
 
     def _on_event(self, event: Event) -> None:
-        name = event.get("name")
-        if name == "records":
-            for topic, partition, offset in event["records"]:
-                self.consumed.setdefault((topic, int(partition)), set()).add(int(offset))
-        elif name == "commit":
+        if self.on_event is not None:
+            self.on_event(event)
+        kind = event.get("e")
+        if kind == "c":
+            for partition, first, last in event["r"]:
+                self.consumed.setdefault((self.topic, int(partition)), set()).update(
+                    range(int(first), int(last) + 1))
+        elif kind == "commit":
             self.commits += 1
             if not event["ok"]:
-                self.commit_errors.append(str(event["error"]))
+                self.commit_errors.append(str(event["err"]))
                 return
-            for topic, partition, offset in event["offsets"]:
-                tp = (topic, int(partition))
+            for partition, offset in event["o"]:
+                tp = (self.topic, int(partition))
                 self.committed[tp] = max(self.committed.get(tp, -1), int(offset))
+
+    def stall(self, seconds: float) -> None:
+        """Block the poll loop once for ``seconds`` (before committing what it just read)."""
+        self.send(f"stall {seconds}")
 
     @property
     def consumed_count(self) -> int:

@@ -4,23 +4,33 @@
  * Usage: java -cp <kafka-clients jars>:<classes> CommitConsumer PROPERTIES_FILE TOPIC MODE SLOW_MS
  *   MODE: async  (commitAsync of the record's offset after every record, many in flight)
  *         sync   (commitSync after every poll)
- *         auto   (enable.auto.commit=true, set in the properties)
+ *         auto   (enable.auto.commit=true)
  *   SLOW_MS: milliseconds to sleep in every partition-revocation callback (0: none).
  *
- * Prints one JSON object per line: {"name":"assigned"|"revoked"|"lost","partitions":[[t,p],..],
- * "ts":ms}, {"name":"records","records":[[t,p,offset],..],"ts":ms} (one per poll),
- * {"name":"commit","ok":bool,"error":str|null,"offsets":[[t,p,offset],..],"ts":ms} for each
- * completed asynchronous or synchronous commit, and {"name":"stopped"} after SIGTERM (the
- * consumer closes, which commits nothing by itself unless auto-commit is on).
+ * Reads commands from stdin, one a line: "stall SECONDS" blocks the poll loop once, after the
+ * records of the current poll are processed and before they are committed (a member that
+ * overruns max.poll.interval.ms); "stop" closes the consumer gracefully (as SIGTERM does).
+ *
+ * Prints one JSON object a line; "t" is System.nanoTime() in seconds, which on Linux is
+ * CLOCK_MONOTONIC like Python's time.monotonic(), so times compare across processes:
+ *   {"e":"join"}, {"e":"stall"}/{"e":"resume"} around a rebalance callback,
+ *   {"e":"assign"|"revoke"|"lost","p":[partitions]}, {"e":"c","r":[[p,lo,hi],..]} (consumed),
+ *   {"e":"commit","ok":bool,"err":str|null,"o":[[p,offset],..]} (each completed commit),
+ *   {"e":"stuck","s":seconds}/{"e":"unstuck"}, {"e":"leave"}, {"e":"closed"}.
  */
+import java.io.BufferedReader;
 import java.io.FileInputStream;
+import java.io.InputStreamReader;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.util.TreeMap;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicLong;
 
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -34,9 +44,14 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 public final class CommitConsumer {
     private static final Object OUT = new Object();
 
-    private static void emit(String json) {
+    private static double now() {
+        return System.nanoTime() / 1e9;
+    }
+
+    private static void emit(String kind, String rest) {
+        String line = "{\"t\":" + now() + ",\"e\":\"" + kind + "\"" + rest + "}";
         synchronized (OUT) {
-            System.out.println(json);
+            System.out.println(line);
             System.out.flush();
         }
     }
@@ -61,29 +76,19 @@ public final class CommitConsumer {
     private static String partitions(Collection<TopicPartition> tps) {
         List<String> items = new ArrayList<>();
         for (TopicPartition tp : tps) {
-            items.add("[" + quote(tp.topic()) + "," + tp.partition() + "]");
+            items.add(Integer.toString(tp.partition()));
         }
-        return "[" + String.join(",", items) + "]";
-    }
-
-    private static String offsets(Map<TopicPartition, OffsetAndMetadata> offsets) {
-        List<String> items = new ArrayList<>();
-        for (Map.Entry<TopicPartition, OffsetAndMetadata> e : offsets.entrySet()) {
-            items.add("[" + quote(e.getKey().topic()) + "," + e.getKey().partition() + ","
-                      + e.getValue().offset() + "]");
-        }
-        return "[" + String.join(",", items) + "]";
-    }
-
-    private static void event(String name, Collection<TopicPartition> tps) {
-        emit("{\"name\":\"" + name + "\",\"partitions\":" + partitions(tps) + ",\"ts\":"
-             + System.currentTimeMillis() + "}");
+        return ",\"p\":[" + String.join(",", items) + "]";
     }
 
     private static void committed(Map<TopicPartition, OffsetAndMetadata> offsets, Exception error) {
-        emit("{\"name\":\"commit\",\"ok\":" + (error == null) + ",\"error\":"
-             + quote(error == null ? null : error.toString()) + ",\"offsets\":" + offsets(offsets)
-             + ",\"ts\":" + System.currentTimeMillis() + "}");
+        List<String> items = new ArrayList<>();
+        for (Map.Entry<TopicPartition, OffsetAndMetadata> e : offsets.entrySet()) {
+            items.add("[" + e.getKey().partition() + "," + e.getValue().offset() + "]");
+        }
+        emit("commit", ",\"ok\":" + (error == null) + ",\"err\":"
+             + quote(error == null ? null : error.toString()) + ",\"o\":["
+             + String.join(",", items) + "]");
     }
 
     public static void main(String[] args) throws Exception {
@@ -99,19 +104,42 @@ public final class CommitConsumer {
         props.put("enable.auto.commit", mode.equals("auto") ? "true" : "false");
         KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props);
         AtomicBoolean running = new AtomicBoolean(true);
+        AtomicLong stallMs = new AtomicLong(0);
         Thread main = Thread.currentThread();
-        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+        Runnable stop = () -> {
             running.set(false);
             consumer.wakeup();
+        };
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            stop.run();
             try {
                 main.join(20000);
             } catch (InterruptedException ignored) {
                 // exiting anyway
             }
         }));
+        Thread commands = new Thread(() -> {
+            try (BufferedReader in = new BufferedReader(new InputStreamReader(System.in))) {
+                String line;
+                while ((line = in.readLine()) != null) {
+                    String[] words = line.trim().split("\\s+");
+                    if (words[0].equals("stall") && words.length > 1) {
+                        stallMs.set((long) (Double.parseDouble(words[1]) * 1000));
+                    } else if (words[0].equals("stop")) {
+                        stop.run();
+                    }
+                }
+            } catch (Exception ignored) {
+                // stdin closed
+            }
+        });
+        commands.setDaemon(true);
+        commands.start();
         consumer.subscribe(List.of(topic), new ConsumerRebalanceListener() {
             @Override
             public void onPartitionsRevoked(Collection<TopicPartition> tps) {
+                emit("stall", "");
+                emit("revoke", partitions(tps));
                 if (!tps.isEmpty() && slowMs > 0) {
                     try {
                         Thread.sleep(slowMs);
@@ -119,40 +147,63 @@ public final class CommitConsumer {
                         Thread.currentThread().interrupt();
                     }
                 }
-                event("revoked", tps);
+                emit("resume", "");
             }
 
             @Override
             public void onPartitionsAssigned(Collection<TopicPartition> tps) {
-                event("assigned", tps);
+                emit("stall", "");
+                emit("assign", partitions(tps));
+                emit("resume", "");
             }
 
             @Override
             public void onPartitionsLost(Collection<TopicPartition> tps) {
-                event("lost", tps);
+                emit("stall", "");
+                emit("lost", partitions(tps));
+                emit("resume", "");
             }
         });
-        emit("{\"name\":\"started\"}");
+        emit("join", "");
         try {
             while (running.get()) {
                 ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(200));
                 if (records.isEmpty()) {
                     continue;
                 }
-                List<String> seen = new ArrayList<>();
-                Map<TopicPartition, OffsetAndMetadata> last = new java.util.HashMap<>();
+                TreeMap<Integer, List<long[]>> ranges = new TreeMap<>();
+                Map<TopicPartition, OffsetAndMetadata> last = new HashMap<>();
+                List<Map<TopicPartition, OffsetAndMetadata>> each = new ArrayList<>();
                 for (ConsumerRecord<byte[], byte[]> r : records) {
-                    seen.add("[" + quote(r.topic()) + "," + r.partition() + "," + r.offset() + "]");
+                    List<long[]> runs = ranges.computeIfAbsent(r.partition(), k -> new ArrayList<>());
+                    if (!runs.isEmpty() && runs.get(runs.size() - 1)[1] + 1 == r.offset()) {
+                        runs.get(runs.size() - 1)[1] = r.offset();
+                    } else {
+                        runs.add(new long[] {r.offset(), r.offset()});
+                    }
                     TopicPartition tp = new TopicPartition(r.topic(), r.partition());
                     OffsetAndMetadata next = new OffsetAndMetadata(r.offset() + 1);
                     last.put(tp, next);
-                    if (mode.equals("async")) {
-                        consumer.commitAsync(Map.of(tp, next), CommitConsumer::committed);
+                    each.add(Map.of(tp, next));
+                }
+                List<String> items = new ArrayList<>();
+                for (Map.Entry<Integer, List<long[]>> e : ranges.entrySet()) {
+                    for (long[] run : e.getValue()) {
+                        items.add("[" + e.getKey() + "," + run[0] + "," + run[1] + "]");
                     }
                 }
-                emit("{\"name\":\"records\",\"records\":[" + String.join(",", seen) + "],\"ts\":"
-                     + System.currentTimeMillis() + "}");
-                if (mode.equals("sync")) {
+                emit("c", ",\"r\":[" + String.join(",", items) + "]");
+                long stall = stallMs.getAndSet(0);
+                if (stall > 0) {
+                    emit("stuck", ",\"s\":" + (stall / 1000.0));
+                    Thread.sleep(stall);
+                    emit("unstuck", "");
+                }
+                if (mode.equals("async")) {
+                    for (Map<TopicPartition, OffsetAndMetadata> one : each) {
+                        consumer.commitAsync(one, CommitConsumer::committed);
+                    }
+                } else if (mode.equals("sync")) {
                     try {
                         consumer.commitSync(last);
                         committed(last, null);
@@ -164,10 +215,11 @@ public final class CommitConsumer {
         } catch (WakeupException e) {
             // shutting down
         } finally {
+            emit("leave", "");
             try {
                 consumer.close(Duration.ofSeconds(10));
             } finally {
-                emit("{\"name\":\"stopped\"}");
+                emit("closed", "");
             }
         }
     }

@@ -1,0 +1,596 @@
+"""The soak: real clients of several libraries in several groups, under continuous production
+and random failures, with the invariants checked on everything they did.
+
+A Kafka 3.9 broker from the test bed with groupgate in front of it (fixed ports, so that a
+restarted proxy is found where the old one was). A producer writes to one topic per group
+through the proxy at a steady rate. Each group has members of several kinds (library x group
+protocol x commit style, :data:`GROUPS`), each a process of its own reporting its callbacks,
+the records it consumed and every commit's outcome (:mod:`proxy.bench.soak.member`, the Java
+``CommitConsumer``). A seeded schedule then applies random events, every kind once in a
+random order before any kind repeats: a member joins, leaves gracefully, is SIGKILLed, or
+stalls past its ``max.poll.interval.ms``; the proxy is restarted (SIGTERM) or killed
+(SIGKILL) and started again; the broker restarts.
+
+Meanwhile the committed offsets of every group are read straight from the broker every second
+and the proxy's RSS every two seconds. At the end production stops, every group gets a live
+member, the groups catch up, and :mod:`proxy.bench.soak.checks` judges the run: no committed
+offset moved backwards, no acknowledged record went unconsumed, no partition had two owners
+except a fenced zombie (whose late commits must have failed), and the proxy's memory did not
+grow after warm-up beyond a bound.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from proxy.bench import machine
+from proxy.bench.rebalance.timeline import Event
+from proxy.bench.soak import checks
+from proxy.testbed.broker import KafkaBroker, free_ports
+from proxy.testbed.proxyproc import ProxyProcess
+from proxy.testbed.tools import CommitConsumer
+
+EVENT_KINDS = ("join", "leave", "kill", "stall", "proxy-restart", "proxy-kill",
+               "broker-restart")
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of member: client library, group protocol, assignor, commit style."""
+
+    library: str  # confluent, kafka-python, java
+    protocol: str  # classic, consumer
+    assignor: str
+    commit: str  # async, sync, auto
+
+    @property
+    def label(self) -> str:
+        return f"{self.library}/{self.protocol}/{self.assignor}/{self.commit}"
+
+
+def _kinds(classic_assignor: str, spec: str) -> tuple[Kind, ...]:
+    out = []
+    for item in spec.split():
+        library, protocol, commit = item.split("/")
+        assignor = classic_assignor if protocol == "classic" else "uniform"
+        out.append(Kind(library, protocol, assignor, commit))
+    return tuple(out)
+
+
+GROUPS: dict[str, tuple[Kind, ...]] = {
+    # classic members of one group share one assignor name, as at a Kafka broker
+    "eager": _kinds("range", "confluent/classic/async confluent/consumer/async "
+                             "java/classic/async kafka-python/classic/auto java/consumer/sync"),
+    "cooperative": _kinds("cooperative-sticky",
+                          "confluent/classic/sync java/classic/auto confluent/consumer/sync "
+                          "java/consumer/async kafka-python/classic/async"),
+    "roundrobin": _kinds("roundrobin", "kafka-python/classic/sync confluent/classic/auto "
+                                       "confluent/consumer/auto java/consumer/auto "
+                                       "java/classic/sync"),
+}
+
+
+@dataclass
+class Settings:
+    duration_s: float = 120.0
+    seed: int = 1
+    partitions: int = 6
+    rate_per_partition: float = 10.0
+    min_event_gap_s: float = 5.0
+    max_event_gap_s: float = 10.0
+    max_members: int = 4
+    session_timeout_ms: int = 6000
+    max_poll_interval_ms: int = 12000
+    heartbeat_interval_ms: int = 1000
+    """Handed to new-protocol members by the proxy."""
+    events: tuple[str, ...] = EVENT_KINDS
+    catch_up_s: float = 180.0
+    rss_warmup_s: float = 30.0
+    rss_bound_mib: float = 64.0
+    """Largest RSS growth after warm-up that counts as flat."""
+
+
+class Member:
+    """One member process and what it reported."""
+
+    def __init__(self, name: str, group: str, kind: Kind, soak: Soak) -> None:
+        self.name = name
+        self.group = group
+        self.kind = kind
+        self.soak = soak
+        self.proc: subprocess.Popen[str] | None = None
+        self.java: CommitConsumer | None = None
+        self.alive = False
+        self.stuck_until = 0.0
+
+    def start(self) -> None:
+        s = self.soak
+        topic, group_id = s.topic(self.group), s.group_id(self.group)
+        if self.kind.library == "java":
+            config = {"client.id": self.name,
+                      "max.poll.interval.ms": str(s.settings.max_poll_interval_ms)}
+            if self.kind.protocol == "classic":
+                config.update({
+                    "session.timeout.ms": str(s.settings.session_timeout_ms),
+                    "heartbeat.interval.ms": str(s.settings.session_timeout_ms // 10),
+                    "partition.assignment.strategy": _java_assignor(self.kind.assignor)})
+            else:
+                config["group.remote.assignor"] = self.kind.assignor
+            if self.kind.commit == "auto":
+                config["auto.commit.interval.ms"] = "1000"
+            self.java = CommitConsumer(s.bootstrap, topic, group_id, mode=self.kind.commit,
+                                       group_protocol=self.kind.protocol, config=config,
+                                       workdir=s.workdir / "members", name=self.name,
+                                       on_event=self._on_event)
+            self.java.start()
+        else:
+            command = [sys.executable, "-m", "proxy.bench.soak.member",
+                       "--library", self.kind.library, "--protocol", self.kind.protocol,
+                       "--assignor", self.kind.assignor, "--commit", self.kind.commit,
+                       "--bootstrap", s.bootstrap, "--topic", topic, "--group", group_id,
+                       "--name", self.name,
+                       "--session-timeout-ms", str(s.settings.session_timeout_ms),
+                       "--max-poll-interval-ms", str(s.settings.max_poll_interval_ms)]
+            log = open(s.workdir / "members" / f"{self.name}.stderr", "w")  # noqa: SIM115
+            self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=log, text=True, bufsize=1,
+                                         start_new_session=True)
+            log.close()
+            threading.Thread(target=self._read, daemon=True).start()
+        self.alive = True
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            self._on_event(event)
+
+    def _on_event(self, event: dict[str, Any]) -> None:
+        self.soak.record(self, event)
+
+    def send(self, line: str) -> None:
+        if self.java is not None:
+            self.java.send(line)
+        elif self.proc is not None and self.proc.stdin is not None:
+            try:
+                self.proc.stdin.write(line + "\n")
+                self.proc.stdin.flush()
+            except (BrokenPipeError, OSError):
+                pass
+
+    def pid(self) -> int | None:
+        if self.java is not None:
+            return self.java.proc.pid if self.java.proc is not None else None
+        return self.proc.pid if self.proc is not None else None
+
+    def running(self) -> bool:
+        if self.java is not None:
+            return self.java.running
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        """Graceful: SIGTERM, the client closes and leaves its group."""
+        self.alive = False
+        if self.java is not None:
+            self.java.stop(timeout=30)
+        elif self.proc is not None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def kill(self) -> float:
+        """SIGKILL; returns the time the process was gone."""
+        self.alive = False
+        pid = self.pid()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        if self.java is not None and self.java.proc is not None:
+            self.java.proc.wait(10)
+        elif self.proc is not None:
+            self.proc.wait(10)
+        return time.monotonic()
+
+
+def _java_assignor(name: str) -> str:
+    from proxy.testbed.tools import _assignor_class
+
+    return _assignor_class(name)
+
+
+@dataclass
+class GroupRecord:
+    """Everything one group's members reported, and what the soak did to them."""
+
+    name: str
+    events: list[Event] = field(default_factory=list)
+    consumed: dict[int, checks.Intervals] = field(default_factory=dict)
+    records_consumed: int = 0
+    commits: list[checks.Commit] = field(default_factory=list)
+    commit_failures: int = 0
+    commit_errors: dict[str, int] = field(default_factory=dict)
+    stalls: list[tuple[str, float, float]] = field(default_factory=list)
+    kinds: dict[str, str] = field(default_factory=dict)
+
+
+class Soak:
+    def __init__(self, settings: Settings, workdir: Path, out: Callable[[str], None] = print
+                 ) -> None:
+        self.settings = settings
+        self.workdir = workdir
+        self.out = out
+        self.rng = random.Random(settings.seed)
+        self.lock = threading.Lock()
+        self.groups = {name: GroupRecord(name) for name in GROUPS}
+        self.members: dict[str, Member] = {}
+        self.member_count = 0
+        self.produced: dict[str, dict[int, int]] = {name: {} for name in GROUPS}
+        self.offsets = checks.OffsetWatch()
+        self.rss: list[tuple[float, int, float]] = []
+        self.applied: list[dict[str, Any]] = []
+        self.incarnation = 0
+        self.broker: KafkaBroker | None = None
+        self.proxy: ProxyProcess | None = None
+        self.listen_port, self.broker_port_base = free_ports(2)
+        self.suffix = f"{settings.seed}-{os.urandom(2).hex()}"
+        self.stopping = threading.Event()
+        self.producers: list[subprocess.Popen[str]] = []
+        self.caught_up = True
+
+    # -- names ------------------------------------------------------------------------------
+
+    def topic(self, group: str) -> str:
+        return f"soak-{group}-{self.suffix}"
+
+    def group_id(self, group: str) -> str:
+        return f"soak-{group}-{self.suffix}"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.listen_port}"
+
+    # -- recording --------------------------------------------------------------------------
+
+    def record(self, member: Member, event: dict[str, Any]) -> None:
+        kind = event.get("e")
+        t = float(event.get("t", time.monotonic()))
+        g = self.groups[member.group]
+        with self.lock:
+            if kind in ("join", "assign", "revoke", "lost", "stall", "resume", "leave"):
+                g.events.append(Event(t, member.name, kind, tuple(event.get("p", ()))))
+            elif kind == "c":
+                for partition, first, last in event["r"]:
+                    runs = g.consumed.get(partition, [])
+                    g.consumed[partition] = checks.add_run(runs, first, last)
+                    g.records_consumed += last - first + 1
+            elif kind == "commit":
+                if event["ok"]:
+                    for partition, offset in event["o"]:
+                        g.commits.append(checks.Commit(t, member.name, partition, offset))
+                else:
+                    g.commit_failures += 1
+                    reason = str(event.get("err"))[:80]
+                    g.commit_errors[reason] = g.commit_errors.get(reason, 0) + 1
+            elif kind == "stuck":
+                g.stalls.append((member.name, t, t + float(event["s"])))
+
+    # -- processes ----------------------------------------------------------------------------
+
+    def start_proxy(self) -> None:
+        self.incarnation += 1
+        log = self.workdir / f"groupgate-{self.incarnation}.log"
+        s = self.settings
+        self.proxy = ProxyProcess.start(
+            self.broker_bootstrap, log, listen=f"127.0.0.1:{self.listen_port}",
+            args=["--broker-port-base", str(self.broker_port_base),
+                  "--group-heartbeat-interval-ms", str(s.heartbeat_interval_ms),
+                  "--group-session-timeout-ms", str(s.session_timeout_ms),
+                  "--group-metadata-refresh-ms", "1000"], timeout=60)
+
+    @property
+    def broker_bootstrap(self) -> str:
+        assert self.broker is not None
+        return self.broker.bootstrap
+
+    def start_producers(self) -> None:
+        for group in GROUPS:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "proxy.bench.rebalance.members", "producer",
+                 "--bootstrap", self.bootstrap, "--topic", self.topic(group),
+                 "--partitions", str(self.settings.partitions),
+                 "--rate-per-partition", str(self.settings.rate_per_partition)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=open(self.workdir / f"producer-{group}.stderr", "w"),  # noqa: SIM115
+                text=True, bufsize=1, start_new_session=True)
+            self.producers.append(proc)
+            threading.Thread(target=self._read_producer, args=(group, proc), daemon=True).start()
+
+    def _read_producer(self, group: str, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("e") == "p":
+                with self.lock:
+                    high = self.produced[group]
+                    for p, offset in event["o"].items():
+                        high[int(p)] = max(high.get(int(p), 0), int(offset))
+
+    def stop_producers(self) -> None:
+        for proc in self.producers:
+            if proc.stdin is not None:
+                proc.stdin.close()
+        for proc in self.producers:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+    def new_member(self, group: str, kind: Kind | None = None) -> Member:
+        kind = kind or self.rng.choice(GROUPS[group])
+        self.member_count += 1
+        name = f"{group}-{self.member_count}-{kind.library}-{kind.protocol}-{kind.commit}"
+        member = Member(name, group, kind, self)
+        self.members[name] = member
+        self.groups[group].kinds[name] = kind.label
+        member.start()
+        return member
+
+    def live(self, group: str | None = None) -> list[Member]:
+        return [m for m in self.members.values()
+                if m.alive and (group is None or m.group == group)]
+
+    # -- pollers ------------------------------------------------------------------------------
+
+    def poll_offsets(self) -> None:
+        """Committed offsets straight from the broker, every second. (kafka-python's admin
+        client: librdkafka 2.16's ListConsumerGroupOffsets crashes the process when the
+        broker answers that the group's coordinator is loading or moved.)"""
+        from kafka.admin import KafkaAdminClient
+
+        admin: Any = None
+        while not self.stopping.is_set():
+            try:
+                if admin is None:
+                    admin = KafkaAdminClient(bootstrap_servers=self.broker_bootstrap,
+                                             request_timeout_ms=5000)
+                listed = admin.list_group_offsets([self.group_id(g) for g in GROUPS])
+            except Exception:  # the broker is restarting: poll again later
+                if admin is not None:
+                    with contextlib.suppress(Exception):
+                        admin.close()
+                admin = None
+                self.stopping.wait(1.0)
+                continue
+            now = time.monotonic()
+            with self.lock:
+                for group in GROUPS:
+                    offsets = listed.get(self.group_id(group)) or {}
+                    self.offsets.observe(now, group, {tp.partition: om.offset
+                                                      for tp, om in offsets.items()
+                                                      if om.offset >= 0})
+            self.stopping.wait(1.0)
+        if admin is not None:
+            with contextlib.suppress(Exception):
+                admin.close()
+
+    def sample_rss(self) -> None:
+        while not self.stopping.is_set():
+            proxy = self.proxy
+            if proxy is not None and proxy.process is not None:
+                mib = _rss_mib(proxy.process.pid)
+                if mib is not None:
+                    with self.lock:
+                        self.rss.append((time.monotonic(), self.incarnation, mib))
+            self.stopping.wait(2.0)
+
+    # -- events -------------------------------------------------------------------------------
+
+    def apply_event(self, kind: str) -> dict[str, Any]:
+        s = self.settings
+        group = self.rng.choice(list(GROUPS))
+        live = self.live(group)
+        note: dict[str, Any] = {"t": time.monotonic(), "event": kind, "group": group}
+        if kind == "join" and len(live) < s.max_members:
+            note["member"] = self.new_member(group).name
+        elif kind in ("leave", "kill", "stall") and live:
+            member = self.rng.choice(live)
+            note["member"] = member.name
+            if kind == "leave":
+                member.stop()
+            elif kind == "kill":
+                t = member.kill()
+                with self.lock:
+                    self.groups[group].events.append(Event(t, member.name, "crash"))
+            else:
+                seconds = s.max_poll_interval_ms / 1000 + 5
+                member.stuck_until = time.monotonic() + seconds
+                member.send(f"stall {seconds}")
+        elif kind in ("proxy-restart", "proxy-kill") and self.proxy is not None:
+            if kind == "proxy-kill":
+                self.proxy.signal(signal.SIGKILL)
+                assert self.proxy.process is not None
+                self.proxy.process.wait(10)
+            else:
+                self.proxy.stop(timeout=60)
+            self.start_proxy()
+        elif kind == "broker-restart" and self.broker is not None:
+            self.broker.restart(timeout=120)
+        else:
+            note["skipped"] = True
+        for g in GROUPS:  # every group keeps at least one member
+            if not self.live(g):
+                note.setdefault("replacements", []).append(self.new_member(g).name)
+        return note
+
+    # -- the run --------------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        s = self.settings
+        (self.workdir / "members").mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        self.broker = KafkaBroker.start("3.9", self.workdir / "kafka")
+        try:
+            for group in GROUPS:
+                self.broker.create_topic(self.topic(group), s.partitions, 1)
+            self.start_proxy()
+            threading.Thread(target=self.poll_offsets, daemon=True).start()
+            threading.Thread(target=self.sample_rss, daemon=True).start()
+            self.start_producers()
+            for group, kinds in GROUPS.items():
+                for kind in self.rng.sample(kinds, 2):
+                    self.new_member(group, kind)
+            self.out(f"soak: seed {s.seed}, {s.duration_s:.0f} s, groups {list(GROUPS)}, "
+                     f"proxy on {self.bootstrap}")
+            chaos_end = started + s.duration_s
+            bag: list[str] = []
+            while True:
+                gap = self.rng.uniform(s.min_event_gap_s, s.max_event_gap_s)
+                if time.monotonic() + gap >= chaos_end:
+                    break
+                time.sleep(gap)
+                if not bag:  # every kind once, in a random order, before any repeats
+                    bag = self.rng.sample(s.events, len(s.events))
+                event = bag.pop()
+                note = self.apply_event(event)
+                self.applied.append(note)
+                self.out(f"  {note['t'] - started:7.1f}s {event:15s} {note.get('group', '')} "
+                         f"{note.get('member', '')}{' (skipped)' if note.get('skipped') else ''}")
+            self.stop_producers()
+            self.catch_up()
+            for member in self.live():
+                member.stop()
+        finally:
+            self.stopping.set()
+            for member in self.members.values():
+                if member.running():
+                    member.kill()
+            if self.proxy is not None:
+                self.proxy.stop()
+            if self.broker is not None:
+                self.broker.stop()
+        return self.report(time.monotonic() - started)
+
+    def catch_up(self) -> None:
+        """Every group consumes and commits what was produced (bounded by ``catch_up_s``)."""
+        deadline = time.monotonic() + self.settings.catch_up_s
+        for group in GROUPS:
+            if not [m for m in self.live(group) if time.monotonic() > m.stuck_until]:
+                self.new_member(group)
+        while time.monotonic() < deadline:
+            with self.lock:
+                done = all(
+                    self.offsets.highest.get((group, p), 0) >= end
+                    for group in GROUPS for p, end in self.produced[group].items())
+            if done:
+                return
+            time.sleep(1)
+        with self.lock:
+            behind = {f"{group}/{p}": (self.offsets.highest.get((group, p)), end)
+                      for group in GROUPS for p, end in self.produced[group].items()
+                      if self.offsets.highest.get((group, p), 0) < end}
+        self.caught_up = False
+        self.out(f"soak: the groups did not catch up in time: (committed, produced) {behind}")
+
+    def report(self, elapsed: float) -> dict[str, Any]:
+        s = self.settings
+        groups: dict[str, Any] = {}
+        violations: list[str] = []
+        with self.lock:
+            for name, g in self.groups.items():
+                stuck = checks.zombie_windows(g.events, g.stalls)
+                unexplained, explained = checks.double_ownership(g.events, stuck)
+                zombies = checks.zombie_commits(explained, stuck, g.commits)
+                gaps = checks.missing(self.produced[name], g.consumed)
+                produced = sum(self.produced[name].values())
+                regressions = [r for r in self.offsets.regressions if r.group == name]
+                groups[name] = {
+                    "produced": produced, "consumed": g.records_consumed,
+                    "duplicates": max(g.records_consumed - produced, 0),
+                    "missing": gaps, "offset_regressions": [asdict(r) for r in regressions],
+                    "double_ownership": [asdict(o) for o in unexplained],
+                    "explained_overlaps": [asdict(o) for o in explained],
+                    "zombie_commits": [asdict(c) for c in zombies],
+                    "commits_ok": len(g.commits), "commits_failed": g.commit_failures,
+                    "commit_errors": g.commit_errors, "members": g.kinds,
+                    "stalls": len(g.stalls),
+                }
+                if gaps:
+                    violations.append(f"{name}: {sum(gaps.values())} records never consumed")
+                if regressions:
+                    violations.append(f"{name}: {len(regressions)} committed offsets moved "
+                                      "backwards")
+                if unexplained:
+                    violations.append(f"{name}: {len(unexplained)} partitions owned twice")
+                if zombies:
+                    violations.append(f"{name}: {len(zombies)} zombie commits accepted")
+            if not self.caught_up:
+                violations.append("the groups had not committed everything produced "
+                                  f"{s.catch_up_s:.0f} s after production stopped")
+            growth = checks.rss_growth(self.rss, s.rss_warmup_s)
+            for r in growth:
+                if r.growth_mib > s.rss_bound_mib:
+                    violations.append(f"proxy #{r.incarnation}: RSS grew {r.growth_mib:.1f} "
+                                      f"MiB after warm-up")
+            result = {
+                "settings": asdict(s), "machine": machine.machine_info(),
+                "elapsed_s": round(elapsed, 1), "events": self.applied,
+                "offset_polls": self.offsets.polls, "groups": groups,
+                "rss": [asdict(r) for r in growth],
+                "rss_peak_mib": max((mib for _, _, mib in self.rss), default=0.0),
+                "caught_up": self.caught_up, "violations": violations,
+            }
+        return result
+
+
+def _rss_mib(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def summary(result: dict[str, Any]) -> str:
+    """A markdown table of one run."""
+    lines = ["| group | produced | consumed | duplicates | missing | offsets backwards | "
+             "owned twice | zombie overlaps | commits ok / failed | members |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, g in result["groups"].items():
+        lines.append(
+            f"| {name} | {g['produced']} | {g['consumed']} | {g['duplicates']} | "
+            f"{sum(g['missing'].values())} | {len(g['offset_regressions'])} | "
+            f"{len(g['double_ownership'])} | {len(g['explained_overlaps'])} | "
+            f"{g['commits_ok']} / {g['commits_failed']} | {len(g['members'])} |")
+    rss = ", ".join(f"#{r['incarnation']}: {r['warm_mib']:.0f}->{r['peak_mib']:.0f} MiB"
+                    for r in result["rss"])
+    events: dict[str, int] = {}
+    for e in result["events"]:
+        if not e.get("skipped"):
+            events[e["event"]] = events.get(e["event"], 0) + 1
+    lines += ["", f"events: {events}", f"proxy RSS after warm-up (per process): {rss or '-'}",
+              f"violations: {result['violations'] or 'none'}"]
+    return "\n".join(lines)
