@@ -68,8 +68,9 @@ def make_router_factory(config: ProxyConfig, service: CoordinatorService | None 
     def factory(server: ProxyServer, node_id: int | None, client_host: str) -> Router:
         counters = RequestCounters(node_label(node_id))
         if handlers:
+            assert service is not None
             return CoordinatingRouter(server, counters, accepted, handlers, node_id,
-                                      client_host)
+                                      client_host, claims=service.claims)
         return ForwardingRouter(server, counters, accepted)
 
     return factory

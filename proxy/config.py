@@ -127,6 +127,22 @@ SETTINGS: tuple[Setting, ...] = (
             "Largest request or response frame accepted; bigger ones close the connection."),
     Setting("max-in-flight", _positive_int, "128",
             "Requests per client connection awaiting a response before the proxy stops reading."),
+    Setting("max-connections", _positive_int, "1000",
+            "Client connections open at once; a connection beyond it is closed as soon as it "
+            "is accepted (one log line every 10 s while it happens)."),
+    Setting("max-held-response-bytes", _positive_int, str(64 * 1024 * 1024),
+            "Per client connection: bytes of broker responses held while an earlier request "
+            "on the connection is still being answered by the proxy; beyond it the proxy "
+            "stops reading that broker connection until the client has them."),
+    Setting("max-examined-request-bytes", _positive_int, str(1024 * 1024),
+            "Largest group request the proxy decodes (JoinGroup, OffsetCommit, OffsetFetch, "
+            "DescribeGroups, ...; decoding takes about 15 times the request's size and holds "
+            "the event loop about 0.4 s per MiB). A bigger one is forwarded untouched when its "
+            "group is not coordinated by the proxy, else its connection is closed with a log "
+            "line. Requests the proxy only forwards are bounded by max-frame-bytes."),
+    Setting("examined-bytes-in-flight", _positive_int, str(32 * 1024 * 1024),
+            "All client connections together: bytes of requests being decoded at once; a "
+            "request that does not fit waits for others to finish."),
     Setting("connect-timeout", _positive_float, "10",
             "Seconds to wait for an upstream broker connection."),
     Setting("shutdown-grace", _positive_float, "10",
@@ -161,6 +177,22 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("group-heartbeat-interval-ms", _positive_int, "5000",
             "Heartbeat interval handed to new-protocol members "
             "(Kafka's group.consumer.heartbeat.interval.ms)."),
+    Setting("group-max-size", _positive_int, "1000",
+            "Members of one coordinated group (Kafka's group.consumer.max.size); a member "
+            "joining beyond it gets GROUP_MAX_SIZE_REACHED."),
+    Setting("max-groups", _positive_int, "1000",
+            "Groups the proxy coordinates at once (each holds one member in the broker's group "
+            "of the same id); a join that would create one more gets COORDINATOR_NOT_AVAILABLE "
+            "and its group stays the broker's."),
+    Setting("max-members", _positive_int, "10000",
+            "Members of all coordinated groups together; a new member beyond it gets "
+            "COORDINATOR_NOT_AVAILABLE."),
+    Setting("max-subscription-topics", _positive_int, "10000",
+            "Topic names one member may subscribe to; a longer subscription gets "
+            "INVALID_REQUEST (new protocol) or INCONSISTENT_GROUP_PROTOCOL (classic)."),
+    Setting("max-regex-bytes", _positive_int, "4096",
+            "Longest subscription regular expression (SubscribedTopicRegex) accepted; a longer "
+            "one gets INVALID_REGULAR_EXPRESSION."),
     Setting("group-empty-expiry-ms", _positive_int, "600000",
             "How long a coordinated group without members is kept before it is deleted and the "
             "proxy leaves the broker's group of the same id."),
@@ -180,6 +212,15 @@ class ProxyConfig:
     max_in_flight: int = 128
     connect_timeout: float = 10.0
     shutdown_grace: float = 10.0
+    max_connections: int = 1000
+    max_held_response_bytes: int = 64 * 1024 * 1024
+    max_examined_request_bytes: int = 1024 * 1024
+    examined_bytes_in_flight: int = 32 * 1024 * 1024
+    group_max_size: int = 1000
+    max_groups: int = 1000
+    max_members: int = 10_000
+    max_subscription_topics: int = 10_000
+    max_regex_bytes: int = 4096
     fetch_node_endpoints: bool = False
     metrics_listen: tuple[str, int] | None = None
     log_level: str = "INFO"

@@ -45,6 +45,7 @@ from typing import Protocol
 
 import trio
 
+from proxy.budget import ByteBudget
 from proxy.codec.errors import CodecError
 from proxy.frames import FrameError, FrameSplitter, encode_frame
 from proxy.orderer import OrderingError, ResponseFilter, ResponseOrderer, Slot
@@ -132,6 +133,12 @@ class Router(Protocol):
         answer of the proxy on this connection is complete."""
         ...
 
+    def decide_oversized(self, request: RequestInfo) -> int:
+        """A request classified EXAMINE is too large to decode (``request.frame`` may be only
+        its first bytes): return FORWARD if it may pass untouched, else raise RejectRequest
+        saying why."""
+        ...
+
     def response_rewriter(
         self, api_key: int, api_version: int
     ) -> Callable[[memoryview], Payload | None] | None:
@@ -157,12 +164,24 @@ class Connection:
         max_frame_bytes: int,
         max_in_flight: int,
         name: str,
+        max_held_response_bytes: int = 64 * 1024 * 1024,
+        max_examined_request_bytes: int = 1024 * 1024,
+        examined_budget: ByteBudget | None = None,
     ) -> None:
         self.client = client
         self.upstream = upstream
         self.router = router
         self.max_frame_bytes = max_frame_bytes
         self.max_in_flight = max_in_flight
+        self.max_held_response_bytes = max_held_response_bytes
+        """Responses the broker has answered but the client cannot have yet (they wait
+        behind an earlier request the proxy is still answering) are held up to this many
+        bytes; beyond it the proxy stops reading the broker until the client has them."""
+        self.max_examined_request_bytes = max_examined_request_bytes
+        self.examined_budget = examined_budget
+        """Shared by all connections: bytes of large examined requests held at once."""
+        self._reserved = 0
+        """Bytes of :attr:`examined_budget` held for the examined request being received."""
         self.name = name
         self.orderer = ResponseOrderer()
         self._space = trio.Event()
@@ -179,6 +198,7 @@ class Connection:
         self._boundary_wait: trio.CancelScope | None = None
         """The cancel scope of the request pump's wait for a new frame, while it waits."""
         self._progress = trio.Event()
+        self._released = trio.Event()
         self._finished = False
         self._reading = True
         """The request pump still runs (it stops at the first frame boundary once draining)."""
@@ -271,6 +291,7 @@ class Connection:
                 await self._pump_requests()
             finally:
                 self._reading = False
+                self._release_reservation()
                 self._progress.set()
             if self._draining:
                 return  # the response side and drain() finish the connection
@@ -341,6 +362,8 @@ class Connection:
                 api_key, api_version, correlation_id = _HEADER.unpack_from(blob, start)
                 request = RequestInfo(api_key, api_version, correlation_id, view[start:end])
                 action = router.classify(request)
+                if action == EXAMINE and end - start > self.max_examined_request_bytes:
+                    action = self._oversized(request, end - start)
                 if action == FORWARD:
                     batch.append(orderer.reserve(correlation_id, api_key, api_version))
                 elif action != FORWARD_NO_RESPONSE:
@@ -354,6 +377,27 @@ class Connection:
                 batch_end = end
             if batch_start >= 0:
                 await self._send_upstream(view[batch_start:batch_end], batch)
+            if self._reserved:
+                self._release_reservation()
+
+    def _oversized(self, request: RequestInfo, size: int) -> int:
+        """A request the proxy would decode is over ``max-examined-request-bytes``: forwarded
+        untouched if the router allows it, else the connection closes."""
+        try:
+            action = self.router.decide_oversized(request)
+        except RejectRequest as exc:
+            raise RejectRequest(
+                f"a {size}-byte request (api key {request.api_key}) exceeds "
+                f"max-examined-request-bytes ({self.max_examined_request_bytes}) and {exc}"
+            ) from None
+        log.debug("%s: a %d-byte request (api key %d) over max-examined-request-bytes is "
+                  "forwarded untouched", self.name, size, request.api_key)
+        return action
+
+    def _release_reservation(self) -> None:
+        if self.examined_budget is not None and self._reserved:
+            self.examined_budget.release(self._reserved)
+        self._reserved = 0
 
     async def _wait_for_space(self) -> None:
         while len(self.orderer) >= self.max_in_flight:
@@ -447,6 +491,11 @@ class Connection:
                     else:
                         orderer.fill(slot, encode_frame(new_payload))
             await self._flush()
+            while orderer.held_bytes > self.max_held_response_bytes:
+                # the head of the queue is an answer the proxy is still preparing: what the
+                # broker sends next waits in its socket (TCP flow control), not in memory
+                self._released = trio.Event()
+                await self._released.wait()
 
     async def _cut_through(self, splitter: FrameSplitter) -> bool:
         """Stream a large response to the client while it arrives, if nothing stands in the way.
@@ -489,7 +538,13 @@ class Connection:
         except IncompleteHeader:
             return False  # decide on the whole frame
         if action == EXAMINE:
-            return False
+            size = splitter.incomplete_frame_size - 4
+            if size <= self.max_examined_request_bytes:
+                # read whole and decoded: bounded by the budget of all connections too
+                if self.examined_budget is not None and not self._reserved:
+                    self._reserved = await self.examined_budget.acquire(size)
+                return False
+            action = self._oversized(request, size)
         slots = ([self.orderer.reserve(correlation_id, api_key, api_version)]
                  if action == FORWARD else [])
         async with self._upstream_lock:
@@ -514,6 +569,7 @@ class Connection:
         if len(self.orderer) < self.max_in_flight:
             self._space.set()
         self._progress.set()
+        self._released.set()
 
 
 async def _receive_frames(

@@ -23,6 +23,9 @@ ACTIVE_CONNECTIONS = Gauge("groupgate_connections_active", "Client connections o
 CLOSED_BAD_INPUT = Counter("groupgate_connections_closed_bad_input",
                            "Connections closed because of a malformed or hostile frame",
                            ["node"], registry=REGISTRY)
+REFUSED_CONNECTIONS = Counter("groupgate_connections_refused",
+                              "Client connections closed at once: max-connections were open",
+                              ["node"], registry=REGISTRY)
 UPSTREAM_FAILURES = Counter("groupgate_upstream_connect_failures",
                             "Client connections closed because no upstream broker was reachable",
                             ["node"], registry=REGISTRY)

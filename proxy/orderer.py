@@ -48,6 +48,8 @@ class ResponseOrderer:
         self._slots: deque[Slot] = deque()
         self._upstream: deque[Slot] = deque()
         """Slots waiting for the upstream broker, oldest first (a subsequence of _slots)."""
+        self.held_bytes = 0
+        """Bytes of responses filled but not yet released (waiting behind an earlier slot)."""
 
     def __len__(self) -> int:
         """Requests whose responses have not been released to the client yet."""
@@ -105,13 +107,14 @@ class ResponseOrderer:
         """Undo :meth:`upstream_response` for a slot whose frame is read later."""
         self._upstream.appendleft(slot)
 
-    @staticmethod
-    def fill(slot: Slot, data: Payload) -> None:
+    def fill(self, slot: Slot, data: Payload) -> None:
         slot.data = data
+        self.held_bytes += len(data)
 
     def abandon(self) -> None:
         """The connection ended: tell the slots still waiting for the broker."""
         slots, self._slots, self._upstream = self._slots, deque(), deque()
+        self.held_bytes = 0
         for slot in slots:
             if slot.on_abandon is not None:
                 on_abandon, slot.on_abandon = slot.on_abandon, None
@@ -123,6 +126,9 @@ class ResponseOrderer:
         slots = self._slots
         while slots and slots[0].data is not None:
             slot = slots.popleft()
-            ready.append(slot.data)  # type: ignore[arg-type]
+            data = slot.data
+            assert data is not None
+            ready.append(data)
+            self.held_bytes -= len(data)
             slot.data = None
         return ready

@@ -108,6 +108,9 @@ class ForwardingRouter:
         # Only ApiVersions newer than the proxy knows is classified EXAMINE here.
         return Local(apiversions.unsupported_version_response(request.correlation_id))
 
+    def decide_oversized(self, request: RequestInfo) -> int:
+        raise RejectRequest("the proxy must answer it itself")
+
     # -- responses --------------------------------------------------------------------------
 
     def response_rewriter(self, api_key: int, api_version: int) -> Rewriter | None:

@@ -16,6 +16,7 @@ second signal cancels at once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import socket
@@ -26,12 +27,15 @@ from dataclasses import dataclass
 import trio
 
 from proxy import metrics
+from proxy.budget import ByteBudget
 from proxy.config import ProxyConfig
 from proxy.connection import Connection, ListenerError, Router
 from proxy.logs import LIFECYCLE
 
 log = logging.getLogger("groupgate.server")
 RETRY_BIND_SECONDS = 10.0
+REFUSAL_LOG_SECONDS = 10.0
+"""At most one log line this often about connections refused at max-connections."""
 lifecycle = logging.getLogger(LIFECYCLE)
 
 
@@ -76,6 +80,11 @@ class ProxyServer:
         self.bootstrap_port = 0
         self._nursery: trio.Nursery | None = None
         self._connections: trio.Nursery | None = None
+        self._open = 0
+        """Client connections being served (counted against max-connections)."""
+        self._refused = 0
+        self._refusal_logged = -REFUSAL_LOG_SECONDS
+        self.examined_budget = ByteBudget(config.examined_bytes_in_flight)
         self._bind_failures: dict[int, float] = {}
         self._listeners: list[trio.SocketListener] = []
         self._stop = trio.Event()
@@ -196,9 +205,32 @@ class ProxyServer:
                 await trio.sleep(0.1)
                 continue
             metrics.CONNECTIONS.labels(node_label(node_id)).inc()
+            if self._open >= self.config.max_connections:
+                self._refuse(stream, node_id)
+                continue
+            self._open += 1
             self._connections.start_soon(self._serve, stream, node_id)
 
+    def _refuse(self, stream: trio.SocketStream, node_id: int | None) -> None:
+        """Close a connection beyond ``max-connections`` at once (a reset, no handshake)."""
+        metrics.REFUSED_CONNECTIONS.labels(node_label(node_id)).inc()
+        self._refused += 1
+        now = time.monotonic()
+        if now - self._refusal_logged >= REFUSAL_LOG_SECONDS:
+            log.warning("max-connections (%d) open: closed %d new connection(s) on %s since "
+                        "the last report", self.config.max_connections, self._refused,
+                        _describe(node_id))
+            self._refusal_logged, self._refused = now, 0
+        with contextlib.suppress(OSError):
+            stream.socket.close()
+
     async def _serve(self, client: trio.SocketStream, node_id: int | None) -> None:
+        try:
+            await self._serve_open(client, node_id)
+        finally:
+            self._open -= 1
+
+    async def _serve_open(self, client: trio.SocketStream, node_id: int | None) -> None:
         peer = _peer(client)
         try:
             upstream = await self._connect_upstream(node_id, peer)
@@ -216,6 +248,9 @@ class ProxyServer:
             max_frame_bytes=self.config.max_frame_bytes,
             max_in_flight=self.config.max_in_flight,
             name=name,
+            max_held_response_bytes=self.config.max_held_response_bytes,
+            max_examined_request_bytes=self.config.max_examined_request_bytes,
+            examined_budget=self.examined_budget,
         )
         self.active.add(conn)
         active = metrics.ACTIVE_CONNECTIONS.labels(node_label(node_id))

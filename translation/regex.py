@@ -13,14 +13,19 @@ from __future__ import annotations
 from typing import Any
 
 import re2
+from cachetools import LRUCache
 
 from translation.errors import ErrorCode, GroupError
 from translation.topics import TopicsImage
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
-_compiled: dict[str, Any] = {}
-_MAX_CACHED = 4096
+CACHE_PATTERN_BYTES = 256 * 1024
+"""The compiled-pattern cache is bounded by the length of the patterns it holds (a compiled
+RE2 program takes tens of times its pattern's length), least recently used first out."""
+
+_compiled: LRUCache[str, Any] = LRUCache(maxsize=CACHE_PATTERN_BYTES,
+                                         getsizeof=lambda c: len(c.pattern))
 
 
 def compile_regex(pattern: str) -> Any:
@@ -35,9 +40,8 @@ def compile_regex(pattern: str) -> Any:
             ErrorCode.INVALID_REGULAR_EXPRESSION,
             f"SubscribedTopicRegex `{pattern}` is not a valid regular expression: {exc}.",
         ) from None
-    if len(_compiled) >= _MAX_CACHED:
-        _compiled.clear()
-    _compiled[pattern] = compiled
+    if len(pattern) <= CACHE_PATTERN_BYTES:
+        _compiled[pattern] = compiled
     return compiled
 
 

@@ -23,7 +23,7 @@ locally. Whatever goes wrong inside a handler is answered with that API's failur
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
 from proxy.codec import messages
 from proxy.codec.errors import CodecError
@@ -46,6 +46,7 @@ from proxy.coordination.handler import (
     Upstream,
     Value,
 )
+from proxy.coordination.peek import group_id_of
 from proxy.coordination.service import CoordinatorService
 from proxy.metrics import RequestCounters
 from proxy.rewrite import AddressMap
@@ -76,15 +77,28 @@ def handler_table(service: CoordinatorService) -> dict[int, ApiHandler]:
 class CoordinatingRouter(ForwardingRouter):
     """Per-connection routing with the coordinator service behind it."""
 
-    __slots__ = ("_client_host", "_handlers", "_node_id")
+    __slots__ = ("_claims", "_client_host", "_handlers", "_node_id")
 
     def __init__(self, address_map: AddressMap, counters: RequestCounters,
                  accepted: dict[int, tuple[int, int]], handlers: dict[int, ApiHandler],
-                 node_id: int | None, client_host: str) -> None:
+                 node_id: int | None, client_host: str,
+                 claims: Callable[[str], bool] = lambda _group_id: True) -> None:
         super().__init__(address_map, counters, accepted, SERVED)
         self._handlers = handlers
         self._node_id = node_id
         self._client_host = client_host
+        self._claims = claims
+        """Whether the proxy coordinates (or is taking over) a group."""
+
+    def decide_oversized(self, request: RequestInfo) -> int:
+        if request.api_key not in self._handlers:
+            return super().decide_oversized(request)
+        group_id = group_id_of(request.frame, request.api_key, request.api_version)
+        if group_id is None:
+            raise RejectRequest("its group cannot be read from its first bytes")
+        if self._claims(group_id):
+            raise RejectRequest(f"its group {group_id[:100]!r} is coordinated by the proxy")
+        return FORWARD  # the broker's group: the broker answers, as it would without the proxy
 
     def classify(self, request: RequestInfo) -> int:
         action = super().classify(request)

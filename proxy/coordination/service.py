@@ -140,6 +140,7 @@ def group_config(config: ProxyConfig) -> GroupConfig:
         assignors=[cls() for cls in BUILTIN_ASSIGNORS],
         session_timeout_ms=config.group_session_timeout_ms,
         heartbeat_interval_ms=config.group_heartbeat_interval_ms,
+        max_group_size=config.group_max_size,
         empty_group_expiry_ms=config.group_empty_expiry_ms,
         quiet_classic_advance=config.classic_quiet_advance,
         classic_sync_hold_ms=config.classic_sync_hold_ms,
@@ -229,6 +230,11 @@ class CoordinatorService:
         return int(trio.current_time() * 1000)
 
     # -- which groups the proxy coordinates ---------------------------------------------------
+
+    def claims(self, group_id: str) -> bool:
+        """Whether the proxy coordinates ``group_id``, is taking it over, or still has it in
+        its engine (a request for it must be decoded, never passed to the broker as it is)."""
+        return group_id in self.memberships or group_id in self.engine.groups
 
     def coordinates(self, group_id: str) -> bool:
         membership = self.memberships.get(group_id)

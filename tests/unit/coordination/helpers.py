@@ -105,7 +105,8 @@ def request(key: int, version: int, value: dict[str, Any], correlation: int = 7)
 
 def router(service: CoordinatorService, node_id: int | None = 1) -> CoordinatingRouter:
     return CoordinatingRouter(DictAddressMap({}), RequestCounters("test"), parse_table(),
-                              handler_table(service), node_id, "/10.0.0.7")
+                              handler_table(service), node_id, "/10.0.0.7",
+                              claims=service.claims)
 
 
 @dataclass

@@ -95,3 +95,28 @@ def test_api_versions_advertise_the_served_apis() -> None:
     value, _ = messages.decode_response(18, 3, bytes(out), 4)
     versions = {e["api_key"]: (e["min_version"], e["max_version"]) for e in value["api_keys"]}
     assert versions[68] == (0, 1) and versions[69] == (0, 1) and versions[8] == (2, 9)
+
+
+def test_a_request_too_large_to_decode_passes_only_for_a_group_not_coordinated() -> None:
+    from proxy.coordination.peek import group_id_of
+
+    service = make_service()
+    coordinate(service, "g")
+    r = router(service)
+    commit = {"group_id": "", "generation_id_or_member_epoch": 1, "member_id": "m",
+              "group_instance_id": None, "retention_time_ms": -1, "topics": []}
+    for version in (2, 9):  # int16 and compact strings
+        theirs = request(8, version, {**commit, "group_id": "theirs"})
+        first_bytes = RequestInfo(8, version, 7, theirs.frame[:40], complete=False)
+        assert group_id_of(first_bytes.frame, 8, version) == "theirs"
+        assert r.decide_oversized(first_bytes) == FORWARD
+        ours = request(8, version, {**commit, "group_id": "g"})
+        with pytest.raises(RejectRequest, match="coordinated by the proxy"):
+            r.decide_oversized(ours)
+    describe = request(15, 5, {"groups": ["theirs"], "include_authorized_operations": False})
+    with pytest.raises(RejectRequest, match="cannot be read"):
+        r.decide_oversized(describe)  # its groups are an array: decoded or refused
+    truncated = RequestInfo(8, 2, 7, request(8, 2, {**commit, "group_id": "x" * 500}).frame[:60],
+                            complete=False)
+    with pytest.raises(RejectRequest):
+        r.decide_oversized(truncated)

@@ -85,3 +85,14 @@ def test_topic_deleted_and_recreated_with_a_new_id() -> None:
     effects = engine.update_topics(image(), 40)
     assert any(isinstance(e, GroupEpochBumped) for e in effects)
     assert group.subscription_metadata == {}
+
+
+def test_the_compiled_regex_cache_is_bounded_by_pattern_length() -> None:
+    from translation import regex
+
+    regex._compiled.clear()
+    for i in range(300):  # 300 distinct 5 KiB patterns: 1.5 MB of pattern text
+        regex.compile_regex(f"topic-{i}-" + "a?" * 2500)
+    assert regex._compiled.currsize <= regex.CACHE_PATTERN_BYTES
+    assert 0 < len(regex._compiled) < 300
+    assert regex.compile_regex("topic-299-" + "a?" * 2500) is not None  # still compiles
