@@ -130,10 +130,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max-connections", _positive_int, "1000",
             "Client connections open at once; a connection beyond it is closed as soon as it "
             "is accepted (one log line every 10 s while it happens)."),
-    Setting("max-held-response-bytes", _positive_int, str(64 * 1024 * 1024),
+    Setting("max-held-response-bytes", _positive_int, str(16 * 1024 * 1024),
             "Per client connection: bytes of broker responses held while an earlier request "
-            "on the connection is still being answered by the proxy; beyond it the proxy "
-            "stops reading that broker connection until the client has them."),
+            "on the connection is still being answered by the proxy (at most one response "
+            "more); beyond it the proxy stops reading that broker connection until the answer "
+            "is ready."),
+    Setting("held-response-bytes", _positive_int, str(128 * 1024 * 1024),
+            "All client connections together: the same bytes, one response more per "
+            "connection at most."),
     Setting("max-examined-request-bytes", _positive_int, str(1024 * 1024),
             "Largest group request the proxy decodes (JoinGroup, OffsetCommit, OffsetFetch, "
             "DescribeGroups, ...; decoding takes about 15 times the request's size and holds "
@@ -213,7 +217,8 @@ class ProxyConfig:
     connect_timeout: float = 10.0
     shutdown_grace: float = 10.0
     max_connections: int = 1000
-    max_held_response_bytes: int = 64 * 1024 * 1024
+    max_held_response_bytes: int = 16 * 1024 * 1024
+    held_response_bytes: int = 128 * 1024 * 1024
     max_examined_request_bytes: int = 1024 * 1024
     examined_bytes_in_flight: int = 32 * 1024 * 1024
     group_max_size: int = 1000

@@ -48,11 +48,13 @@ import trio
 from proxy.budget import ByteBudget
 from proxy.codec.errors import CodecError
 from proxy.frames import FrameError, FrameSplitter, encode_frame
-from proxy.orderer import OrderingError, ResponseFilter, ResponseOrderer, Slot
+from proxy.orderer import HeldBytes, OrderingError, ResponseFilter, ResponseOrderer, Slot
 
 log = logging.getLogger("groupgate.connection")
 
 RECEIVE_BYTES = 64 * 1024
+HOLD_POLL_SECONDS = 0.02
+"""How often a connection that stopped reading its broker (too many bytes held) looks again."""
 LARGE_FRAME_BYTES = 128 * 1024
 """Frames at least this big are received into one buffer of their own size, or, for
 responses that pass unchanged, streamed through as they arrive."""
@@ -113,7 +115,10 @@ class Local:
     with an awaitable producing it, or producing a :class:`Rewrite` to send upstream then."""
 
     answer: Payload | Awaitable[Payload | Rewrite]
-
+    holds_later: bool = False
+    """The awaitable may produce a :class:`Rewrite`: later requests on the connection, the
+    ones only forwarded included, wait for it (their responses would otherwise come before
+    its own and be held in memory, and the broker would see them first)."""
 
 Decision = int | Rewrite | Local
 """What :meth:`Router.decide` returns: ``FORWARD`` (the frame as it is), a :class:`Rewrite` or
@@ -164,9 +169,10 @@ class Connection:
         max_frame_bytes: int,
         max_in_flight: int,
         name: str,
-        max_held_response_bytes: int = 64 * 1024 * 1024,
+        max_held_response_bytes: int = 16 * 1024 * 1024,
         max_examined_request_bytes: int = 1024 * 1024,
         examined_budget: ByteBudget | None = None,
+        held: HeldBytes | None = None,
     ) -> None:
         self.client = client
         self.upstream = upstream
@@ -183,7 +189,7 @@ class Connection:
         self._reserved = 0
         """Bytes of :attr:`examined_budget` held for the examined request being received."""
         self.name = name
-        self.orderer = ResponseOrderer()
+        self.orderer = ResponseOrderer(held)
         self._space = trio.Event()
         self._send_lock = trio.Lock()
         """Held while writing to the client."""
@@ -194,11 +200,14 @@ class Connection:
         """Local answers of this connection still in progress."""
         self._answered = trio.Event()
         self._answered.set()
+        self._holding = 0
+        """Local answers in progress that later requests, forwarded ones too, wait for."""
+        self._held_done = trio.Event()
+        self._held_done.set()
         self._draining = False
         self._boundary_wait: trio.CancelScope | None = None
         """The cancel scope of the request pump's wait for a new frame, while it waits."""
         self._progress = trio.Event()
-        self._released = trio.Event()
         self._finished = False
         self._reading = True
         """The request pump still runs (it stops at the first frame boundary once draining)."""
@@ -364,6 +373,11 @@ class Connection:
                 action = router.classify(request)
                 if action == EXAMINE and end - start > self.max_examined_request_bytes:
                     action = self._oversized(request, end - start)
+                if action != EXAMINE and self._holding:
+                    if batch_start >= 0:
+                        await self._send_upstream(view[batch_start:batch_end], batch)
+                        batch, batch_start = [], -1
+                    await self._wait_for_held_answers()
                 if action == FORWARD:
                     batch.append(orderer.reserve(correlation_id, api_key, api_version))
                 elif action != FORWARD_NO_RESPONSE:
@@ -421,13 +435,21 @@ class Connection:
             assert self._nursery is not None
             self._answering += 1
             self._answered = trio.Event()
-            self._nursery.start_soon(self._answer_later, slot, answer)
+            if decision.holds_later:
+                self._holding += 1
+                self._held_done = trio.Event()
+            self._nursery.start_soon(self._answer_later, slot, answer, decision.holds_later)
         elif isinstance(decision, Rewrite):
             await self._send_rewritten(slot, decision)
         else:
             await self._send_upstream(frame, [slot])
 
-    async def _answer_later(self, slot: Slot, answer: Awaitable[Payload | Rewrite]) -> None:
+    async def _wait_for_held_answers(self) -> None:
+        while self._holding:
+            await self._held_done.wait()
+
+    async def _answer_later(self, slot: Slot, answer: Awaitable[Payload | Rewrite],
+                            holds_later: bool = False) -> None:
         try:
             result = await answer
             if isinstance(result, Rewrite):
@@ -439,6 +461,10 @@ class Connection:
             self._answering -= 1
             if not self._answering:
                 self._answered.set()
+            if holds_later:
+                self._holding -= 1
+                if not self._holding:
+                    self._held_done.set()
 
     async def _send_rewritten(self, slot: Slot, rewrite: Rewrite) -> None:
         slot.on_response = rewrite.on_response
@@ -467,6 +493,7 @@ class Connection:
         orderer = self.orderer
         router = self.router
         while True:
+            await self._wait_to_hold(splitter.incomplete_frame_size)
             if (splitter.incomplete_frame_size >= LARGE_FRAME_BYTES
                     and await self._cut_through(splitter)):
                 continue
@@ -491,11 +518,20 @@ class Connection:
                     else:
                         orderer.fill(slot, encode_frame(new_payload))
             await self._flush()
-            while orderer.held_bytes > self.max_held_response_bytes:
-                # the head of the queue is an answer the proxy is still preparing: what the
-                # broker sends next waits in its socket (TCP flow control), not in memory
-                self._released = trio.Event()
-                await self._released.wait()
+
+    async def _wait_to_hold(self, coming: int) -> None:
+        """While the proxy is still preparing the answer at the head of the queue, every
+        response read from the broker is held in memory: stop reading the broker (what it
+        sends waits in its socket, TCP flow control) while that would take this connection
+        past ``max-held-response-bytes`` or all connections past theirs together. The head's
+        answer comes without the broker (or, rewritten, is sent upstream, which ends the
+        wait), so waiting cannot block it."""
+        orderer = self.orderer
+        shared = orderer.shared
+        while orderer.answering_head and (
+                orderer.held_bytes + coming > self.max_held_response_bytes
+                or shared.used + coming > shared.limit):
+            await trio.sleep(HOLD_POLL_SECONDS)
 
     async def _cut_through(self, splitter: FrameSplitter) -> bool:
         """Stream a large response to the client while it arrives, if nothing stands in the way.
@@ -545,6 +581,8 @@ class Connection:
                     self._reserved = await self.examined_budget.acquire(size)
                 return False
             action = self._oversized(request, size)
+        if self._holding:
+            await self._wait_for_held_answers()
         slots = ([self.orderer.reserve(correlation_id, api_key, api_version)]
                  if action == FORWARD else [])
         async with self._upstream_lock:
@@ -569,7 +607,6 @@ class Connection:
         if len(self.orderer) < self.max_in_flight:
             self._space.set()
         self._progress.set()
-        self._released.set()
 
 
 async def _receive_frames(

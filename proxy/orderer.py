@@ -30,21 +30,35 @@ class Slot:
     """One request awaiting its response."""
 
     __slots__ = ("api_key", "api_version", "correlation_id", "data", "on_abandon",
-                 "on_response")
+                 "on_response", "sent")
 
     def __init__(self, correlation_id: int, api_key: int, api_version: int) -> None:
         self.correlation_id = correlation_id
         self.api_key = api_key
         self.api_version = api_version
         self.data: Payload | None = None
+        self.sent = False
+        """Its request (or the proxy's rewrite of it) has been written to the broker."""
         self.on_response: ResponseFilter | None = None
         """For a request the proxy rewrote before forwarding: what to do with its answer."""
         self.on_abandon: Callable[[], None] | None = None
         """Called if the connection ends before the answer comes."""
 
 
+class HeldBytes:
+    """Bytes of responses held by every connection's orderer together, against a limit."""
+
+    __slots__ = ("limit", "used")
+
+    def __init__(self, limit: int = 1 << 62) -> None:
+        self.limit = limit
+        self.used = 0
+
+
 class ResponseOrderer:
-    def __init__(self) -> None:
+    def __init__(self, shared: HeldBytes | None = None) -> None:
+        self.shared = shared if shared is not None else HeldBytes()
+        """Held bytes of every connection together."""
         self._slots: deque[Slot] = deque()
         self._upstream: deque[Slot] = deque()
         """Slots waiting for the upstream broker, oldest first (a subsequence of _slots)."""
@@ -69,13 +83,23 @@ class ResponseOrderer:
     def sent_upstream(self, slot: Slot) -> None:
         """``slot``'s request has just been written to the broker: its response comes after
         those of the requests written before it."""
+        slot.sent = True
         self._upstream.append(slot)
 
     def expect_upstream(self, correlation_id: int, api_key: int, api_version: int) -> Slot:
         """Reserve a slot for a request forwarded right away."""
         slot = self.reserve(correlation_id, api_key, api_version)
-        self._upstream.append(slot)
+        self.sent_upstream(slot)
         return slot
+
+    @property
+    def answering_head(self) -> bool:
+        """The oldest unreleased slot is an answer the proxy is still preparing (not sent
+        to the broker, not filled): every broker response read now would be held."""
+        if not self._slots:
+            return False
+        head = self._slots[0]
+        return head.data is None and not head.sent
 
     def upstream_response(self, correlation_id: int) -> Slot:
         """Return the slot an upstream response with ``correlation_id`` belongs to.
@@ -110,10 +134,12 @@ class ResponseOrderer:
     def fill(self, slot: Slot, data: Payload) -> None:
         slot.data = data
         self.held_bytes += len(data)
+        self.shared.used += len(data)
 
     def abandon(self) -> None:
         """The connection ended: tell the slots still waiting for the broker."""
         slots, self._slots, self._upstream = self._slots, deque(), deque()
+        self.shared.used -= self.held_bytes
         self.held_bytes = 0
         for slot in slots:
             if slot.on_abandon is not None:
@@ -130,5 +156,6 @@ class ResponseOrderer:
             assert data is not None
             ready.append(data)
             self.held_bytes -= len(data)
+            self.shared.used -= len(data)
             slot.data = None
         return ready

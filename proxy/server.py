@@ -31,6 +31,7 @@ from proxy.budget import ByteBudget
 from proxy.config import ProxyConfig
 from proxy.connection import Connection, ListenerError, Router
 from proxy.logs import LIFECYCLE
+from proxy.orderer import HeldBytes
 
 log = logging.getLogger("groupgate.server")
 RETRY_BIND_SECONDS = 10.0
@@ -85,6 +86,7 @@ class ProxyServer:
         self._refused = 0
         self._refusal_logged = -REFUSAL_LOG_SECONDS
         self.examined_budget = ByteBudget(config.examined_bytes_in_flight)
+        self.held = HeldBytes(config.held_response_bytes)
         self._bind_failures: dict[int, float] = {}
         self._listeners: list[trio.SocketListener] = []
         self._stop = trio.Event()
@@ -251,6 +253,7 @@ class ProxyServer:
             max_held_response_bytes=self.config.max_held_response_bytes,
             max_examined_request_bytes=self.config.max_examined_request_bytes,
             examined_budget=self.examined_budget,
+            held=self.held,
         )
         self.active.add(conn)
         active = metrics.ACTIVE_CONNECTIONS.labels(node_label(node_id))

@@ -86,6 +86,11 @@ class ApiHandler:
     """One group API: how the proxy decides its requests and how it fails them."""
 
     api_key: ClassVar[int]
+    answers_upstream_later: ClassVar[bool] = False
+    """Whether an awaitable :class:`Answer` of this API may end in an :class:`Upstream`
+    request: requests after it on the connection then wait for it, forwarded ones included,
+    so that its request reaches the broker before theirs (as at a Kafka broker, which
+    handles one request of a connection at a time)."""
 
     def __init__(self, service: CoordinatorService) -> None:
         self.service = service

@@ -163,6 +163,7 @@ class DescribeGroupsHandler(ApiHandler):
 
 class DeleteGroupsHandler(ApiHandler):
     api_key = DELETE_GROUPS
+    answers_upstream_later = True
 
     def decide(self, request: GroupRequest) -> Outcome:
         service = self.service

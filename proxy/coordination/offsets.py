@@ -95,6 +95,7 @@ class OffsetCommitHandler(ApiHandler):
     """OffsetCommit: validated by the engine, forwarded under the proxy's membership."""
 
     api_key = OFFSET_COMMIT
+    answers_upstream_later = True
     transactional = False
     member_fields_from = 1
     """The first version carrying member id and generation."""

@@ -139,7 +139,8 @@ class CoordinatingRouter(ForwardingRouter):
         answer = outcome.value
         if isinstance(answer, dict):
             return Local(self._encode(handler, request, answer))
-        return Local(self._later(handler, request, answer))
+        return Local(self._later(handler, request, answer),
+                     holds_later=handler.answers_upstream_later)
 
     async def _later(self, handler: ApiHandler, request: GroupRequest,
                      answer: Awaitable[Value | Upstream]) -> bytes | Rewrite:

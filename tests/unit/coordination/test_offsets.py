@@ -193,3 +193,35 @@ async def test_offset_delete_refuses_subscribed_topics() -> None:
     only_subscribed = dict(value, topics=value["topics"][:1])
     local = await exchange(router(service), request(47, 0, only_subscribed))
     assert local.action == "local"
+
+
+async def test_a_broker_request_of_the_proxy_that_hangs_does_not_hold_commits() -> None:
+    """The proxy's own broker requests (Metadata, its membership's heartbeats) go through its
+    link pool; commits and offset fetches go on the client's connection, so one slow request
+    of the proxy's holds none of them."""
+    hung = trio.Event()
+
+    class HangingLink:
+        async def request(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            hung.set()
+            await trio.sleep_forever()
+            raise AssertionError("unreachable")
+
+    service = make_service()
+    coordinate(service, "g")
+    epoch = _join(service, "g", "m1")
+    service.pool.link = lambda address: HangingLink()  # type: ignore[method-assign]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(service.pool.link(("b", 1)).request, 3, 12, {})
+        await hung.wait()
+        with trio.fail_after(1):
+            commit = await exchange(router(service),
+                                    request(8, 9, _commit("m1", epoch, [0])), _ok)
+            fetch = await exchange(router(service), request(9, 8, {
+                "groups": [{"group_id": "g", "member_id": "m1", "member_epoch": epoch,
+                            "topics": None}], "require_stable": False}),
+                lambda k, v, value: {"groups": [{"group_id": "g", "topics": [],
+                                                 "error_code": 0}]})
+        assert commit.action == "rewrite" and _errors(commit.response) == {0}
+        assert fetch.action == "rewrite"
+        nursery.cancel_scope.cancel()

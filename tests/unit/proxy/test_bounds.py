@@ -14,8 +14,17 @@ import trio.testing
 
 from proxy.budget import ByteBudget
 from proxy.config import ProxyConfig
-from proxy.connection import EXAMINE, FORWARD, Connection, Local, RejectRequest, RequestInfo
+from proxy.connection import (
+    EXAMINE,
+    FORWARD,
+    Connection,
+    Local,
+    RejectRequest,
+    RequestInfo,
+    Rewrite,
+)
 from proxy.frames import encode_frame
+from proxy.orderer import HeldBytes
 from proxy.server import ProxyServer
 from tests.unit.proxy.test_connection import read_frames, request
 from tests.unit.proxy.test_server import echo_upstream
@@ -34,6 +43,7 @@ class ExaminingRouter:
         """Whether a request too large to decode may be forwarded untouched (its group is not
         the proxy's)."""
         self.oversized: list[int] = []
+        self.answer_upstream = False
 
     def classify(self, request: RequestInfo) -> int:
         return EXAMINE if request.api_key in (OFFSET_COMMIT, HEARTBEAT) else FORWARD
@@ -41,7 +51,8 @@ class ExaminingRouter:
     def decide(self, request: RequestInfo) -> int | Local:
         self.examined.append(len(request.frame))
         if request.api_key == HEARTBEAT:
-            return Local(self._answer(request.correlation_id))
+            return Local(self._answer(request.correlation_id),
+                         holds_later=self.answer_upstream)
         return FORWARD
 
     def decide_oversized(self, request: RequestInfo) -> int:
@@ -50,8 +61,11 @@ class ExaminingRouter:
             raise RejectRequest("its group is coordinated by the proxy")
         return FORWARD
 
-    async def _answer(self, correlation_id: int) -> bytes:
+    async def _answer(self, correlation_id: int) -> bytes | Rewrite:
         await self.release.wait()
+        if self.answer_upstream:  # e.g. a commit that waited, then goes to the broker
+            return Rewrite(struct.pack(">hhih", HEARTBEAT, 4, correlation_id, -1),
+                           lambda payload: None)
         return struct.pack(">ihi", correlation_id, 0, 0)
 
     def response_rewriter(self, api_key: int, api_version: int) -> None:
@@ -172,12 +186,16 @@ async def test_examined_requests_wait_for_the_shared_budget() -> None:
     assert await budget.acquire(5000) == 1000  # a request larger than the budget takes it all
 
 
-async def test_responses_held_behind_a_local_answer_are_bounded_in_bytes() -> None:
+@pytest.mark.parametrize("shared", [False, True], ids=["per-connection", "all-connections"])
+async def test_responses_held_behind_a_local_answer_are_bounded_in_bytes(shared: bool) -> None:
     """A heartbeat the proxy answers slowly, then 24 fetches answered with 1 MiB each: the
     proxy holds at most the bound (plus one frame) and leaves the rest in the broker's
-    socket; once the answer is ready everything arrives in order."""
+    socket; once the answer is ready everything arrives in order. The bound of one
+    connection, and the bound of all connections together."""
     router = ExaminingRouter()
     limit = 4 << 20
+    limits: dict[str, Any] = ({"held": HeldBytes(limit), "max_held_response_bytes": 1 << 30}
+                              if shared else {"max_held_response_bytes": limit})
     fetches = 24
     chunk = b"r" * (1 << 20)
 
@@ -201,8 +219,9 @@ async def test_responses_held_behind_a_local_answer_are_bounded_in_bytes() -> No
             router.release.set()
             back = await read_frames(client, fetches + 1)
         assert [struct.unpack_from(">i", b)[0] for b in back] == list(range(1, fetches + 2))
+        assert conn.orderer.held_bytes == 0 and conn.orderer.shared.used == 0
 
-    await run(router, script, max_held_response_bytes=limit)
+    await run(router, script, **limits)
 
 
 async def test_connections_beyond_the_bound_are_closed_at_once(
@@ -234,3 +253,27 @@ async def test_connections_beyond_the_bound_are_closed_at_once(
         assert "max-connections (3) open" in caplog.text
         server.stop()
         nursery.cancel_scope.cancel()
+
+
+async def test_requests_after_an_answer_that_may_go_upstream_wait_for_it() -> None:
+    """A commit the proxy holds (its group's broker membership is rejoining) and then sends to
+    the broker: the fetches the client sent after it reach the broker after it, as a Kafka
+    broker would handle them, and their responses are never held behind it."""
+    router = ExaminingRouter()
+    router.answer_upstream = True
+
+    async def script(client, peer, conn, done):  # type: ignore[no-untyped-def]
+        await client.send_all(request(HEARTBEAT, 4, 1, b"")
+                              + b"".join(request(FETCH, 12, 2 + i, b"") for i in range(3)))
+        with trio.move_on_after(0.3):
+            await peer.receive_some(100)
+            raise AssertionError("a request overtook the held answer")
+        router.release.set()
+        frames = await read_frames(peer, 4)
+        assert [struct.unpack_from(">hhi", f)[2] for f in frames] == [1, 2, 3, 4]
+        await peer.send_all(b"".join(encode_frame(struct.pack(">i", c) + b"r")
+                                     for c in (1, 2, 3, 4)))
+        back = await read_frames(client, 4)
+        assert [struct.unpack_from(">i", b)[0] for b in back] == [1, 2, 3, 4]
+
+    await run(router, script)
