@@ -147,6 +147,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("examined-bytes-in-flight", _positive_int, str(32 * 1024 * 1024),
             "All client connections together: bytes of requests being decoded at once; a "
             "request that does not fit waits for others to finish."),
+    Setting("examined-read-timeout", _positive_float, "30",
+            "Seconds a group request large enough to take part of examined-bytes-in-flight "
+            "may take to arrive; a slower one closes its connection with a log line."),
     Setting("connect-timeout", _positive_float, "10",
             "Seconds to wait for an upstream broker connection."),
     Setting("shutdown-grace", _positive_float, "10",
@@ -221,6 +224,7 @@ class ProxyConfig:
     held_response_bytes: int = 128 * 1024 * 1024
     max_examined_request_bytes: int = 1024 * 1024
     examined_bytes_in_flight: int = 32 * 1024 * 1024
+    examined_read_timeout: float = 30.0
     group_max_size: int = 1000
     max_groups: int = 1000
     max_members: int = 10_000

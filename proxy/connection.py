@@ -173,6 +173,7 @@ class Connection:
         max_examined_request_bytes: int = 1024 * 1024,
         examined_budget: ByteBudget | None = None,
         held: HeldBytes | None = None,
+        examined_read_seconds: float = 30.0,
     ) -> None:
         self.client = client
         self.upstream = upstream
@@ -188,6 +189,8 @@ class Connection:
         """Shared by all connections: bytes of large examined requests held at once."""
         self._reserved = 0
         """Bytes of :attr:`examined_budget` held for the examined request being received."""
+        self._reserved_deadline = 0.0
+        self.examined_read_seconds = examined_read_seconds
         self.name = name
         self.orderer = ResponseOrderer(held)
         self._space = trio.Event()
@@ -350,7 +353,10 @@ class Connection:
                     if not at_boundary and (splitter.incomplete_frame_size >= LARGE_FRAME_BYTES
                                             and await self._cut_through_request(splitter)):
                         continue
-                    received = await _receive_frames(self.client, receive, splitter)
+                    if self._reserved:
+                        received = await self._receive_reserved(receive, splitter)
+                    else:
+                        received = await _receive_frames(self.client, receive, splitter)
                 self._boundary_wait = None
                 if wait.cancelled_caught:
                     return  # draining; nothing of a new frame was consumed
@@ -407,6 +413,18 @@ class Connection:
         log.debug("%s: a %d-byte request (api key %d) over max-examined-request-bytes is "
                   "forwarded untouched", self.name, size, request.api_key)
         return action
+
+    async def _receive_reserved(self, receive: Callable[[int], Awaitable[bytes]],
+                                splitter: FrameSplitter
+                                ) -> tuple[bytes | bytearray, list[tuple[int, int]]] | None:
+        """Receive the rest of an examined request that holds part of the shared budget: it
+        must arrive within ``examined_read_seconds``, or a client sending slowly on purpose
+        could keep the budget from everyone else."""
+        with trio.move_on_at(self._reserved_deadline) as late:
+            return await _receive_frames(self.client, receive, splitter)
+        assert late.cancelled_caught
+        raise RejectRequest(f"a {splitter.incomplete_frame_size - 4}-byte group request took "
+                            f"longer than {self.examined_read_seconds:g}s to arrive")
 
     def _release_reservation(self) -> None:
         if self.examined_budget is not None and self._reserved:
@@ -579,6 +597,7 @@ class Connection:
                 # read whole and decoded: bounded by the budget of all connections too
                 if self.examined_budget is not None and not self._reserved:
                     self._reserved = await self.examined_budget.acquire(size)
+                    self._reserved_deadline = trio.current_time() + self.examined_read_seconds
                 return False
             action = self._oversized(request, size)
         if self._holding:

@@ -254,6 +254,7 @@ class ProxyServer:
             max_examined_request_bytes=self.config.max_examined_request_bytes,
             examined_budget=self.examined_budget,
             held=self.held,
+            examined_read_seconds=self.config.examined_read_timeout,
         )
         self.active.add(conn)
         active = metrics.ACTIVE_CONNECTIONS.labels(node_label(node_id))

@@ -1,5 +1,11 @@
 """Hostile and malformed input: the offending connection is closed with one clear log line,
-other connections keep working and the proxy keeps running."""
+other connections keep working and the proxy keeps running. The proxy runs with its default
+limits (``max-frame-bytes`` 100 MiB, ``max-examined-request-bytes`` 1 MiB), as users run it.
+
+Large group requests for groups the proxy does not coordinate get the broker's answer, as
+without the proxy, whether they are small enough to be decoded (an OffsetCommit of 10,000
+partitions, 160 KiB) or not (2 MiB: forwarded untouched).
+"""
 
 from __future__ import annotations
 
@@ -10,11 +16,14 @@ from collections.abc import Callable
 
 import pytest
 
+from proxy.codec import messages
+from proxy.codec.header import encode_request_header
+from proxy.config import ProxyConfig
 from proxy.testbed.broker import KafkaBroker
 from proxy.testbed.proxyproc import ProxyProcess
 from tests.integration.conftest import StartProxy
 
-MAX_FRAME = 1 << 20
+MAX_FRAME = ProxyConfig(upstream=()).max_frame_bytes
 
 
 def request(api_key: int, version: int, correlation_id: int, body: bytes = b"",
@@ -61,7 +70,7 @@ def log_lines_about(proxy: ProxyProcess, sock_name: tuple[str, int]) -> list[str
 
 @pytest.fixture
 def proxy(kafka39: KafkaBroker, start_proxy: StartProxy) -> ProxyProcess:
-    return start_proxy(kafka39, "--max-frame-bytes", str(MAX_FRAME))
+    return start_proxy(kafka39)
 
 
 CASES: dict[str, tuple[Callable[[], bytes], str]] = {
@@ -153,3 +162,44 @@ def test_random_bytes_never_take_the_proxy_down(proxy: ProxyProcess) -> None:
         sock.close()
     healthy_roundtrip(proxy)
     assert proxy.alive
+
+
+def read_response(sock: socket.socket) -> bytes:
+    sock.settimeout(30)
+    head = b""
+    while len(head) < 4:
+        chunk = sock.recv(4 - len(head))
+        assert chunk, "connection closed instead of an answer"
+        head += chunk
+    (size,) = struct.unpack(">i", head)
+    body = b""
+    while len(body) < size:
+        chunk = sock.recv(min(size - len(body), 1 << 20))
+        assert chunk, "connection closed in the middle of the answer"
+        body += chunk
+    return body
+
+
+@pytest.mark.parametrize("partitions", [10_000, 150_000], ids=["160KiB-decoded", "2MiB-passed"])
+def test_a_large_offset_commit_for_a_broker_group_gets_the_brokers_answer(
+        proxy: ProxyProcess, kafka39: KafkaBroker, partitions: int) -> None:
+    topic = f"big-commit-{partitions}"
+    kafka39.create_topic(topic, 1, 1)
+    value = {"group_id": f"no-members-{partitions}", "generation_id_or_member_epoch": -1,
+             "member_id": "", "retention_time_ms": -1,
+             "topics": [{"name": topic, "partitions": [
+                 {"partition_index": p, "committed_offset": 0, "committed_metadata": ""}
+                 for p in range(partitions)]}]}
+    payload = encode_request_header(8, 2, 41, "big") + messages.encode_request(8, 2, value)
+    assert (len(payload) > 128 << 10) and (partitions < 20_000 or len(payload) > 1 << 20)
+    sock = socket.create_connection((proxy.host, proxy.port))
+    sock.sendall(struct.pack(">i", len(payload)) + payload)
+    body = read_response(sock)
+    (correlation_id,) = struct.unpack_from(">i", body)
+    answer, _ = messages.decode_response(8, 2, body, 4)
+    assert correlation_id == 41
+    errors = {p["error_code"] for t in answer["topics"] for p in t["partitions"]}
+    # partition 0 exists and the group has no members: committed; the rest do not exist
+    assert errors <= {0, 3} and sum(len(t["partitions"]) for t in answer["topics"]) == partitions
+    assert proxy.alive
+    healthy_roundtrip(proxy)

@@ -167,6 +167,25 @@ async def test_a_request_over_the_bound_for_a_group_not_coordinated_is_forwarded
     await run(router, script, max_examined_request_bytes=64 << 10)
 
 
+async def test_a_slow_sender_cannot_keep_the_shared_budget(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A client that sends the start of a large group request and then stalls holds its part
+    of the shared budget only for a bounded time; then its connection is closed."""
+    router = ExaminingRouter()
+    budget = ByteBudget(1 << 20)
+
+    async def script(client, peer, conn, done):  # type: ignore[no-untyped-def]
+        await client.send_all(request(OFFSET_COMMIT, 2, 5, b"x" * (600 << 10))[:200 << 10])
+        await trio.sleep(0.1)
+        assert budget.used > 0  # it holds its reservation while it is sending
+        await done.wait()  # closed by the proxy
+        assert budget.used == 0 and router.examined == []
+
+    with caplog.at_level("WARNING"):
+        await run(router, script, examined_budget=budget, examined_read_seconds=0.5)
+    assert "took longer than 0.5s to arrive" in caplog.text
+
+
 async def test_examined_requests_wait_for_the_shared_budget() -> None:
     budget = ByteBudget(1000)
     got: list[int] = []
