@@ -136,15 +136,18 @@ class Commit:
 def zombie_commits(explained: Iterable[Overlap], stuck: Sequence[Stuck],
                    commits: Iterable[Commit]) -> list[Commit]:
     """Successful commits of a stuck member for a partition it shared with another owner,
-    made after the sharing began: each of them is a zombie commit the coordinator let in."""
-    shared: dict[tuple[str, int], float] = {}
+    made after the sharing began and before the member noticed it had been fenced: each of
+    them is a zombie commit the coordinator let in. (Once it has noticed, the member rejoins
+    and may own the partition again, legitimately.)"""
+    windows: list[tuple[str, int, float, float]] = []
     for o in explained:
         for member in (o.first, o.second):
-            if _zombie(member, o.t, stuck):
-                key = (member, o.partition)
-                shared[key] = min(shared.get(key, o.t), o.t)
+            for s in stuck:
+                if s.member == member and s.start <= o.t <= s.noticed:
+                    windows.append((member, o.partition, o.t, s.noticed))
     return [c for c in commits
-            if (c.member, c.partition) in shared and c.t > shared[(c.member, c.partition)]]
+            if any(c.member == m and c.partition == p and start < c.t <= noticed
+                   for m, p, start, noticed in windows)]
 
 
 @dataclass(frozen=True)

@@ -135,6 +135,7 @@ class Member:
                                        workdir=s.workdir / "members", name=self.name,
                                        on_event=self._on_event)
             self.java.start()
+            threading.Thread(target=self._watch_java, daemon=True).start()
         else:
             command = [sys.executable, "-m", "proxy.bench.soak.member",
                        "--library", self.kind.library, "--protocol", self.kind.protocol,
@@ -159,6 +160,19 @@ class Member:
             except ValueError:
                 continue
             self._on_event(event)
+        self._ended(self.proc.wait())
+
+    def _watch_java(self) -> None:
+        assert self.java is not None and self.java.proc is not None
+        self._ended(self.java.proc.wait())
+
+    def _ended(self, returncode: int) -> None:
+        """The process is gone. If the soak neither stopped nor killed it, the client died
+        on its own: a crash on the timeline (it owns nothing from now on) and a finding."""
+        if not self.alive:
+            return
+        self.alive = False
+        self.soak.exited(self, returncode)
 
     def _on_event(self, event: dict[str, Any]) -> None:
         self.soak.record(self, event)
@@ -229,6 +243,8 @@ class GroupRecord:
     commit_errors: dict[str, int] = field(default_factory=dict)
     stalls: list[tuple[str, float, float]] = field(default_factory=list)
     kinds: dict[str, str] = field(default_factory=dict)
+    exits: list[dict[str, Any]] = field(default_factory=list)
+    """Members whose process ended on its own (the client library gave up)."""
 
 
 class Soak:
@@ -291,6 +307,19 @@ class Soak:
                     g.commit_errors[reason] = g.commit_errors.get(reason, 0) + 1
             elif kind == "stuck":
                 g.stalls.append((member.name, t, t + float(event["s"])))
+
+    def exited(self, member: Member, returncode: int) -> None:
+        t = time.monotonic()
+        stderr = self.workdir / "members" / f"{member.name}.stderr"
+        try:
+            tail = stderr.read_text(errors="replace").strip().splitlines()[-1:]
+        except OSError:
+            tail = []
+        with self.lock:
+            g = self.groups[member.group]
+            g.events.append(Event(t, member.name, "crash"))
+            g.exits.append({"t": t, "member": member.name, "returncode": returncode,
+                            "last_error": tail[0][:300] if tail else ""})
 
     # -- processes ----------------------------------------------------------------------------
 
@@ -533,7 +562,9 @@ class Soak:
                     "zombie_commits": [asdict(c) for c in zombies],
                     "commits_ok": len(g.commits), "commits_failed": g.commit_failures,
                     "commit_errors": g.commit_errors, "members": g.kinds,
-                    "stalls": len(g.stalls),
+                    "stalls": len(g.stalls), "exited_on_their_own": g.exits,
+                    "timeline": [[round(e.t, 3), e.member, e.kind, list(e.partitions)]
+                                 for e in g.events],
                 }
                 if gaps:
                     violations.append(f"{name}: {sum(gaps.values())} records never consumed")
@@ -591,6 +622,10 @@ def summary(result: dict[str, Any]) -> str:
     for e in result["events"]:
         if not e.get("skipped"):
             events[e["event"]] = events.get(e["event"], 0) + 1
-    lines += ["", f"events: {events}", f"proxy RSS after warm-up (per process): {rss or '-'}",
-              f"violations: {result['violations'] or 'none'}"]
+    exits = [e for g in result["groups"].values() for e in g["exited_on_their_own"]]
+    lines += ["", f"events: {events}", f"proxy RSS after warm-up (per process): {rss or '-'}"]
+    if exits:
+        lines.append(f"members whose client exited on its own: {len(exits)}, e.g. "
+                     f"{exits[0]['member']}: {exits[0]['last_error']}")
+    lines.append(f"violations: {result['violations'] or 'none'}")
     return "\n".join(lines)

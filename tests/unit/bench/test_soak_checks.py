@@ -50,7 +50,8 @@ def test_two_owners_are_a_violation_unless_one_was_a_stuck_zombie() -> None:
     assert unexplained == [] and [o.partition for o in explained] == [1]
     # its commits of the shared partition after the overlap began were zombie commits
     commits = [checks.Commit(4.0, "a", 1, 100), checks.Commit(8.5, "a", 1, 120),
-               checks.Commit(8.5, "a", 0, 80), checks.Commit(8.6, "b", 1, 130)]
+               checks.Commit(8.5, "a", 0, 80), checks.Commit(8.6, "b", 1, 130),
+               checks.Commit(9.5, "a", 1, 140)]  # after it noticed: its own again, legitimately
     assert checks.zombie_commits(explained, stuck, commits) == [commits[1]]
 
 

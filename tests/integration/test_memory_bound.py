@@ -1,0 +1,131 @@
+"""Many connections, each doing the worst it can within the proxy's default limits, at once:
+the proxy's peak resident memory stays under the bound documented in docs/operations.md
+("Memory"), and it keeps serving.
+
+What the connections do (all at the same time, against a Kafka 3.9 broker):
+
+* group requests just under ``max-examined-request-bytes`` (1 MiB OffsetCommits, decoded),
+  several pipelined per connection;
+* group requests far over it (3.5 MB JoinGroups of a Kafka Connect group, which the proxy
+  does not coordinate: forwarded untouched);
+* the start of a large group request, then nothing (held budget, closed after
+  ``examined-read-timeout``; shortened here so the test does not wait 30 s);
+* KIP-848 joins, each creating a group with a distinct 4 KiB subscription regex (a broker
+  membership per group, a compiled regex per member);
+* a heartbeat-style request the proxy answers, with a fetch behind it whose response is held.
+
+The figure is the kernel's high-water mark of the proxy's RSS (``VmHWM``).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from proxy.codec import messages
+from proxy.codec.header import encode_request_header
+from proxy.testbed.broker import KafkaBroker
+from proxy.testbed.proxyproc import ProxyProcess
+from tests.integration.conftest import StartProxy
+from tests.integration.test_hostile_input import healthy_roundtrip, read_response
+
+BOUND_MIB = 256
+"""docs/operations.md, "Memory": the default limits keep the proxy under this."""
+
+
+def frame(api_key: int, version: int, correlation_id: int, value: dict[str, object]) -> bytes:
+    payload = (encode_request_header(api_key, version, correlation_id, "worst")
+               + messages.encode_request(api_key, version, value))
+    return struct.pack(">i", len(payload)) + payload
+
+
+def commit(group: str, topic: str, partitions: int, correlation_id: int) -> bytes:
+    return frame(8, 2, correlation_id, {
+        "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+        "retention_time_ms": -1, "topics": [{"name": topic, "partitions": [
+            {"partition_index": p, "committed_offset": 0, "committed_metadata": ""}
+            for p in range(partitions)]}]})
+
+
+def high_water_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_peak_memory_stays_under_the_documented_bound(kafka39: KafkaBroker,
+                                                      start_proxy: StartProxy) -> None:
+    proxy: ProxyProcess = start_proxy(kafka39, "--examined-read-timeout", "5")
+    topic = f"worst-{uuid.uuid4().hex[:6]}"
+    kafka39.create_topic(topic, 1, 1)
+    near = commit("near-the-bound", topic, 71_000, 1)  # just under 1 MiB
+    assert (1 << 20) - (64 << 10) < len(near) < 1 << 20
+    over = frame(11, 5, 1, {  # 3.5 MB: a Connect worker's JoinGroup with a large config blob
+        "group_id": f"over-the-bound-{topic}", "session_timeout_ms": 10_000,
+        "rebalance_timeout_ms": 10_000, "member_id": "", "group_instance_id": None,
+        "protocol_type": "connect",
+        "protocols": [{"name": "sessioned", "metadata": b"c" * 3_500_000}]})
+    errors: list[str] = []
+
+    def connect() -> socket.socket:
+        return socket.create_connection((proxy.host, proxy.port), timeout=120)
+
+    def near_bound() -> None:
+        with connect() as sock:
+            sock.sendall(near * 3)  # pipelined
+            for _ in range(3):
+                read_response(sock)
+
+    def over_bound() -> None:
+        with connect() as sock:
+            sock.sendall(over)
+            body = read_response(sock)
+            answer, _ = messages.decode_response(11, 5, body, 4)
+            # the broker's own answer (MEMBER_ID_REQUIRED, or a coordinator error while its
+            # offsets topic is created): the request got there whole
+            assert answer["error_code"] in (79, 14, 15, 16)
+
+    def stall() -> None:
+        with connect() as sock:
+            sock.sendall(near[:300 << 10])
+            sock.settimeout(60)
+            assert sock.recv(1) == b""  # closed by the proxy once the timeout passed
+
+    def join() -> None:
+        with connect() as sock:
+            regex = f"{uuid.uuid4().hex}-(" + "|".join(f"t{i:04d}" for i in range(670)) + ")"
+            assert 4000 < len(regex) <= 4096
+            sock.sendall(frame(68, 0, 1, {
+                "group_id": f"worst-{uuid.uuid4().hex}", "member_id": "", "member_epoch": 0,
+                "instance_id": None, "rack_id": None, "rebalance_timeout_ms": 30_000,
+                "subscribed_topic_names": None, "subscribed_topic_regex": regex,
+                "server_assignor": None, "topic_partitions": []}))
+            read_response(sock)
+
+    work: list[tuple[Callable[[], None], int]] = [
+        (near_bound, 20), (over_bound, 40), (stall, 40), (join, 100)]
+    jobs = [fn for fn, count in work for _ in range(count)]
+    lock = threading.Lock()
+
+    def run(fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as exc:  # collected: one failure must not hide the others
+            with lock:
+                errors.append(f"{fn.__name__}: {exc!r}")
+
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        list(pool.map(run, jobs))
+    assert proxy.process is not None
+    peak = high_water_mib(proxy.process.pid)
+    print(f"proxy peak RSS {peak:.1f} MiB under {len(jobs)} connections")
+    assert not errors, errors[:5]
+    assert proxy.alive
+    healthy_roundtrip(proxy)
+    assert peak < BOUND_MIB, f"peak RSS {peak:.1f} MiB"
