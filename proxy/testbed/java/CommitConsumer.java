@@ -83,10 +83,12 @@ public final class CommitConsumer {
 
     private static void committed(Map<TopicPartition, OffsetAndMetadata> offsets, Exception error) {
         List<String> items = new ArrayList<>();
-        for (Map.Entry<TopicPartition, OffsetAndMetadata> e : offsets.entrySet()) {
-            items.add("[" + e.getKey().partition() + "," + e.getValue().offset() + "]");
+        if (offsets != null) {  // the client passes null offsets with some failures
+            for (Map.Entry<TopicPartition, OffsetAndMetadata> e : offsets.entrySet()) {
+                items.add("[" + e.getKey().partition() + "," + e.getValue().offset() + "]");
+            }
         }
-        emit("commit", ",\"ok\":" + (error == null) + ",\"err\":"
+        emit("commit", ",\"ok\":" + (error == null && offsets != null) + ",\"err\":"
              + quote(error == null ? null : error.toString()) + ",\"o\":["
              + String.join(",", items) + "]");
     }
