@@ -56,6 +56,11 @@ class GroupConfig:
     session_timeout_ms: int = 45_000
     heartbeat_interval_ms: int = 5_000
     max_group_size: int = 2**31 - 1
+    max_members: int = 2**31 - 1
+    """Members of all groups together; a new member beyond it gets COORDINATOR_NOT_AVAILABLE
+    (retriable: the limit is this coordinator's, not the group's)."""
+    max_subscription_topics: int = 2**31 - 1
+    max_regex_bytes: int = 2**31 - 1
     empty_group_expiry_ms: int = 600_000
     """How long an EMPTY group is kept before it is deleted (DEAD)."""
     assignment_interval_ms: int = 1_000

@@ -84,6 +84,7 @@ from typing import Protocol
 
 from translation import describe as describe_mod
 from translation import heartbeat as hb
+from translation import limits
 from translation import offsets as offsets_mod
 from translation.assignors.base import AssignorError, PartitionAssignor
 from translation.config import GroupConfig
@@ -156,7 +157,7 @@ class GroupCoordinator:
         """Handle one ConsumerGroupHeartbeat. Errors come back as error responses."""
         effects: list[Effect] = []
         try:
-            hb.validate(request, self.assignor_names)
+            self.check_heartbeat(request)
             if request.member_epoch < 0:
                 response = hb.handle_leave(self, request, now_ms, effects)
             else:
@@ -168,6 +169,37 @@ class GroupCoordinator:
             )
         self._group_changed(request.group_id, now_ms, effects)
         return response, effects
+
+    def check_heartbeat(self, request: ConsumerGroupHeartbeatRequest) -> None:
+        """Every check a heartbeat must pass before the engine acts on it (Kafka's request
+        validation, then :mod:`translation.limits`): raises GroupError. The proxy runs it
+        before it starts anything for the group (taking over the broker's group)."""
+        hb.validate(request, self.assignor_names)
+        config = self.config
+        limits.check_group_id(request.group_id)
+        limits.check_instance_id(request.instance_id)
+        limits.check_subscription(request.subscribed_topic_names, request.subscribed_topic_regex,
+                                  max_topics=config.max_subscription_topics,
+                                  max_regex_bytes=config.max_regex_bytes)
+        if request.member_epoch == 0 and self.is_new_member(
+                request.group_id, request.member_id, request.instance_id):
+            self.check_room_for_a_member()
+
+    def is_new_member(self, group_id: str, member_id: str | None,
+                      instance_id: str | None) -> bool:
+        group = self.groups.get(group_id)
+        if group is None:
+            return True
+        if member_id and member_id in group.members:
+            return False
+        return instance_id is None or instance_id not in group.static_members
+
+    def check_room_for_a_member(self) -> None:
+        """COORDINATOR_NOT_AVAILABLE once the engine holds ``max_members`` members."""
+        limit = self.config.max_members
+        if sum(len(g.members) for g in self.groups.values()) >= limit:
+            raise GroupError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                             f"This coordinator serves its maximum of {limit} members.")
 
     def tick(self, now_ms: int) -> list[Effect]:
         """Fire every timer due at ``now_ms``."""

@@ -159,6 +159,15 @@ class BrokerMembership:
     def established(self) -> bool:
         return self.settled.is_set() and self.failure is None
 
+    def fail(self, reason: str) -> None:
+        """The membership's task ended with a bug: it holds nothing; whoever waits for it
+        learns why."""
+        if self.failure is None:
+            self.failure = reason
+        self.left = True
+        self.settled.set()
+        self._set_stable(False)
+
     def request_rejoin(self) -> None:
         """A commit found the membership stale: rejoin at the next opportunity."""
         self._set_stable(False)

@@ -42,7 +42,7 @@ network:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Generic, TypeVar
 
 import trio
@@ -84,11 +84,13 @@ from translation.effects import (
     TargetAssignmentFailed,
     TimerArmed,
 )
-from translation.errors import ErrorCode
+from translation.errors import ErrorCode, GroupError
 from translation.heartbeat import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 from translation.topics import TopicsImage
 
 log = logging.getLogger("groupgate.coordination")
+RESTART_SECONDS = 1.0
+"""How long a failed task of the service waits before it is started again."""
 
 TOPIC_WAIT_SECONDS = 3.0
 """How long a joining member naming an unknown topic waits for a metadata refresh."""
@@ -141,6 +143,9 @@ def group_config(config: ProxyConfig) -> GroupConfig:
         session_timeout_ms=config.group_session_timeout_ms,
         heartbeat_interval_ms=config.group_heartbeat_interval_ms,
         max_group_size=config.group_max_size,
+        max_members=config.max_members,
+        max_subscription_topics=config.max_subscription_topics,
+        max_regex_bytes=config.max_regex_bytes,
         empty_group_expiry_ms=config.group_empty_expiry_ms,
         quiet_classic_advance=config.classic_quiet_advance,
         classic_sync_hold_ms=config.classic_sync_hold_ms,
@@ -185,10 +190,36 @@ class CoordinatorService:
         """Run the timer task and (unless ``watch_topics`` is off) the topic watcher."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            nursery.start_soon(self._timers)
+            nursery.start_soon(self._supervised, "timer task", self._timers)
             if watch_topics:
-                nursery.start_soon(self.topics.run)
+                nursery.start_soon(self._supervised, "topic watcher", self.topics.run)
             task_status.started()
+
+    async def _supervised(self, name: str, task: Callable[[], Awaitable[None]]) -> None:
+        """Run one of the service's own tasks; a bug in it is logged and the task started
+        again a second later, never the end of the process."""
+        while True:
+            try:
+                await task()
+                return
+            except Exception:
+                log.exception("the %s failed unexpectedly; starting it again in %.0fs", name,
+                              RESTART_SECONDS)
+            await trio.sleep(RESTART_SECONDS)
+
+    async def _run_membership(self, membership: BrokerMembership) -> None:
+        """A group's broker membership, started on behalf of the member that joined first: a
+        bug in it (a broker answer it cannot read, a value it cannot encode) ends that group's
+        membership with a log line; clients get a retriable error, nothing else is touched."""
+        try:
+            await membership.run()
+        except Exception as exc:
+            group_id = membership.group_id
+            log.exception("group %s: the proxy's membership in the broker's group failed "
+                          "unexpectedly; the group is not coordinated", group_id)
+            membership.fail(f"unexpected {type(exc).__name__}: {exc}")
+            if self.memberships.get(group_id) is membership:
+                del self.memberships[group_id]
 
     async def let_go(self, timeout_s: float) -> None:
         """Make every member drop its partitions before the groups are given up: from now on
@@ -266,6 +297,11 @@ class CoordinatorService:
                 error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                 error_message=f"groupgate is not holding the broker's group {group_id} now")
         if request.member_epoch == 0 and group_id and group_id.strip():
+            try:  # a join the engine refuses must not take the broker's group over
+                self.engine.check_heartbeat(request)
+            except GroupError as exc:
+                return ConsumerGroupHeartbeatResponse(error_code=int(exc.code),
+                                                      error_message=exc.message)
             failure: str | None = None
             with trio.move_on_after(TAKEOVER_WAIT_SECONDS) as waiting:
                 failure = await self._take_over(group_id, request.subscribed_topic_names or ())
@@ -288,14 +324,30 @@ class CoordinatorService:
                 error_message=f"Group {group_id} is not coordinated here (any more); rejoin.")
         response, effects = self.engine.heartbeat(request, self.now_ms())
         self.apply(effects)
+        if response.error_code:
+            self._release_if_unused(group_id)
         self._refresh_if_unknown(request.subscribed_topic_names or ())
         return response
+
+    def _release_if_unused(self, group_id: str) -> None:
+        """A broker membership started for a join the engine then refused, with no engine
+        group to expire it later: give the broker's group back now."""
+        if self.engine.group(group_id) is not None or self.hand_off.active:
+            return
+        membership = self.memberships.pop(group_id, None)
+        if membership is not None and self._nursery is not None:
+            log.info("group %s: the join that started it was refused; leaving the broker's "
+                     "group", group_id)
+            self._nursery.start_soon(membership.leave)
 
     async def _take_over(self, group_id: str, topics: Iterable[str]) -> str | None:
         """Hold the broker's group ``group_id`` (subscribed to the group's topics, at first
         ``topics``, those of the member that starts the group); returns why not, or None."""
         membership = self.memberships.get(group_id)
         if membership is None:
+            if len(self.memberships) >= self.config.max_groups:
+                return (f"the proxy coordinates its maximum of {self.config.max_groups} groups "
+                        "(max-groups)")
             assert self._nursery is not None
             first = tuple(topics)
             membership = BrokerMembership(
@@ -303,7 +355,7 @@ class CoordinatorService:
                 connect_timeout=self.config.connect_timeout,
                 topics=lambda: self.group_topics(group_id) or first)
             self.adopt(membership)
-            self._nursery.start_soon(membership.run)
+            self._nursery.start_soon(self._run_membership, membership)
         await membership.settled.wait()
         if membership.failure is not None:
             if self.memberships.get(group_id) is membership:
@@ -470,6 +522,9 @@ class CoordinatorService:
         before = set(classic.pending.get(group_id, ()))
         response, effects = classic.join_group(request, self.now_ms())
         self.apply(effects)  # before holding: may answer this member's previous held join
+        if response is not None and response.error_code not in (
+                int(ErrorCode.NONE), int(ErrorCode.MEMBER_ID_REQUIRED)):
+            self._release_if_unused(group_id)
         self._refresh_if_unknown(topics)
         if response is not None:
             if response.error_code == int(ErrorCode.MEMBER_ID_REQUIRED):

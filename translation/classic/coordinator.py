@@ -87,6 +87,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from translation import heartbeat as hb
+from translation import limits
 from translation.config import OffsetCommitRule
 from translation.coordinator import GroupCoordinator
 from translation.effects import (
@@ -184,6 +185,8 @@ class ClassicGroupCoordinator:
         instance_id = request.group_instance_id
         if instance_id is not None and not instance_id.strip():
             raise GroupError(ErrorCode.INVALID_REQUEST, "GroupInstanceId can't be empty.")
+        limits.check_group_id(group_id)
+        limits.check_instance_id(instance_id)
         group = engine.groups.get(group_id)
         members: Mapping[str, ConsumerGroupMember] = group.members if group is not None else {}
         member_id = request.member_id
@@ -214,6 +217,11 @@ class ClassicGroupCoordinator:
                 ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
                 f"Member {member_id}'s consumer protocol subscription is malformed.",
             )
+        limits.check_subscription(subscription.topics, None,
+                                  max_topics=config.max_subscription_topics,
+                                  max_regex_bytes=config.max_regex_bytes)
+        if engine.is_new_member(group_id, request.member_id, instance_id):
+            engine.check_room_for_a_member()
 
         # 1. Find or create the member; nothing changes until every check has passed.
         replaced: ConsumerGroupMember | None = None

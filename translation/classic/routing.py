@@ -28,7 +28,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from translation import limits
 from translation.coordinator import GroupCoordinator
+from translation.errors import GroupError
 
 from .messages import CONSUMER_PROTOCOL_TYPE, JoinGroupRequest
 
@@ -77,6 +79,20 @@ def classify_classic_join(
         )
     if broker_group_active:
         return JoinRouting(JoinRoute.BROKER, "the broker's classic group has members")
+    session = request.session_timeout_ms
+    if not (config.classic_min_session_timeout_ms <= session
+            <= config.classic_max_session_timeout_ms):
+        return JoinRouting(JoinRoute.BROKER, f"session timeout {session} ms is out of range")
+    try:  # what the engine would refuse is the broker's to answer: nothing is taken over
+        limits.check_group_id(request.group_id)
+        limits.check_instance_id(request.group_instance_id)
+        limits.check_subscription(first.subscription.topics, None,
+                                  max_topics=config.max_subscription_topics,
+                                  max_regex_bytes=config.max_regex_bytes)
+        if engine.is_new_member(request.group_id, request.member_id, request.group_instance_id):
+            engine.check_room_for_a_member()
+    except GroupError as exc:
+        return JoinRouting(JoinRoute.BROKER, exc.message)
     if not config.adopt_classic_groups:
         return JoinRouting(JoinRoute.BROKER, "classic-only groups stay with the broker")
     return JoinRouting(JoinRoute.ENGINE, "a consumer-protocol group the engine can serve")
