@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import trio
+
 from proxy.codec import messages
 from proxy.codec.header import encode_request_header, parse_request_header, response_header_for
 from proxy.config import ProxyConfig
@@ -64,7 +66,12 @@ class FakeLink:
     async def request(self, api_key: int, version: int, value: dict[str, Any], *,
                       timeout: float | None = None) -> dict[str, Any]:
         self.requests.append((api_key, version, value))
+        if api_key == 12:  # a broker membership's heartbeat: paced like a broker's answers
+            await trio.sleep(0.001)
         return self.answer(api_key, version, value)
+
+    async def aclose(self) -> None:
+        return None
 
 
 class FakePool(LinkPool):
@@ -74,6 +81,10 @@ class FakePool(LinkPool):
         self.addresses: list[tuple[str, int]] = []
 
     def link(self, address: tuple[str, int]) -> Any:
+        self.addresses.append(address)
+        return self.fake
+
+    def dedicated(self, address: tuple[str, int], request_timeout: float) -> Any:
         self.addresses.append(address)
         return self.fake
 
