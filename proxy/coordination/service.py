@@ -315,6 +315,10 @@ class CoordinatorService:
                     error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                     error_message=f"groupgate cannot coordinate group {group_id}: {failure}")
             await self._await_topics(request)
+            if self.hand_off.active:  # the proxy began to stop while this join waited
+                return ConsumerGroupHeartbeatResponse(
+                    error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                    error_message="groupgate is handing its groups off")
         elif request.member_epoch > 0 and self.engine.group(group_id) is None:
             # The group is unknown here (e.g. the proxy restarted and lost its state): the
             # member must rejoin with epoch 0. Kafka would say GROUP_ID_NOT_FOUND, which
@@ -345,6 +349,8 @@ class CoordinatorService:
         ``topics``, those of the member that starts the group); returns why not, or None."""
         membership = self.memberships.get(group_id)
         if membership is None:
+            if self.hand_off.active:
+                return "the proxy is stopping"
             if len(self.memberships) >= self.config.max_groups:
                 return (f"the proxy coordinates its maximum of {self.config.max_groups} groups "
                         "(max-groups)")
@@ -519,6 +525,10 @@ class CoordinatorService:
         subscription = request.protocols[0].subscription if request.protocols else None
         topics = subscription.topics if subscription is not None else ()
         await self._await_subscription(group_id, topics, None)
+        if self.hand_off.active:  # the proxy began to stop while this join waited
+            return JoinGroupResponse(
+                error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), member_id=request.member_id,
+                error_message="groupgate is handing its groups off")
         before = set(classic.pending.get(group_id, ()))
         response, effects = classic.join_group(request, self.now_ms())
         self.apply(effects)  # before holding: may answer this member's previous held join

@@ -5,9 +5,10 @@
   each group (at least once).
 * :func:`double_ownership`: no partition had two owners at once on the members' own callback
   timelines (:func:`proxy.bench.rebalance.timeline.overlaps`), except where one of the two was
-  a member stuck past its ``max.poll.interval.ms`` (a zombie the coordinator had fenced); such
-  a member must then not have committed the partition successfully after the overlap began
-  (:func:`zombie_commits`).
+  a member whose poll loop was stuck (a stall past its ``max.poll.interval.ms``, or a
+  synchronous commit that held it while the coordinator was unreachable): a zombie the
+  coordinator had fenced. Such a member must not have had a commit of the partition accepted
+  that it sent after the overlap began (:func:`zombie_commits`).
 * :func:`rss_growth`: the proxy's resident memory after warm-up, per process incarnation.
 """
 
@@ -128,9 +129,16 @@ def double_ownership(events: Sequence[Event], stuck: Sequence[Stuck]
 @dataclass(frozen=True)
 class Commit:
     t: float
+    """When the member learnt the outcome."""
     member: str
     partition: int
     offset: int
+    sent: float | None = None
+    """When the member sent it (an asynchronous commit's callback may come much later)."""
+
+    @property
+    def sent_at(self) -> float:
+        return self.t if self.sent is None else self.sent
 
 
 def zombie_commits(explained: Iterable[Overlap], stuck: Sequence[Stuck],
@@ -146,7 +154,7 @@ def zombie_commits(explained: Iterable[Overlap], stuck: Sequence[Stuck],
                 if s.member == member and s.start <= o.t <= s.noticed:
                     windows.append((member, o.partition, o.t, s.noticed))
     return [c for c in commits
-            if any(c.member == m and c.partition == p and start < c.t <= noticed
+            if any(c.member == m and c.partition == p and start < c.sent_at <= noticed
                    for m, p, start, noticed in windows)]
 
 

@@ -6,8 +6,10 @@ what it does as JSON lines on stdout, in the same format as the Java member
 (``proxy/testbed/java/CommitConsumer.java``): ``join``, ``stall``/``resume`` around rebalance
 callbacks, ``assign``/``revoke``/``lost`` (``p``: partitions), ``c`` (consumed ranges ``r``:
 [[partition, first, last]]), ``commit`` (``ok``, ``err``, ``o``: [[partition, offset]]),
-``stuck``/``unstuck``, ``leave``, ``closed``. ``t`` is ``time.monotonic()`` (CLOCK_MONOTONIC,
-comparable across processes).
+``stuck``/``unstuck``, ``blocked`` (a synchronous commit held the poll loop from ``since``
+until ``t``), ``leave``, ``closed``. Commit events carry ``sent``, when the commit was sent
+(an asynchronous commit's callback may come much later). ``t`` is ``time.monotonic()``
+(CLOCK_MONOTONIC, comparable across processes).
 
 Commit styles: ``async`` (a commit of each record's offset right after it, many in flight),
 ``sync`` (one synchronous commit per batch) and ``auto`` (the client's auto-commit). stdin
@@ -18,6 +20,7 @@ member overrunning ``max.poll.interval.ms``) and ``stop`` (close gracefully, as 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import signal
 import sys
@@ -60,6 +63,17 @@ class Control:
             emit("unstuck")
 
 
+BLOCKED_SECONDS = 1.0
+
+
+def blocked(since: float) -> None:
+    """A synchronous commit held the poll loop since ``since``: if that was long, report it
+    as the loop being stuck (the member may be fenced meanwhile, and notices only after)."""
+    now = time.monotonic()
+    if now - since >= BLOCKED_SECONDS:
+        emit("blocked", since=since)
+
+
 def ranges(pairs: list[tuple[int, int]]) -> list[list[int]]:
     """[[partition, first, last]] runs of consecutive offsets."""
     runs: list[list[int]] = []
@@ -78,9 +92,14 @@ def ranges(pairs: list[tuple[int, int]]) -> list[list[int]]:
 def run_confluent(args: argparse.Namespace, control: Control) -> None:
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+    sent_at: dict[tuple[int, int], float] = {}
+    """(partition, offset) -> when its asynchronous commit was sent."""
+
     def on_commit(err: Any, partitions: list[Any]) -> None:
+        sent = min((sent_at.pop((tp.partition, tp.offset), time.monotonic())
+                    for tp in partitions), default=time.monotonic())
         emit("commit", ok=err is None, err=None if err is None else str(err),
-             o=[[tp.partition, tp.offset] for tp in partitions])
+             o=[[tp.partition, tp.offset] for tp in partitions], sent=sent)
 
     config: dict[str, Any] = {
         "bootstrap.servers": args.bootstrap, "group.id": args.group, "client.id": args.name,
@@ -118,6 +137,8 @@ def run_confluent(args: argparse.Namespace, control: Control) -> None:
             for m in messages:
                 if m.error() is None:
                     try:
+                        sent_at[(int(m.partition() or 0), (m.offset() or 0) + 1)] = \
+                            time.monotonic()
                         consumer.commit(message=m, asynchronous=True)
                     except KafkaException as exc:
                         emit("commit", ok=False, err=str(exc),
@@ -127,16 +148,19 @@ def run_confluent(args: argparse.Namespace, control: Control) -> None:
             for partition, offset in read:
                 last[partition] = offset + 1
             offsets = [TopicPartition(args.topic, p, o) for p, o in last.items()]
+            sent = time.monotonic()
             try:
                 # a synchronous commit does not call on_commit: report it from the answer
                 done = consumer.commit(offsets=offsets, asynchronous=False) or []
             except KafkaException as exc:
-                emit("commit", ok=False, err=str(exc), o=[[p, o] for p, o in last.items()])
+                emit("commit", ok=False, err=str(exc), o=[[p, o] for p, o in last.items()],
+                     sent=sent)
             else:
                 failed = [tp for tp in done if tp.error is not None]
                 emit("commit", ok=not failed,
                      err=str(failed[0].error) if failed else None,
-                     o=[[tp.partition, tp.offset] for tp in done])
+                     o=[[tp.partition, tp.offset] for tp in done], sent=sent)
+            blocked(sent)
     emit("leave")
     consumer.close()
     emit("closed")
@@ -171,10 +195,11 @@ def run_kafka_python(args: argparse.Namespace, control: Control) -> None:
             emit("assign", p=sorted(tp.partition for tp in assigned))
             emit("resume")
 
-    def on_commit(offsets: Any, response: Any) -> None:
+    def on_commit(offsets: Any, response: Any, sent: float | None = None) -> None:
         ok = not isinstance(response, Exception)
         emit("commit", ok=ok, err=None if ok else repr(response),
-             o=[[tp.partition, om.offset] for tp, om in offsets.items()])
+             o=[[tp.partition, om.offset] for tp, om in offsets.items()],
+             sent=time.monotonic() if sent is None else sent)
 
     emit("join")
     consumer.subscribe([args.topic], listener=Listener())
@@ -191,14 +216,17 @@ def run_kafka_python(args: argparse.Namespace, control: Control) -> None:
                 last[partition] = offset + 1
             offsets = {TopicPartition(args.topic, p): OffsetAndMetadata(o, "", -1)
                        for p, o in last.items()}
-            if args.commit == "async":
-                consumer.commit_async(offsets, callback=on_commit)
+            sent = time.monotonic()
+            if args.commit == "async":  # its callback runs in a later poll: note the send time
+                consumer.commit_async(offsets, callback=functools.partial(
+                    lambda sent_at, o, r: on_commit(o, r, sent_at), sent))
             else:
                 try:
                     consumer.commit(offsets)
-                    on_commit(offsets, None)
+                    on_commit(offsets, None, sent)
                 except Exception as exc:  # the client's commit errors, reported as such
-                    on_commit(offsets, exc)
+                    on_commit(offsets, exc, sent)
+                blocked(sent)
     emit("leave")
     consumer.close()
     emit("closed")

@@ -299,14 +299,17 @@ class Soak:
                     g.records_consumed += last - first + 1
             elif kind == "commit":
                 if event["ok"]:
+                    sent = float(event.get("sent", t))
                     for partition, offset in event["o"]:
-                        g.commits.append(checks.Commit(t, member.name, partition, offset))
+                        g.commits.append(checks.Commit(t, member.name, partition, offset, sent))
                 else:
                     g.commit_failures += 1
                     reason = str(event.get("err"))[:80]
                     g.commit_errors[reason] = g.commit_errors.get(reason, 0) + 1
             elif kind == "stuck":
                 g.stalls.append((member.name, t, t + float(event["s"])))
+            elif kind == "blocked":  # a synchronous commit held its poll loop
+                g.stalls.append((member.name, float(event["since"]), t))
 
     def exited(self, member: Member, returncode: int) -> None:
         t = time.monotonic()

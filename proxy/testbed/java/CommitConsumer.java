@@ -82,6 +82,12 @@ public final class CommitConsumer {
     }
 
     private static void committed(Map<TopicPartition, OffsetAndMetadata> offsets, Exception error) {
+        committed(offsets, error, now());
+    }
+
+    /** A commit's outcome; {@code sent} is when it was sent (its callback may come later). */
+    private static void committed(Map<TopicPartition, OffsetAndMetadata> offsets, Exception error,
+                                  double sent) {
         List<String> items = new ArrayList<>();
         if (offsets != null) {  // the client passes null offsets with some failures
             for (Map.Entry<TopicPartition, OffsetAndMetadata> e : offsets.entrySet()) {
@@ -90,7 +96,7 @@ public final class CommitConsumer {
         }
         emit("commit", ",\"ok\":" + (error == null && offsets != null) + ",\"err\":"
              + quote(error == null ? null : error.toString()) + ",\"o\":["
-             + String.join(",", items) + "]");
+             + String.join(",", items) + "],\"sent\":" + sent);
     }
 
     public static void main(String[] args) throws Exception {
@@ -203,14 +209,19 @@ public final class CommitConsumer {
                 }
                 if (mode.equals("async")) {
                     for (Map<TopicPartition, OffsetAndMetadata> one : each) {
-                        consumer.commitAsync(one, CommitConsumer::committed);
+                        double sent = now();
+                        consumer.commitAsync(one, (offsets, error) -> committed(offsets, error, sent));
                     }
                 } else if (mode.equals("sync")) {
+                    double sent = now();
                     try {
                         consumer.commitSync(last);
-                        committed(last, null);
+                        committed(last, null, sent);
                     } catch (Exception e) {
-                        committed(last, e);
+                        committed(last, e, sent);
+                    }
+                    if (now() - sent >= 1.0) {  // the poll loop was held: report it as stuck
+                        emit("blocked", ",\"since\":" + sent);
                     }
                 }
             }

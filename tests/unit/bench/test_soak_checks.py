@@ -53,6 +53,9 @@ def test_two_owners_are_a_violation_unless_one_was_a_stuck_zombie() -> None:
                checks.Commit(8.5, "a", 0, 80), checks.Commit(8.6, "b", 1, 130),
                checks.Commit(9.5, "a", 1, 140)]  # after it noticed: its own again, legitimately
     assert checks.zombie_commits(explained, stuck, commits) == [commits[1]]
+    # an asynchronous commit sent before the overlap whose callback came during it is not one
+    late = checks.Commit(8.5, "a", 1, 110, sent=4.5)
+    assert checks.zombie_commits(explained, stuck, [late]) == []
 
 
 def test_a_handover_in_order_is_not_an_overlap() -> None:

@@ -175,3 +175,30 @@ async def test_letting_go_is_bounded_when_a_member_is_silent(
         await service.let_go(4.0)
         assert trio.current_time() - started == 4.0
         nursery.cancel_scope.cancel()
+
+
+async def test_a_join_that_waited_through_the_start_of_a_stop_is_not_served(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A join waiting for the broker's group when the proxy begins to stop must not be given
+    partitions by a coordinator that is about to let the group go."""
+    service = make_service()
+    slow = FakeMembership("g", service.pool)
+    slow.settled = trio.Event()  # the broker has not let the proxy in yet
+    service.adopt(slow)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lambda task_status: service.run(watch_topics=False,
+                                                            task_status=task_status))
+        answers: list[int] = []
+
+        async def joining() -> None:
+            answers.append((await service.heartbeat(_hb("m1", 0))).error_code)
+
+        nursery.start_soon(joining)
+        await trio.sleep(1)
+        nursery.start_soon(service.let_go, 5.0)
+        await trio.sleep(0.1)
+        slow.settled.set()  # the broker lets the proxy in, during the hand-off
+        await trio.sleep(1)
+        assert answers == [15]  # COORDINATOR_NOT_AVAILABLE: find the next coordinator
+        assert not service.engine.groups.get("g") or not service.engine.groups["g"].members
+        nursery.cancel_scope.cancel()
