@@ -42,6 +42,7 @@ network:
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Generic, TypeVar
 
@@ -150,6 +151,18 @@ def group_config(config: ProxyConfig) -> GroupConfig:
         quiet_classic_advance=config.classic_quiet_advance,
         classic_sync_hold_ms=config.classic_sync_hold_ms,
     )
+
+
+def issued_by_a_proxy(member_id: str) -> bool:
+    """Whether ``member_id`` has the shape of the ids the engine hands classic members (a bare
+    UUID). A Kafka broker's ids start with the client id and a dash, so such a member comes
+    from a proxy (this one before a restart, or another); its join must not be forwarded to a
+    broker group that a proxy holds, which would refuse it as INCONSISTENT_GROUP_PROTOCOL, an
+    error clients treat as fatal."""
+    try:
+        return str(uuid.UUID(member_id)) == member_id
+    except ValueError:
+        return False
 
 
 class CoordinatorService:
@@ -473,7 +486,8 @@ class CoordinatorService:
         group = self.engine.group(group_id)
         coordinated = self.coordinates(group_id)
         if (request.member_id and not coordinated and (group is None or not group.members)
-                and not self._issued(group_id, request.member_id)):
+                and not self._issued(group_id, request.member_id)
+                and not issued_by_a_proxy(request.member_id)):
             # A member id the engine did not hand out, for a group it does not serve: the
             # member belongs to the broker's group.
             return False
@@ -502,6 +516,12 @@ class CoordinatorService:
             return JoinGroupResponse(
                 error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), member_id=request.member_id,
                 error_message=f"groupgate is not holding the broker's group {group_id} now")
+        if (request.member_id and self.engine.group(group_id) is None
+                and not self._issued(group_id, request.member_id)):
+            # a member of a proxy that is gone (killed, restarted): it must join afresh
+            return JoinGroupResponse(
+                error_code=int(ErrorCode.UNKNOWN_MEMBER_ID), member_id=request.member_id,
+                error_message=f"Group {group_id} is not coordinated here (any more); rejoin.")
         if not self.coordinates(group_id):
             failure: str | None = None
             subscription = request.protocols[0].subscription if request.protocols else None

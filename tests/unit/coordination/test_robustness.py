@@ -165,3 +165,28 @@ async def test_a_failing_service_task_is_started_again(
         assert "m1" not in service.engine.groups["g"].members
         nursery.cancel_scope.cancel()
     assert len(calls) >= 2 and "the timer task failed unexpectedly" in caplog.text
+
+
+async def test_a_classic_member_of_a_proxy_that_is_gone_rejoins_here(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """After a proxy is killed, its classic members come back with the ids it gave them. Their
+    joins must not reach the broker's group, which a proxy holds and would refuse with the
+    fatal INCONSISTENT_GROUP_PROTOCOL: they are told to join afresh, and nothing is taken
+    over for them. Ids a broker gives (client id, dash, UUID) still go to the broker."""
+    import uuid
+
+    service = make_service()
+    value = {"group_id": "g", "session_timeout_ms": 10_000, "rebalance_timeout_ms": 10_000,
+             "member_id": str(uuid.uuid4()), "group_instance_id": None,
+             "protocol_type": "consumer",
+             "protocols": [{"name": "range", "metadata": subscription_bytes(1, [TOPIC])}]}
+    orphan = join_group_request(value, 5)
+    assert service.takes_join(orphan)
+    async with trio.open_nursery() as nursery:
+        await running(service, nursery)
+        response = await service.join_group(orphan)
+        assert response.error_code == 25  # UNKNOWN_MEMBER_ID: rejoin without an id
+        assert not service.memberships and not service.engine.groups
+        nursery.cancel_scope.cancel()
+    broker_member = join_group_request(dict(value, member_id=f"rdkafka-{uuid.uuid4()}"), 5)
+    assert not service.takes_join(broker_member)
