@@ -98,8 +98,15 @@ def run_confluent(args: argparse.Namespace, control: Control) -> None:
     def on_commit(err: Any, partitions: list[Any]) -> None:
         sent = min((sent_at.pop((tp.partition, tp.offset), time.monotonic())
                     for tp in partitions), default=time.monotonic())
-        emit("commit", ok=err is None, err=None if err is None else str(err),
-             o=[[tp.partition, tp.offset] for tp in partitions], sent=sent)
+        # per partition: an error of its own, or no offset to commit (-1001), is no success
+        done = [tp for tp in partitions if err is None and tp.error is None and tp.offset >= 0]
+        failed = [tp for tp in partitions if tp not in done and tp.offset >= 0]
+        if done:
+            emit("commit", ok=True, err=None, o=[[tp.partition, tp.offset] for tp in done],
+                 sent=sent)
+        if failed:
+            emit("commit", ok=False, err=str(err or failed[0].error),
+                 o=[[tp.partition, tp.offset] for tp in failed], sent=sent)
 
     config: dict[str, Any] = {
         "bootstrap.servers": args.bootstrap, "group.id": args.group, "client.id": args.name,
