@@ -60,7 +60,12 @@ which rides on this class as an :class:`EngineListener`: it hears about every ta
 computation and member removal, whoever caused them, to complete held JoinGroups
 (:class:`~translation.effects.JoinCompleted`) and to hand a group back to the broker
 (:class:`~translation.effects.GroupHandedBack`). A classic member carries its own session
-timeout and two more timers (join and sync, :class:`~translation.timers.TimerKind`).
+timeout and three more timers (join, sync and sync hold, :class:`~translation.timers.TimerKind`),
+which the classic layer arms, cancels and handles itself.
+
+Every write to a group or a member goes through the verbs of
+:class:`~translation.state.CoordinatorState` (this class's base), which keep the invariants
+that span fields: indexes, timers and their effects, listeners told.
 
 Where Kafka and the KIP text differ, the engine follows Kafka (noted where it matters):
 a fenced or leaving member's target entry is dropped at once (the KIP's case study still
@@ -80,74 +85,26 @@ hand its partitions to another while the first still processes them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Protocol
 
 from translation import describe as describe_mod
 from translation import heartbeat as hb
 from translation import limits
 from translation import offsets as offsets_mod
-from translation.assignors.base import AssignorError, PartitionAssignor
-from translation.config import GroupConfig
-from translation.effects import (
-    Effect,
-    GroupDeleted,
-    GroupEmptied,
-    GroupEpochBumped,
-    GroupExpired,
-    MemberFenced,
-    TargetAssignmentComputed,
-    TargetAssignmentFailed,
-    TimerArmed,
-    TimerCancelled,
-)
+from translation.effects import Effect, GroupDeleted, GroupExpired, MemberFenced
 from translation.errors import ErrorCode, GroupError
 from translation.group import ConsumerGroup
 from translation.heartbeat import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
-from translation.member import ConsumerGroupMember, MemberState
-from translation.reconciliation import OwnedPartitions, reconcile
-from translation.target import compute_target
-from translation.timers import TimerKey, TimerKind, Timers
+from translation.state import CoordinatorState, EngineListener
+from translation.timers import TimerKey, TimerKind
 from translation.topics import TopicId, TopicsImage
 
-
-class EngineListener(Protocol):
-    """Something riding on the engine that must hear about target computations and member
-    removals, whoever caused them (the classic-protocol translation,
-    :class:`translation.classic.coordinator.ClassicGroupCoordinator`)."""
-
-    def target_updated(self, group: ConsumerGroup, now_ms: int, effects: list[Effect]) -> None:
-        """A target computation ran for ``group`` (installed or failed)."""
-
-    def member_removed(
-        self,
-        group: ConsumerGroup,
-        member: ConsumerGroupMember,
-        reason: str,
-        now_ms: int,
-        effects: list[Effect],
-    ) -> None:
-        """``member`` left or was fenced; it is already out of ``group``."""
-
-    def group_changed(self, group: ConsumerGroup, now_ms: int, effects: list[Effect]) -> None:
-        """A heartbeat or a timer of ``group`` was handled (partitions may have been released)."""
-
-    def timer_fired(
-        self, group: ConsumerGroup, key: TimerKey, now_ms: int, effects: list[Effect]
-    ) -> None:
-        """A timer of a kind the engine does not handle itself went off."""
+__all__ = ["EngineListener", "GroupCoordinator"]
 
 
-class GroupCoordinator:
-    """All KIP-848 groups of one engine instance. Not thread-safe; drive it from one task."""
-
-    def __init__(self, config: GroupConfig, topics: TopicsImage | None = None) -> None:
-        self.config = config
-        self.assignors: dict[str, PartitionAssignor] = {a.name: a for a in config.assignors}
-        self.assignor_names: list[str] = [a.name for a in config.assignors]
-        self.groups: dict[str, ConsumerGroup] = {}
-        self.image: TopicsImage = topics if topics is not None else TopicsImage()
-        self.timers = Timers()
-        self.listeners: list[EngineListener] = []
+class GroupCoordinator(CoordinatorState):
+    """All KIP-848 groups of one engine instance: the request and timer entry points over
+    :class:`~translation.state.CoordinatorState`, whose verbs make every change. Not
+    thread-safe; drive it from one task."""
 
     # ------------------------------------------------------------------ public API
 
@@ -298,8 +255,7 @@ class GroupCoordinator:
             owner = group.members.get(key.member_id)
             timeout = (owner.session_timeout_ms if owner is not None else 0) \
                 or self.config.session_timeout_ms
-            self.timers.schedule(key, now_ms + timeout, payload)
-            effects.append(TimerArmed(key, now_ms + timeout))
+            self.arm_timer(key, now_ms + timeout, effects, payload=payload)
         return effects
 
     def delete_group(self, group_id: str) -> tuple[ErrorCode, list[Effect]]:
@@ -312,139 +268,8 @@ class GroupCoordinator:
             return ErrorCode.NONE, effects
         if group.members:
             return ErrorCode.NON_EMPTY_GROUP, effects
-        self.cancel_timer(TimerKey(TimerKind.GROUP_EXPIRY, group_id), effects)
-        self.cancel_timer(TimerKey(TimerKind.ASSIGNMENT, group_id), effects)
-        group.dead = True
-        del self.groups[group_id]
-        effects.append(GroupDeleted(group_id))
+        self.drop_group(group, GroupDeleted(group_id), effects)
         return ErrorCode.NONE, effects
-
-    # ------------------------------------------------------------------ group operations
-
-    def new_group(self, group_id: str) -> ConsumerGroup:
-        return ConsumerGroup(group_id, self.assignor_names[0])
-
-    def bump_group_epoch(self, group: ConsumerGroup, reason: str, effects: list[Effect]) -> None:
-        group.group_epoch += 1
-        effects.append(GroupEpochBumped(group.group_id, group.group_epoch, reason))
-
-    def maybe_compute_target_assignment(
-        self, group: ConsumerGroup, now_ms: int, effects: list[Effect]
-    ) -> None:
-        """Compute the target now, or arm the group's assignment timer if the last computation
-        is less than the assignment interval ago."""
-        interval = self.config.assignment_interval_ms
-        last = group.last_assignment_ms
-        key = TimerKey(TimerKind.ASSIGNMENT, group.group_id)
-        if interval > 0 and last is not None and now_ms < last + interval:
-            if key not in self.timers:
-                self.timers.schedule(key, last + interval)
-                effects.append(TimerArmed(key, last + interval))
-            return
-        self.cancel_timer(key, effects)
-        group.last_assignment_ms = now_ms
-        self.compute_target_assignment(group, effects)
-        for listener in self.listeners:
-            listener.target_updated(group, now_ms, effects)
-
-    def apply_member_changes(self, group: ConsumerGroup, reasons: list[str], now_ms: int,
-                             effects: list[Effect]) -> None:
-        """After a member's join or subscription update (either protocol): refresh the
-        subscribed topic metadata if anything changed, re-pick the preferred assignor, bump the
-        group epoch once for all ``reasons``, and recompute the target if it is behind."""
-        if reasons and group.refresh_subscription_metadata(self.image):
-            reasons.append("subscribed topic metadata changed")
-        preferred = group.compute_preferred_assignor(self.assignor_names)
-        if preferred != group.preferred_assignor:
-            group.preferred_assignor = preferred
-            reasons.append("preferred assignor changed")
-        if reasons:
-            self.bump_group_epoch(group, "; ".join(reasons), effects)
-        if group.group_epoch > group.target.epoch:
-            self.maybe_compute_target_assignment(group, now_ms, effects)
-
-    def compute_target_assignment(self, group: ConsumerGroup, effects: list[Effect]) -> None:
-        name = group.preferred_assignor
-        assignor = self.assignors[name]
-        specs, kind = group.build_specs(self.image)
-        try:
-            changed = compute_target(
-                assignor, specs, kind, group.subscription_metadata, group.target, group.group_epoch
-            )
-        except AssignorError as exc:
-            effects.append(
-                TargetAssignmentFailed(group.group_id, group.group_epoch, name, str(exc))
-            )
-            return
-        group.invalidate_specs(changed)
-        group.new_target_installed()
-        effects.append(
-            TargetAssignmentComputed(group.group_id, group.target.epoch, name, len(changed))
-        )
-
-    def reconcile_member(
-        self,
-        group: ConsumerGroup,
-        member: ConsumerGroupMember,
-        owned: OwnedPartitions | None,
-        now_ms: int,
-        effects: list[Effect],
-    ) -> bool:
-        if member.is_reconciled_to(group.target.epoch):
-            return False
-        changed = reconcile(
-            member, group.target.epoch, group.target.of(member.member_id), group.owners, owned
-        )
-        if changed:
-            group.track(member)
-            key = TimerKey(TimerKind.REBALANCE, group.group_id, member.member_id)
-            if member.state is MemberState.UNREVOKED_PARTITIONS:
-                deadline = now_ms + max(member.rebalance_timeout_ms, 0)
-                self.timers.schedule(key, deadline, member.member_epoch)
-                effects.append(TimerArmed(key, deadline))
-            elif self.timers.cancel(key):
-                effects.append(TimerCancelled(key))
-        return changed
-
-    def schedule_session_timeout(
-        self, group: ConsumerGroup, member: ConsumerGroupMember, now_ms: int, effects: list[Effect]
-    ) -> None:
-        timeout = member.session_timeout_ms or self.config.session_timeout_ms
-        key = TimerKey(TimerKind.SESSION, group.group_id, member.member_id)
-        deadline = now_ms + timeout
-        self.timers.schedule(key, deadline)
-        effects.append(TimerArmed(key, deadline))
-
-    def cancel_timer(self, key: TimerKey, effects: list[Effect]) -> None:
-        if self.timers.cancel(key):
-            effects.append(TimerCancelled(key))
-
-    def cancel_member_timers(self, group_id: str, member_id: str, effects: list[Effect]) -> None:
-        self.cancel_timer(TimerKey(TimerKind.SESSION, group_id, member_id), effects)
-        self.cancel_timer(TimerKey(TimerKind.REBALANCE, group_id, member_id), effects)
-        self.cancel_timer(TimerKey(TimerKind.CLASSIC_JOIN, group_id, member_id), effects)
-        self.cancel_timer(TimerKey(TimerKind.CLASSIC_SYNC, group_id, member_id), effects)
-
-    def remove_member(
-        self,
-        group: ConsumerGroup,
-        member: ConsumerGroupMember,
-        reason: str,
-        now_ms: int,
-        effects: list[Effect],
-    ) -> None:
-        """Remove a member (leave or fence): its partitions become free, the epoch is bumped."""
-        self.cancel_member_timers(group.group_id, member.member_id, effects)
-        group.remove_member(member.member_id)
-        self.bump_group_epoch(group, reason, effects)
-        if not group.members:
-            effects.append(GroupEmptied(group.group_id))
-            key = TimerKey(TimerKind.GROUP_EXPIRY, group.group_id)
-            deadline = now_ms + self.config.empty_group_expiry_ms
-            self.timers.schedule(key, deadline)
-            effects.append(TimerArmed(key, deadline))
-        for listener in self.listeners:
-            listener.member_removed(group, member, reason, now_ms, effects)
 
     def _group_changed(self, group_id: str, now_ms: int, effects: list[Effect]) -> None:
         group = self.groups.get(group_id)
@@ -463,12 +288,10 @@ class GroupCoordinator:
             return
         if key.kind is TimerKind.GROUP_EXPIRY:
             if not group.members:
-                group.dead = True
-                del self.groups[key.group_id]
-                effects.append(GroupExpired(key.group_id))
+                self.drop_group(group, GroupExpired(key.group_id), effects)
             return
         if key.kind is TimerKind.ASSIGNMENT:
-            if group.members and group.group_epoch > group.target.epoch:
+            if group.members:
                 self.maybe_compute_target_assignment(group, now_ms, effects)
             return
         member = group.members.get(key.member_id)
@@ -480,12 +303,6 @@ class GroupCoordinator:
         elif key.kind is TimerKind.REBALANCE and member.member_epoch == payload:
             self.remove_member(group, member, "rebalance timeout", now_ms, effects)
             effects.append(MemberFenced(group.group_id, member.member_id, "rebalance-timeout"))
-        elif key.kind is TimerKind.CLASSIC_JOIN:
-            self.remove_member(group, member, "classic join timeout", now_ms, effects)
-            effects.append(MemberFenced(group.group_id, member.member_id, "join-timeout"))
-        elif key.kind is TimerKind.CLASSIC_SYNC:
-            self.remove_member(group, member, "classic sync timeout", now_ms, effects)
-            effects.append(MemberFenced(group.group_id, member.member_id, "sync-timeout"))
-        else:
+        elif key.kind not in (TimerKind.SESSION, TimerKind.REBALANCE):
             for listener in self.listeners:
                 listener.timer_fired(group, key, now_ms, effects)

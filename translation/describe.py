@@ -14,7 +14,7 @@ from translation.errors import ErrorCode
 from translation.topics import TopicId, TopicsImage
 
 if TYPE_CHECKING:
-    from translation.coordinator import GroupCoordinator
+    from translation.state import CoordinatorState
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +77,7 @@ def _topic_partitions(
     return out
 
 
-def describe_group(engine: GroupCoordinator, group_id: str) -> DescribedGroup:
+def describe_group(engine: CoordinatorState, group_id: str) -> DescribedGroup:
     group = engine.groups.get(group_id)
     if group is None:
         return DescribedGroup(
@@ -116,7 +116,7 @@ def describe_group(engine: GroupCoordinator, group_id: str) -> DescribedGroup:
     )
 
 
-def list_groups(engine: GroupCoordinator, states_filter: Sequence[str]) -> list[ListedGroup]:
+def list_groups(engine: CoordinatorState, states_filter: Sequence[str]) -> list[ListedGroup]:
     wanted = {s.lower() for s in states_filter}
     out = []
     for group_id, group in engine.groups.items():

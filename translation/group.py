@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from translation import regex as regex_mod
 from translation.assignors.base import MemberSubscription, SubscriptionType
+from translation.errors import ErrorCode, GroupError
 from translation.member import ConsumerGroupMember
 from translation.ownership import PartitionOwners
 from translation.reconciliation import release_all
@@ -137,6 +138,29 @@ class ConsumerGroup:
         member_id = self.static_members.get(instance_id)
         return None if member_id is None else self.members.get(member_id)
 
+    def find_member(self, member_id: str, instance_id: str | None) -> ConsumerGroupMember:
+        """The member a request names, by its instance id when it has one (both protocols):
+        UNKNOWN_MEMBER_ID when there is none, FENCED_INSTANCE_ID when the instance id belongs
+        to another member id."""
+        if instance_id is None:
+            member = self.members.get(member_id)
+            if member is None:
+                raise GroupError(
+                    ErrorCode.UNKNOWN_MEMBER_ID,
+                    f"Member {member_id} is not a member of group {self.group_id}.",
+                )
+            return member
+        member = self.static_member(instance_id)
+        if member is None:
+            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+        if member.member_id != member_id:
+            raise GroupError(
+                ErrorCode.FENCED_INSTANCE_ID,
+                f"Static member {member_id} with instance id {instance_id} was fenced by member "
+                f"{member.member_id}.",
+            )
+        return member
+
     def owner_epoch(self, topic_id: TopicId, partition: int) -> int:
         """Epoch of the member holding the partition, or -1 when it is free (Kafka's map)."""
         owner = self.owners.owner(topic_id, partition)
@@ -213,6 +237,11 @@ class ConsumerGroup:
         member.subscribed_topic_names = names
         member.subscribed_topic_regex = regex
         self.invalidate_spec(member.member_id)
+
+    def adopt_instance_id(self, member: ConsumerGroupMember, instance_id: str) -> None:
+        """A dynamic member rejoining with an instance id becomes static."""
+        member.instance_id = instance_id
+        self.static_members[instance_id] = member.member_id
 
     def update_assignor(self, member: ConsumerGroupMember, assignor: str) -> None:
         if member.server_assignor is not None:

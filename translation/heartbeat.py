@@ -34,11 +34,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from translation import regex as regex_mod
 from translation.effects import (
     Effect,
-    GroupCreated,
-    MemberJoined,
     MemberLeft,
-    MemberReplaced,
-    TimerCancelled,
 )
 from translation.errors import ErrorCode, GroupError
 from translation.member import (
@@ -50,12 +46,10 @@ from translation.member import (
     PartitionEpochs,
 )
 from translation.reconciliation import OwnedPartitions
-from translation.timers import TimerKey, TimerKind
 from translation.topics import TopicId
 
 if TYPE_CHECKING:
-    from translation.coordinator import GroupCoordinator
-    from translation.group import ConsumerGroup
+    from translation.state import CoordinatorState
 
 
 class TopicPartitions(NamedTuple):
@@ -187,7 +181,7 @@ def assignment_of(member: ConsumerGroupMember) -> list[TopicPartitions]:
 
 
 def handle_regular(
-    engine: GroupCoordinator,
+    engine: CoordinatorState,
     request: ConsumerGroupHeartbeatRequest,
     now_ms: int,
     effects: list[Effect],
@@ -196,18 +190,15 @@ def handle_regular(
     epoch = request.member_epoch
     group_id = request.group_id
     group = engine.groups.get(group_id)
-    created = False
-    if group is None:
-        if epoch != 0:
-            raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
-        group = engine.new_group(group_id)
-        created = True
+    if group is None and epoch != 0:
+        raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
 
     member_id = request.member_id
     instance_id = request.instance_id
-    members = group.members
+    members = group.members if group is not None else {}
     if (
-        len(members) >= config.max_group_size
+        group is not None
+        and len(members) >= config.max_group_size
         and (not member_id or member_id not in members)
         and (instance_id is None or instance_id not in group.static_members)
     ):
@@ -238,7 +229,7 @@ def handle_regular(
         elif epoch != 0:
             check_member_epoch(member, epoch, owned)
     else:
-        existing = group.static_member(instance_id)
+        existing = group.static_member(instance_id) if group is not None else None
         if epoch == 0:
             if existing is None:
                 member = members.get(member_id)
@@ -265,17 +256,8 @@ def handle_regular(
                 replaced = existing
                 member = static_replacement(existing, member_id)
         else:
-            if existing is None:
-                raise GroupError(
-                    ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown."
-                )
-            if existing.member_id != member_id:
-                raise GroupError(
-                    ErrorCode.FENCED_INSTANCE_ID,
-                    f"Static member {member_id} with instance id {instance_id} was fenced by "
-                    f"member {existing.member_id}.",
-                )
-            member = existing
+            assert group is not None  # epoch != 0 needs an existing group
+            member = group.find_member(member_id, instance_id)
             check_member_epoch(member, epoch, owned)
 
     new_regex = request.subscribed_topic_regex
@@ -289,43 +271,34 @@ def handle_regular(
         )
 
     # 2. Apply. From here on nothing raises (barring internal invariant violations).
-    if created:
-        engine.groups[group_id] = group
-        effects.append(GroupCreated(group_id))
+    if group is None:
+        group = engine.create_group(group_id, effects)
     reasons: list[str] = []
     if group.group_epoch == 0:
         reasons.append("group created")
     if replaced is not None:
-        _replace_static_member(engine, group, replaced, member, now_ms, effects)
+        engine.replace_member(group, replaced, member, effects)
     elif is_new:
-        if not members:
-            engine.cancel_timer(TimerKey(TimerKind.GROUP_EXPIRY, group_id), effects)
-        group.add_member(member, engine.image)
+        engine.add_member(group, member, effects)
         reasons.append("member joined")
-        effects.append(MemberJoined(group_id, member_id, instance_id))
-
-    if adopt_instance:
-        # A dynamic member rejoining with an instance id becomes static.
-        assert instance_id is not None
-        member.instance_id = instance_id
-        group.static_members[instance_id] = member_id
-    if request.rack_id is not None:
-        member.rack_id = request.rack_id
-    if request.rebalance_timeout_ms != -1:
-        member.rebalance_timeout_ms = request.rebalance_timeout_ms
-    member.client_id = request.client_id
-    member.client_host = request.client_host
-    if request.server_assignor is not None and request.server_assignor != member.server_assignor:
-        group.update_assignor(member, request.server_assignor)
-
     names = (
         member.subscribed_topic_names
         if request.subscribed_topic_names is None
         else frozenset(request.subscribed_topic_names)
     )
     regex = member.subscribed_topic_regex if new_regex is None else (new_regex or None)
-    if names != member.subscribed_topic_names or regex != member.subscribed_topic_regex:
-        group.update_subscription(member, names, regex, engine.image)
+    if engine.update_member(
+        group,
+        member,
+        instance_id=instance_id if adopt_instance else None,
+        rack_id=request.rack_id,
+        rebalance_timeout_ms=(
+            None if request.rebalance_timeout_ms == -1 else request.rebalance_timeout_ms),
+        client_id=request.client_id,
+        client_host=request.client_host,
+        server_assignor=request.server_assignor,
+        subscription=(names, regex),
+    ):
         reasons.append("subscription changed")
 
     # 3. Group epoch, target assignment, then reconciliation of this member.
@@ -378,31 +351,8 @@ def static_replacement(
     return new
 
 
-def _replace_static_member(
-    engine: GroupCoordinator,
-    group: ConsumerGroup,
-    old: ConsumerGroupMember,
-    new: ConsumerGroupMember,
-    now_ms: int,
-    effects: list[Effect],
-) -> None:
-    target = group.target.members.get(old.member_id)
-    engine.cancel_member_timers(group.group_id, old.member_id, effects)
-    group.remove_member(old.member_id)
-    if target is not None:
-        group.target.members[new.member_id] = target
-    group.add_member(new, engine.image)
-    assert new.instance_id is not None
-    effects.append(MemberReplaced(group.group_id, old.member_id, new.member_id, new.instance_id))
-    if old.classic is not None:
-        # A classic member replaced by a new-protocol one: let the classic side answer a
-        # JoinGroup it may still hold for it (the replacement is already in the group).
-        for listener in engine.listeners:
-            listener.member_removed(group, old, "replaced by a static member", now_ms, effects)
-
-
 def handle_leave(
-    engine: GroupCoordinator,
+    engine: CoordinatorState,
     request: ConsumerGroupHeartbeatRequest,
     now_ms: int,
     effects: list[Effect],
@@ -412,50 +362,10 @@ def handle_leave(
     if group is None:
         raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
     member_id = request.member_id
-    instance_id = request.instance_id
-    if instance_id is None:
-        member = group.members.get(member_id)
-        if member is None:
-            raise GroupError(
-                ErrorCode.UNKNOWN_MEMBER_ID,
-                f"Member {member_id} is not a member of group {group_id}.",
-            )
-    else:
-        member = group.static_member(instance_id)
-        if member is None:
-            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
-        if member.member_id != member_id:
-            raise GroupError(
-                ErrorCode.FENCED_INSTANCE_ID,
-                f"Static member {member_id} with instance id {instance_id} was fenced by member "
-                f"{member.member_id}.",
-            )
+    member = group.find_member(member_id, request.instance_id)
     if request.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-        _static_leave(engine, group, member, now_ms, effects)
+        engine.static_leave(group, member, now_ms, effects)
     else:
         engine.remove_member(group, member, "member left", now_ms, effects)
         effects.append(MemberLeft(group_id, member_id, static=False))
     return ConsumerGroupHeartbeatResponse(member_id=member_id, member_epoch=request.member_epoch)
-
-
-def _static_leave(
-    engine: GroupCoordinator,
-    group: ConsumerGroup,
-    member: ConsumerGroupMember,
-    now_ms: int,
-    effects: list[Effect],
-) -> None:
-    """Epoch -2: the member keeps its assigned partitions (nobody else gets them) until it
-    rejoins or its session expires; partitions it was revoking are released now."""
-    for topic_id, ps in member.pending_revocation.items():
-        group.owners.remove(member.member_id, topic_id, ps)
-    member.pending_revocation = {}
-    member.assigned = {t: dict.fromkeys(ps, 0) for t, ps in member.assigned.items()}
-    member.previous_member_epoch = member.member_epoch
-    member.member_epoch = LEAVE_GROUP_STATIC_MEMBER_EPOCH
-    group.track(member)
-    key = TimerKey(TimerKind.REBALANCE, group.group_id, member.member_id)
-    if engine.timers.cancel(key):
-        effects.append(TimerCancelled(key))
-    engine.schedule_session_timeout(group, member, now_ms, effects)
-    effects.append(MemberLeft(group.group_id, member.member_id, static=True))

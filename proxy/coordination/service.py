@@ -60,6 +60,7 @@ from translation.classic.messages import (
     UNKNOWN_MEMBER_ID,
     HeartbeatRequest,
     HeartbeatResponse,
+    HeldRequest,
     JoinGroupRequest,
     JoinGroupResponse,
     LeaveGroupRequest,
@@ -549,18 +550,18 @@ class CoordinatorService:
             return JoinGroupResponse(
                 error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), member_id=request.member_id,
                 error_message="groupgate is handing its groups off")
-        before = set(classic.pending.get(group_id, ()))
         response, effects = classic.join_group(request, self.now_ms())
         self.apply(effects)  # before holding: may answer this member's previous held join
-        if response is not None and response.error_code not in (
-                int(ErrorCode.NONE), int(ErrorCode.MEMBER_ID_REQUIRED)):
-            self._release_if_unused(group_id)
-        self._refresh_if_unknown(topics)
-        if response is not None:
+        if not isinstance(response, HeldRequest):
+            if response.error_code not in (int(ErrorCode.NONE),
+                                           int(ErrorCode.MEMBER_ID_REQUIRED)):
+                self._release_if_unused(group_id)
+            self._refresh_if_unknown(topics)
             if response.error_code == int(ErrorCode.MEMBER_ID_REQUIRED):
                 self._remember_issued(group_id, response.member_id)
             return response
-        member_id = self._held_member_id(request, before)
+        self._refresh_if_unknown(topics)
+        member_id = response.member_id
         held: Held[JoinGroupResponse] = Held()
         key = (group_id, member_id)
         self.held_joins[key] = held
@@ -578,19 +579,6 @@ class CoordinatorService:
                               "timeout; rejoin")
         return answer
 
-    def _held_member_id(self, request: JoinGroupRequest, before: set[str]) -> str:
-        """The member id the engine holds ``request`` under."""
-        if request.member_id != UNKNOWN_MEMBER_ID:
-            return request.member_id
-        group = self.engine.group(request.group_id)
-        if request.group_instance_id is not None and group is not None:
-            member = group.static_member(request.group_instance_id)
-            if member is not None:
-                return member.member_id
-        assert self.classic is not None
-        added = self.classic.pending.get(request.group_id, set()) - before
-        return next(iter(added))
-
     async def sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse:
         """A classic SyncGroup; waits while the engine holds it (the member waits for
         partitions that other members still own)."""
@@ -601,7 +589,7 @@ class CoordinatorService:
             return SyncGroupResponse(error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
         response, effects = self.classic.sync_group(request, self.now_ms())
         self.apply(effects)
-        if response is not None:
+        if not isinstance(response, HeldRequest):
             return response
         held: Held[SyncGroupResponse] = Held()
         key = (request.group_id, request.member_id)

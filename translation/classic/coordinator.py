@@ -24,13 +24,18 @@ JoinGroup
 
     **Deferred join.** When the group epoch is ahead of the target and the computation waits
     for the assignment interval (the group's assignment timer is armed), the JoinGroup is
-    held: :meth:`ClassicGroupCoordinator.join_group` returns ``None`` ("pending") and the proxy
+    held: :meth:`ClassicGroupCoordinator.join_group` returns a
+    :class:`~translation.classic.messages.HeldRequest` and the proxy
     keeps the client's request. Whatever engine call later computes the group's target (any
     heartbeat, JoinGroup, SyncGroup, or the assignment timer through ``tick``/``fire``)
     reconciles the member and emits :class:`~translation.effects.JoinCompleted` carrying the
     response. A held join is bounded by the assignment interval; it is completed with
-    UNKNOWN_MEMBER_ID if its member is removed, FENCED_INSTANCE_ID if a static replacement
-    takes its place, REBALANCE_IN_PROGRESS if the same member sends another JoinGroup.
+    UNKNOWN_MEMBER_ID if its member is removed (or a new-protocol static member takes its
+    instance id), FENCED_INSTANCE_ID if a classic static replacement takes its place,
+    REBALANCE_IN_PROGRESS if the same member sends another JoinGroup. Where a member stands
+    (PrepareRebalance, CompletingRebalance, Stable, and which request is held) is the state
+    machine of :mod:`translation.classic.member`; :meth:`ClassicGroupCoordinator._move` is the
+    only place it changes.
 
 SyncGroup
     unknown member or a member using the new protocol: UNKNOWN_MEMBER_ID; instance id of
@@ -42,7 +47,7 @@ SyncGroup
 
     **Held sync.** A member whose target holds partitions other members still own
     (UNRELEASED_PARTITIONS) does not get a partial assignment at once: its SyncGroup is held
-    (``None``, the proxy keeps the request) and answered, through a
+    (a ``HeldRequest``; the proxy keeps the request) and answered, through a
     :class:`~translation.effects.SyncCompleted` effect, by whichever request or timer releases
     the last of them, or with what is free when ``GroupConfig.classic_sync_hold_ms`` (bounded by
     its rebalance timeout and half its session timeout) runs out. A joining member thus gets
@@ -85,6 +90,7 @@ LeaveGroup bumps the group epoch once per member (Kafka once per request).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from translation import heartbeat as hb
 from translation import limits
@@ -92,29 +98,27 @@ from translation.config import OffsetCommitRule
 from translation.coordinator import GroupCoordinator
 from translation.effects import (
     Effect,
-    GroupCreated,
     GroupHandedBack,
     JoinCompleted,
-    MemberJoined,
+    MemberFenced,
     MemberLeft,
-    MemberReplaced,
     SyncCompleted,
-    TimerArmed,
 )
 from translation.errors import ErrorCode, GroupError
 from translation.group import ConsumerGroup
 from translation.member import ConsumerGroupMember, MemberProtocol, MemberState
-from translation.reconciliation import reconcile
 from translation.timers import TimerKey, TimerKind
 from translation.topics import TopicId, TopicsImage
 
-from .member import ClassicMemberMetadata, ClassicMemberState, PendingJoin
+from .member import ClassicEvent, ClassicMemberMetadata, ClassicMemberState, Held, PendingJoin
 from .messages import (
     CONSUMER_PROTOCOL_TYPE,
     UNKNOWN_MEMBER_ID,
     ClassicAssignment,
+    ClassicSubscription,
     HeartbeatRequest,
     HeartbeatResponse,
+    HeldRequest,
     JoinGroupRequest,
     JoinGroupResponse,
     LeaveGroupRequest,
@@ -129,6 +133,19 @@ SLOW_HOLDER_MS = 500
 """A held SyncGroup stops waiting for a member that was told to revoke this long ago and
 still holds the partitions (see ``ClassicGroupCoordinator._hold_until``)."""
 OwnedIds = list[tuple[TopicId, list[int]]]
+CLASSIC_TIMERS = (TimerKind.CLASSIC_JOIN, TimerKind.CLASSIC_SYNC)
+"""The classic member timers this layer arms and fires (the hold timer is the held sync's)."""
+
+
+@dataclass(slots=True)
+class _JoiningMember:
+    """A JoinGroup that passed every check: who joins, and how."""
+
+    group: ConsumerGroup | None
+    member: ConsumerGroupMember
+    is_new: bool
+    replaced: ConsumerGroupMember | None
+    subscription: ClassicSubscription
 
 
 class ClassicGroupCoordinator:
@@ -136,22 +153,47 @@ class ClassicGroupCoordinator:
 
     def __init__(self, engine: GroupCoordinator) -> None:
         self.engine = engine
-        self.pending: dict[str, set[str]] = {}
-        """group id -> members whose JoinGroup is held."""
-        self.held_syncs: dict[str, set[str]] = {}
-        """group id -> members whose SyncGroup is held."""
+        self.held: dict[Held, dict[str, set[str]]] = {Held.JOIN: {}, Held.SYNC: {}}
+        """What is held -> group id -> members whose request of that kind is held; kept by
+        :meth:`_move` alone, from each member's position."""
         self.told_at: dict[tuple[str, str], int] = {}
         """(group id, member id) -> when the member was told to revoke (classic: sent
         REBALANCE_IN_PROGRESS; new protocol: first seen revoking). A held SyncGroup stops
         waiting for a holder that has known for ``SLOW_HOLDER_MS`` and still not let go."""
         engine.listeners.append(self)
 
+    def held_joins(self, group_id: str) -> set[str]:
+        return self.held[Held.JOIN].get(group_id, set())
+
+    def held_syncs(self, group_id: str) -> set[str]:
+        return self.held[Held.SYNC].get(group_id, set())
+
+    def _move(self, group: ConsumerGroup, member: ConsumerGroupMember, event: ClassicEvent,
+              pending_join: PendingJoin | None = None) -> None:
+        """The one place a classic member changes position (:mod:`translation.classic.member`)
+        and the held-request indexes follow."""
+        meta = member.classic
+        assert meta is not None
+        before = meta.transition(event, pending_join)
+        after = meta.held
+        if before is after:
+            return
+        if before is not Held.NOTHING:
+            waiting = self.held[before].get(group.group_id)
+            if waiting is not None:
+                waiting.discard(member.member_id)
+                if not waiting:
+                    del self.held[before][group.group_id]
+        if after is not Held.NOTHING:
+            self.held[after].setdefault(group.group_id, set()).add(member.member_id)
+
     # ------------------------------------------------------------------ JoinGroup
 
     def join_group(
         self, request: JoinGroupRequest, now_ms: int
-    ) -> tuple[JoinGroupResponse | None, list[Effect]]:
-        """Handle a JoinGroup; ``None`` means pending (see the module docstring)."""
+    ) -> tuple[JoinGroupResponse | HeldRequest, list[Effect]]:
+        """Handle a JoinGroup; a :class:`HeldRequest` says the engine holds it (see the
+        module docstring)."""
         effects: list[Effect] = []
         try:
             response = self._join(request, now_ms, effects)
@@ -169,7 +211,15 @@ class ClassicGroupCoordinator:
 
     def _join(
         self, request: JoinGroupRequest, now_ms: int, effects: list[Effect]
-    ) -> JoinGroupResponse | None:
+    ) -> JoinGroupResponse | HeldRequest:
+        joining = self._check_join(request)
+        if isinstance(joining, JoinGroupResponse):
+            return joining
+        return self._apply_join(request, joining, now_ms, effects)
+
+    def _check_join(self, request: JoinGroupRequest) -> _JoiningMember | JoinGroupResponse:
+        """Every check a JoinGroup must pass, before anything changes: raises GroupError, or
+        answers MEMBER_ID_REQUIRED, or says who joins."""
         engine = self.engine
         config = engine.config
         group_id = request.group_id
@@ -223,74 +273,49 @@ class ClassicGroupCoordinator:
         if engine.is_new_member(group_id, request.member_id, instance_id):
             engine.check_room_for_a_member()
 
-        # 1. Find or create the member; nothing changes until every check has passed.
-        replaced: ConsumerGroupMember | None = None
-        is_new = False
-        member: ConsumerGroupMember | None
         if instance_id is None:
             member = members.get(member_id)
             if member is None:
-                member = ConsumerGroupMember(member_id, protocol=MemberProtocol.CLASSIC)
-                is_new = True
-            elif member.protocol is not MemberProtocol.CLASSIC:
-                raise GroupError(
-                    ErrorCode.UNKNOWN_MEMBER_ID,
-                    f"Member {member_id} does not use the classic protocol.",
-                )
-        elif unknown:
+                new = ConsumerGroupMember(member_id, protocol=MemberProtocol.CLASSIC)
+                return _JoiningMember(group, new, True, None, subscription)
+            _check_classic(member)
+            return _JoiningMember(group, member, False, None, subscription)
+        if unknown:
             if existing is None:
-                member = ConsumerGroupMember(
+                new = ConsumerGroupMember(
                     member_id, instance_id=instance_id, protocol=MemberProtocol.CLASSIC
                 )
-                is_new = True
-            else:
-                replaced = existing
-                member = _static_replacement(existing, member_id)
-        else:
-            if existing is None:
-                raise GroupError(
-                    ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown."
-                )
-            if existing.member_id != member_id:
-                raise GroupError(
-                    ErrorCode.FENCED_INSTANCE_ID,
-                    f"Static member {member_id} with instance id {instance_id} was fenced by "
-                    f"member {existing.member_id}.",
-                )
-            if existing.protocol is not MemberProtocol.CLASSIC:
-                raise GroupError(
-                    ErrorCode.UNKNOWN_MEMBER_ID,
-                    f"Member {member_id} does not use the classic protocol.",
-                )
-            member = existing
+                return _JoiningMember(group, new, True, None, subscription)
+            return _JoiningMember(group, _static_replacement(existing, member_id), False,
+                                  existing, subscription)
+        if group is None:
+            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+        existing = group.find_member(member_id, instance_id)
+        _check_classic(existing)
+        return _JoiningMember(group, existing, False, None, subscription)
 
-        # 2. Apply. A member whose previous JoinGroup is still held gets that one answered
-        # first (REBALANCE_IN_PROGRESS), so a member never has two held joins.
-        if not is_new and replaced is None and group is not None:
+    def _apply_join(self, request: JoinGroupRequest, joining: _JoiningMember, now_ms: int,
+                    effects: list[Effect]) -> JoinGroupResponse | HeldRequest:
+        engine = self.engine
+        group, member = joining.group, joining.member
+        group_id = request.group_id
+        member_id = member.member_id
+        session = request.session_timeout_ms
+        subscription = joining.subscription
+        # A member whose previous JoinGroup (or SyncGroup) is still held gets that one
+        # answered first (REBALANCE_IN_PROGRESS), so a member never has two held requests.
+        if not joining.is_new and joining.replaced is None and group is not None:
             self._answer_held(group, member, ErrorCode.REBALANCE_IN_PROGRESS, effects)
         if group is None:
-            group = engine.new_group(group_id)
-            engine.groups[group_id] = group
-            effects.append(GroupCreated(group_id))
+            group = engine.create_group(group_id, effects)
         reasons: list[str] = []
         if group.group_epoch == 0:
             reasons.append("group created")
-        if replaced is not None:
-            self._replace_static_member(group, replaced, member, effects)
-        elif is_new:
-            if not group.members:
-                engine.cancel_timer(TimerKey(TimerKind.GROUP_EXPIRY, group_id), effects)
-            group.add_member(member, engine.image)
+        if joining.replaced is not None:
+            engine.replace_member(group, joining.replaced, member, effects)
+        elif joining.is_new:
+            engine.add_member(group, member, effects)
             reasons.append("member joined")
-            effects.append(MemberJoined(group_id, member_id, instance_id))
-        if subscription.rack_id is not None:
-            member.rack_id = subscription.rack_id
-        member.rebalance_timeout_ms = (
-            request.rebalance_timeout_ms if request.rebalance_timeout_ms != -1 else session
-        )
-        member.client_id = request.client_id
-        member.client_host = request.client_host
-        member.session_timeout_ms = session
         names = tuple(p.name for p in request.protocols)
         meta = member.classic
         if meta is None:
@@ -300,27 +325,28 @@ class ClassicGroupCoordinator:
             meta.protocols = names
             meta.subscription_version = subscription.version
         meta.user_data = subscription.user_data
-        topics = frozenset(subscription.topics)
-        if topics != member.subscribed_topic_names or member.subscribed_topic_regex is not None:
-            group.update_subscription(member, topics, None, engine.image)
+        if engine.update_member(
+            group,
+            member,
+            rack_id=subscription.rack_id,
+            rebalance_timeout_ms=(request.rebalance_timeout_ms
+                                  if request.rebalance_timeout_ms != -1 else session),
+            session_timeout_ms=session,
+            client_id=request.client_id,
+            client_host=request.client_host,
+            subscription=(frozenset(subscription.topics), None),
+        ):
             reasons.append("subscription changed")
 
-        # 3. Group epoch and target, then either hold the join or reconcile and answer.
+        # Group epoch and target, then either hold the join or reconcile and answer.
         engine.apply_member_changes(group, reasons, now_ms, effects)
-        engine.cancel_timer(TimerKey(TimerKind.CLASSIC_JOIN, group_id, member_id), effects)
-        engine.cancel_timer(TimerKey(TimerKind.CLASSIC_SYNC, group_id, member_id), effects)
+        self._cancel_timers(group_id, member_id, effects)
         engine.schedule_session_timeout(group, member, now_ms, effects)
         owned = [(t, list(ps)) for t, ps in subscription.owned_partitions]
-        if (
-            config.defer_classic_join
-            and group.group_epoch > group.target.epoch
-            and TimerKey(TimerKind.ASSIGNMENT, group_id) in engine.timers
-        ):
-            meta.pending_join = PendingJoin(owned, member.rebalance_timeout_ms)
-            meta.state = ClassicMemberState.PREPARE_REBALANCE
-            self.pending.setdefault(group_id, set()).add(member_id)
-            return None
-        meta.pending_join = None
+        if engine.config.defer_classic_join and engine.target_deferred(group):
+            self._move(group, member, ClassicEvent.JOIN_HELD,
+                       PendingJoin(owned, member.rebalance_timeout_ms))
+            return HeldRequest(group_id, member_id)
         return self._complete_join(group, member, owned, now_ms, effects)
 
     def _check_protocols(
@@ -350,26 +376,6 @@ class ClassicGroupCoordinator:
                     f"Member {member_id}'s protocols are not supported.",
                 )
 
-    def _replace_static_member(
-        self,
-        group: ConsumerGroup,
-        old: ConsumerGroupMember,
-        new: ConsumerGroupMember,
-        effects: list[Effect],
-    ) -> None:
-        engine = self.engine
-        self._answer_held(group, old, ErrorCode.FENCED_INSTANCE_ID, effects)
-        target = group.target.members.get(old.member_id)
-        engine.cancel_member_timers(group.group_id, old.member_id, effects)
-        group.remove_member(old.member_id)
-        if target is not None:
-            group.target.members[new.member_id] = target
-        group.add_member(new, engine.image)
-        assert new.instance_id is not None
-        effects.append(
-            MemberReplaced(group.group_id, old.member_id, new.member_id, new.instance_id)
-        )
-
     def _complete_join(
         self,
         group: ConsumerGroup,
@@ -382,7 +388,7 @@ class ClassicGroupCoordinator:
         meta = member.classic
         assert meta is not None
         self._reconcile(group, member, _owned_ids(owned, engine.image), now_ms, effects)
-        meta.state = ClassicMemberState.COMPLETING_REBALANCE
+        self._move(group, member, ClassicEvent.JOIN_ANSWERED)
         meta.generation = member.member_epoch
         if member.state is not MemberState.UNREVOKED_PARTITIONS:
             self.told_at.pop((group.group_id, member.member_id), None)
@@ -391,9 +397,7 @@ class ClassicGroupCoordinator:
         )
         engine.schedule_session_timeout(group, member, now_ms, effects)
         key = TimerKey(TimerKind.CLASSIC_SYNC, group.group_id, member.member_id)
-        deadline = now_ms + max(member.rebalance_timeout_ms, 0)
-        engine.timers.schedule(key, deadline)
-        effects.append(TimerArmed(key, deadline))
+        engine.arm_timer(key, now_ms + max(member.rebalance_timeout_ms, 0), effects)
         return JoinGroupResponse(
             generation_id=member.member_epoch,
             protocol_type=CONSUMER_PROTOCOL_TYPE,
@@ -405,33 +409,15 @@ class ClassicGroupCoordinator:
         self,
         group: ConsumerGroup,
         member: ConsumerGroupMember,
-        owned: OwnedIds,
+        owned: OwnedIds | None,
         now_ms: int,
         effects: list[Effect],
     ) -> None:
-        """The engine's reconciliation, against the target filtered to the subscription."""
-        engine = self.engine
+        """The engine's reconciliation, against the target filtered to the subscription (a
+        member holding partitions outside it is brought back in line at once)."""
         target = self.filtered_target(group, member)
-        inconsistent = not _within(member.assigned, target)
-        if member.is_reconciled_to(group.target.epoch) and not inconsistent:
-            return
-        changed = reconcile(
-            member,
-            group.target.epoch,
-            target,
-            group.owners,
-            owned,
-            subscription_changed=inconsistent,
-        )
-        if changed:
-            group.track(member)
-            key = TimerKey(TimerKind.REBALANCE, group.group_id, member.member_id)
-            if member.state is MemberState.UNREVOKED_PARTITIONS:
-                deadline = now_ms + max(member.rebalance_timeout_ms, 0)
-                engine.timers.schedule(key, deadline, member.member_epoch)
-                effects.append(TimerArmed(key, deadline))
-            else:
-                engine.cancel_timer(key, effects)
+        self.engine.reconcile_member(group, member, owned, now_ms, effects, target=target,
+                                     subscription_changed=not _within(member.assigned, target))
 
     def filtered_target(
         self, group: ConsumerGroup, member: ConsumerGroupMember
@@ -447,8 +433,9 @@ class ClassicGroupCoordinator:
 
     def sync_group(
         self, request: SyncGroupRequest, now_ms: int
-    ) -> tuple[SyncGroupResponse | None, list[Effect]]:
-        """Handle a SyncGroup; ``None`` means held (see the module docstring)."""
+    ) -> tuple[SyncGroupResponse | HeldRequest, list[Effect]]:
+        """Handle a SyncGroup; a :class:`HeldRequest` says the engine holds it (see the
+        module docstring)."""
         effects: list[Effect] = []
         try:
             response = self._sync(request, now_ms, effects)
@@ -459,7 +446,7 @@ class ClassicGroupCoordinator:
 
     def _sync(
         self, request: SyncGroupRequest, now_ms: int, effects: list[Effect]
-    ) -> SyncGroupResponse | None:
+    ) -> SyncGroupResponse | HeldRequest:
         engine = self.engine
         group, member = self._validate_member(
             request.group_id, request.member_id, request.group_instance_id
@@ -467,9 +454,9 @@ class ClassicGroupCoordinator:
         meta = member.classic
         assert meta is not None
         _check_generation(member, request.generation_id)
-        if meta.sync_held:
+        if meta.held is Held.SYNC:
             # The same member syncing twice: the earlier request is answered first.
-            self._drop_held_sync(group, member, ErrorCode.REBALANCE_IN_PROGRESS, effects)
+            self._answer_held(group, member, ErrorCode.REBALANCE_IN_PROGRESS, effects)
         if request.protocol_type is not None and request.protocol_type != CONSUMER_PROTOCOL_TYPE:
             raise GroupError(
                 ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
@@ -481,15 +468,16 @@ class ClassicGroupCoordinator:
                 f"The protocol name {request.protocol_name} is not the one returned in the join "
                 f"response ({meta.protocol_name}).",
             )
-        self._maybe_compute_target(group, now_ms, effects)
-        if meta.pending_join is None:
-            self._advance_quietly(group, member)
-            self._pick_up_released(group, member)
-        if meta.pending_join is not None or (
+        engine.maybe_compute_target_assignment(group, now_ms, effects)
+        join_held = meta.held is Held.JOIN
+        if not join_held:
+            self._advance_quietly(group, member, now_ms, effects)
+            self._pick_up_released(group, member, now_ms, effects)
+        if join_held or (
             group.target.epoch > member.member_epoch
             and member.state is not MemberState.UNREVOKED_PARTITIONS
         ):
-            if meta.pending_join is None:
+            if not join_held:
                 self._ask_to_rejoin(group, member, now_ms, effects)
             raise GroupError(
                 ErrorCode.REBALANCE_IN_PROGRESS,
@@ -505,7 +493,7 @@ class ClassicGroupCoordinator:
             and self._waits_on_others(group, member)
             and self._hold_sync(group, member, now_ms, effects)
         ):
-            return None
+            return HeldRequest(group.group_id, member.member_id)
         return self._sync_response(group, member, now_ms, effects)
 
     def _sync_response(
@@ -514,7 +502,7 @@ class ClassicGroupCoordinator:
         meta = member.classic
         assert meta is not None
         self.engine.schedule_session_timeout(group, member, now_ms, effects)
-        meta.state = ClassicMemberState.STABLE
+        self._move(group, member, ClassicEvent.SYNC_ANSWERED)
         if member.state is not MemberState.UNREVOKED_PARTITIONS:
             self.told_at.pop((group.group_id, member.member_id), None)
         return SyncGroupResponse(
@@ -538,8 +526,7 @@ class ClassicGroupCoordinator:
         until = self._hold_until(group, member, now_ms)
         if until is None:
             return False
-        meta.sync_held = True
-        self.held_syncs.setdefault(group.group_id, set()).add(member.member_id)
+        self._move(group, member, ClassicEvent.SYNC_HELD)
         self.engine.schedule_session_timeout(group, member, now_ms + hold, effects)
         self._arm_hold_timer(group, member, until, effects)
         return True
@@ -549,8 +536,7 @@ class ClassicGroupCoordinator:
     ) -> None:
         key = TimerKey(TimerKind.CLASSIC_SYNC_HOLD, group.group_id, member.member_id)
         if self.engine.timers.deadline(key) != when:
-            self.engine.timers.schedule(key, when)
-            effects.append(TimerArmed(key, when))
+            self.engine.arm_timer(key, when, effects)
 
     def _hold_until(
         self, group: ConsumerGroup, member: ConsumerGroupMember, now_ms: int
@@ -608,16 +594,19 @@ class ClassicGroupCoordinator:
     ) -> None:
         """Answer a held SyncGroup once the member waits on nobody (or the hold expired)."""
         meta = member.classic
-        assert meta is not None and meta.sync_held
-        self._pick_up_released(group, member)
+        assert meta is not None and meta.held is Held.SYNC
+        self._pick_up_released(group, member, now_ms, effects)
         if not expired:
             until = self._hold_until(group, member, now_ms)
             if until is not None:
                 self._arm_hold_timer(group, member, until, effects)
                 return
-        self._unhold(group, member, effects)
+        self.engine.cancel_timer(
+            TimerKey(TimerKind.CLASSIC_SYNC_HOLD, group.group_id, member.member_id), effects
+        )
         response: SyncGroupResponse
         if group.target.epoch > member.member_epoch:
+            self._move(group, member, ClassicEvent.HELD_ANSWERED)
             self._ask_to_rejoin(group, member, now_ms, effects)
             self.engine.schedule_session_timeout(group, member, now_ms, effects)
             response = SyncGroupResponse(error_code=int(ErrorCode.REBALANCE_IN_PROGRESS))
@@ -632,48 +621,15 @@ class ClassicGroupCoordinator:
             and self._waits_on_others(group, member)
         )
 
-    def _unhold(
-        self, group: ConsumerGroup, member: ConsumerGroupMember, effects: list[Effect]
-    ) -> None:
-        meta = member.classic
-        assert meta is not None
-        meta.sync_held = False
-        waiting = self.held_syncs.get(group.group_id)
-        if waiting is not None:
-            waiting.discard(member.member_id)
-            if not waiting:
-                del self.held_syncs[group.group_id]
-        self.engine.cancel_timer(
-            TimerKey(TimerKind.CLASSIC_SYNC_HOLD, group.group_id, member.member_id), effects
-        )
-
-    def _drop_held_sync(
-        self,
-        group: ConsumerGroup,
-        member: ConsumerGroupMember,
-        code: ErrorCode,
-        effects: list[Effect],
-    ) -> None:
-        meta = member.classic
-        if meta is None or not meta.sync_held:
-            return
-        self._unhold(group, member, effects)
-        effects.append(
-            SyncCompleted(group.group_id, member.member_id, SyncGroupResponse(error_code=int(code)))
-        )
-
     def _release_held_syncs(self, group: ConsumerGroup, now_ms: int, effects: list[Effect]) -> None:
-        waiting = self.held_syncs.get(group.group_id)
+        waiting = self.held[Held.SYNC].get(group.group_id)
         if not waiting:
             return
         for member_id in sorted(waiting):
             member = group.members.get(member_id)
-            if member is None or member.classic is None or not member.classic.sync_held:
-                waiting.discard(member_id)
-                continue
+            if member is None or member.classic is None or member.classic.held is not Held.SYNC:
+                continue  # answered by an earlier one's completion
             self._complete_held_sync(group, member, now_ms, effects, expired=False)
-        if not waiting:
-            self.held_syncs.pop(group.group_id, None)
 
     def _after(self, group_id: str, now_ms: int, effects: list[Effect]) -> None:
         """After any classic request: answer held SyncGroups whose partitions are free now."""
@@ -681,18 +637,19 @@ class ClassicGroupCoordinator:
         if group is not None:
             self._release_held_syncs(group, now_ms, effects)
 
-    def _pick_up_released(self, group: ConsumerGroup, member: ConsumerGroupMember) -> None:
+    def _pick_up_released(self, group: ConsumerGroup, member: ConsumerGroupMember, now_ms: int,
+                          effects: list[Effect]) -> None:
         """A member at the target epoch waiting for partitions takes those released since,
         at the same epoch (nothing the client was told changes but its assignment)."""
         if (
             member.state is MemberState.UNRELEASED_PARTITIONS
             and member.member_epoch == group.target.epoch
         ):
-            target = self.filtered_target(group, member)
-            if reconcile(member, group.target.epoch, target, group.owners, None):
-                group.track(member)
+            self.engine.reconcile_member(group, member, None, now_ms, effects,
+                                         target=self.filtered_target(group, member))
 
-    def _advance_quietly(self, group: ConsumerGroup, member: ConsumerGroupMember) -> bool:
+    def _advance_quietly(self, group: ConsumerGroup, member: ConsumerGroupMember, now_ms: int,
+                         effects: list[Effect]) -> bool:
         """Move a stable member whose target is exactly its assignment to the target epoch
         without a rejoin (``GroupConfig.quiet_classic_advance``); its generation stays."""
         config = self.engine.config
@@ -720,8 +677,7 @@ class ClassicGroupCoordinator:
             have = assigned.get(topic_id)
             if len(ps) != (len(have) if have else 0) or (have and not ps.issuperset(have)):
                 return False
-        if reconcile(member, group.target.epoch, target, group.owners, None):
-            group.track(member)
+        self.engine.reconcile_member(group, member, None, now_ms, effects, target=target)
         return True
 
     def assignment_of(self, group: ConsumerGroup, member: ConsumerGroupMember) -> ClassicAssignment:
@@ -755,10 +711,10 @@ class ClassicGroupCoordinator:
         self.engine.schedule_session_timeout(group, member, now_ms, effects)
         meta = member.classic
         assert meta is not None
-        if meta.pending_join is not None or meta.sync_held:
+        if meta.held is not Held.NOTHING:
             return HeartbeatResponse(), effects
-        self._maybe_compute_target(group, now_ms, effects)
-        self._advance_quietly(group, member)
+        self.engine.maybe_compute_target_assignment(group, now_ms, effects)
+        self._advance_quietly(group, member, now_ms, effects)
         if self.must_rejoin(group, member):
             self._ask_to_rejoin(group, member, now_ms, effects)
             response = HeartbeatResponse(error_code=int(ErrorCode.REBALANCE_IN_PROGRESS))
@@ -836,18 +792,14 @@ class ClassicGroupCoordinator:
                     ErrorCode.FENCED_INSTANCE_ID, f"Instance id {instance_id} is fenced."
                 )
             member = found
-        if member.protocol is not MemberProtocol.CLASSIC:
-            raise GroupError(
-                ErrorCode.UNKNOWN_MEMBER_ID,
-                f"Member {member.member_id} does not use the classic protocol.",
-            )
+        _check_classic(member)
         return member
 
     # ------------------------------------------------------------------ engine listener
 
     def target_updated(self, group: ConsumerGroup, now_ms: int, effects: list[Effect]) -> None:
         """Complete the joins held for this group."""
-        waiting = self.pending.pop(group.group_id, None)
+        waiting = self.held[Held.JOIN].get(group.group_id)
         if not waiting:
             return
         for member_id in sorted(waiting):
@@ -855,20 +807,12 @@ class ClassicGroupCoordinator:
             if member is None or member.classic is None or member.classic.pending_join is None:
                 continue
             pending = member.classic.pending_join
-            member.classic.pending_join = None
             response = self._complete_join(group, member, pending.owned, now_ms, effects)
             effects.append(JoinCompleted(group.group_id, member_id, response))
 
-    def member_removed(
-        self,
-        group: ConsumerGroup,
-        member: ConsumerGroupMember,
-        reason: str,
-        now_ms: int,
-        effects: list[Effect],
-    ) -> None:
-        self._answer_held(group, member, ErrorCode.UNKNOWN_MEMBER_ID, effects)
-        self.told_at.pop((group.group_id, member.member_id), None)
+    def member_removed(self, group: ConsumerGroup, member: ConsumerGroupMember, reason: str,
+                       now_ms: int, effects: list[Effect]) -> None:
+        self._forget(group, member, ErrorCode.UNKNOWN_MEMBER_ID, effects)
         if member.protocol is MemberProtocol.CLASSIC or not group.members:
             return
         config = self.engine.config
@@ -878,35 +822,59 @@ class ClassicGroupCoordinator:
             return
         self.hand_back(group, f"last consumer-protocol member left ({reason})", effects)
 
+    def member_replaced(self, group: ConsumerGroup, old: ConsumerGroupMember,
+                        new: ConsumerGroupMember, effects: list[Effect]) -> None:
+        # Its classic successor fences it; a new-protocol successor (the client rolled to the
+        # new protocol) makes it a member this group no longer knows.
+        code = (ErrorCode.FENCED_INSTANCE_ID if new.protocol is MemberProtocol.CLASSIC
+                else ErrorCode.UNKNOWN_MEMBER_ID)
+        self._forget(group, old, code, effects)
+
+    def group_dropped(self, group: ConsumerGroup, effects: list[Effect]) -> None:
+        for index in self.held.values():
+            index.pop(group.group_id, None)
+
     def group_changed(self, group: ConsumerGroup, now_ms: int, effects: list[Effect]) -> None:
         self._release_held_syncs(group, now_ms, effects)
 
     def timer_fired(
         self, group: ConsumerGroup, key: TimerKey, now_ms: int, effects: list[Effect]
     ) -> None:
-        if key.kind is TimerKind.CLASSIC_SYNC_HOLD:
-            member = group.members.get(key.member_id)
-            if member is not None and member.classic is not None and member.classic.sync_held:
-                self._complete_held_sync(group, member, now_ms, effects, expired=False)
+        member = group.members.get(key.member_id)
+        if member is None or member.classic is None:
+            return
+        if key.kind is TimerKind.CLASSIC_JOIN:
+            self.engine.remove_member(group, member, "classic join timeout", now_ms, effects)
+            effects.append(MemberFenced(group.group_id, member.member_id, "join-timeout"))
+        elif key.kind is TimerKind.CLASSIC_SYNC:
+            self.engine.remove_member(group, member, "classic sync timeout", now_ms, effects)
+            effects.append(MemberFenced(group.group_id, member.member_id, "sync-timeout"))
+        elif key.kind is TimerKind.CLASSIC_SYNC_HOLD and member.classic.held is Held.SYNC:
+            self._complete_held_sync(group, member, now_ms, effects, expired=False)
 
     def hand_back(self, group: ConsumerGroup, reason: str, effects: list[Effect]) -> None:
         """Give the group up to the broker (downgrade): forget it and say so."""
         engine = self.engine
-        group_id = group.group_id
         left = []
         for member in list(group.members.values()):
-            self._answer_held(group, member, ErrorCode.UNKNOWN_MEMBER_ID, effects)
-            self.told_at.pop((group_id, member.member_id), None)
-            engine.cancel_member_timers(group_id, member.member_id, effects)
+            self._forget(group, member, ErrorCode.UNKNOWN_MEMBER_ID, effects)
+            engine.cancel_member_timers(group.group_id, member.member_id, effects)
             left.append((member.member_id, member.instance_id))
-        engine.cancel_timer(TimerKey(TimerKind.ASSIGNMENT, group_id), effects)
-        engine.cancel_timer(TimerKey(TimerKind.GROUP_EXPIRY, group_id), effects)
-        group.dead = True
-        engine.groups.pop(group_id, None)
-        self.pending.pop(group_id, None)
-        effects.append(GroupHandedBack(group_id, reason, tuple(left)))
+        engine.drop_group(group, GroupHandedBack(group.group_id, reason, tuple(left)), effects)
 
     # ------------------------------------------------------------------ helpers
+
+    def _forget(self, group: ConsumerGroup, member: ConsumerGroupMember, code: ErrorCode,
+                effects: list[Effect]) -> None:
+        """``member`` is gone (removed, replaced, handed back): answer what it has held with
+        ``code``, stop its classic timers, forget when it was told to revoke."""
+        self._answer_held(group, member, code, effects)
+        self.told_at.pop((group.group_id, member.member_id), None)
+        self._cancel_timers(group.group_id, member.member_id, effects)
+
+    def _cancel_timers(self, group_id: str, member_id: str, effects: list[Effect]) -> None:
+        for kind in CLASSIC_TIMERS:
+            self.engine.cancel_timer(TimerKey(kind, group_id, member_id), effects)
 
     def _answer_held(
         self,
@@ -917,30 +885,20 @@ class ClassicGroupCoordinator:
     ) -> None:
         """Answer whatever request of ``member`` is held (a JoinGroup or a SyncGroup) with
         ``code``: it rejoined, was replaced, removed, or its group was handed back."""
-        self._drop_pending(group, member, code, effects)
-        self._drop_held_sync(group, member, code, effects)
-
-    def _drop_pending(
-        self,
-        group: ConsumerGroup,
-        member: ConsumerGroupMember,
-        code: ErrorCode,
-        effects: list[Effect],
-    ) -> None:
         meta = member.classic
-        if meta is None or meta.pending_join is None:
+        if meta is None or meta.held is Held.NOTHING:
             return
-        meta.pending_join = None
-        waiting = self.pending.get(group.group_id)
-        if waiting is not None:
-            waiting.discard(member.member_id)
-        effects.append(
-            JoinCompleted(
-                group.group_id,
-                member.member_id,
-                JoinGroupResponse(error_code=int(code), member_id=member.member_id),
-            )
-        )
+        held = meta.held
+        self._move(group, member, ClassicEvent.HELD_ANSWERED)
+        if held is Held.JOIN:
+            effects.append(JoinCompleted(
+                group.group_id, member.member_id,
+                JoinGroupResponse(error_code=int(code), member_id=member.member_id)))
+        else:
+            self.engine.cancel_timer(
+                TimerKey(TimerKind.CLASSIC_SYNC_HOLD, group.group_id, member.member_id), effects)
+            effects.append(SyncCompleted(group.group_id, member.member_id,
+                                         SyncGroupResponse(error_code=int(code))))
 
     def _validate_member(
         self, group_id: str, member_id: str, instance_id: str | None
@@ -948,54 +906,27 @@ class ClassicGroupCoordinator:
         group = self.engine.groups.get(group_id)
         if group is None or not group.members:
             raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID, f"Group {group_id} not found.")
-        if instance_id is None:
-            member = group.members.get(member_id)
-            if member is None:
-                raise GroupError(
-                    ErrorCode.UNKNOWN_MEMBER_ID,
-                    f"Member {member_id} is not a member of group {group_id}.",
-                )
-        else:
-            found = group.static_member(instance_id)
-            if found is None:
-                raise GroupError(
-                    ErrorCode.UNKNOWN_MEMBER_ID,
-                    f"Member with instance id {instance_id} is not a member of group {group_id}.",
-                )
-            if found.member_id != member_id:
-                raise GroupError(
-                    ErrorCode.FENCED_INSTANCE_ID,
-                    f"Static member {member_id} with instance id {instance_id} was fenced by "
-                    f"member {found.member_id}.",
-                )
-            member = found
-        if member.protocol is not MemberProtocol.CLASSIC or member.classic is None:
-            raise GroupError(
-                ErrorCode.UNKNOWN_MEMBER_ID,
-                f"Member {member_id} does not use the classic protocol.",
-            )
+        member = group.find_member(member_id, instance_id)
+        _check_classic(member)
         return group, member
-
-    def _maybe_compute_target(
-        self, group: ConsumerGroup, now_ms: int, effects: list[Effect]
-    ) -> None:
-        if group.group_epoch > group.target.epoch:
-            self.engine.maybe_compute_target_assignment(group, now_ms, effects)
 
     def _ask_to_rejoin(
         self, group: ConsumerGroup, member: ConsumerGroupMember, now_ms: int, effects: list[Effect]
     ) -> None:
         """REBALANCE_IN_PROGRESS: the member must rejoin within its rebalance timeout."""
-        meta = member.classic
-        assert meta is not None
-        if meta.pending_join is None:
-            meta.state = ClassicMemberState.PREPARE_REBALANCE
+        self._move(group, member, ClassicEvent.TOLD_TO_REJOIN)
         self.told_at.setdefault((group.group_id, member.member_id), now_ms)
         key = TimerKey(TimerKind.CLASSIC_JOIN, group.group_id, member.member_id)
         if key not in self.engine.timers:
-            deadline = now_ms + max(member.rebalance_timeout_ms, 0)
-            self.engine.timers.schedule(key, deadline)
-            effects.append(TimerArmed(key, deadline))
+            self.engine.arm_timer(key, now_ms + max(member.rebalance_timeout_ms, 0), effects)
+
+
+def _check_classic(member: ConsumerGroupMember) -> None:
+    if member.protocol is not MemberProtocol.CLASSIC or member.classic is None:
+        raise GroupError(
+            ErrorCode.UNKNOWN_MEMBER_ID,
+            f"Member {member.member_id} does not use the classic protocol.",
+        )
 
 
 def _check_generation(member: ConsumerGroupMember, generation_id: int) -> None:

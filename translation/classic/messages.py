@@ -154,3 +154,14 @@ class LeaveGroupResponse:
     error_code: int = 0
     members: list[LeavingMemberResponse] = field(default_factory=list)
     throttle_time_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HeldRequest:
+    """The engine keeps a JoinGroup or SyncGroup for now: the driver holds the client's
+    request until a :class:`~translation.effects.JoinCompleted` /
+    :class:`~translation.effects.SyncCompleted` effect for (``group_id``, ``member_id``)
+    answers it (``member_id`` is the one the engine gave, for a join without one)."""
+
+    group_id: str
+    member_id: str

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from translation.coordinator import GroupCoordinator
-from translation.effects import Effect, GroupCreated, GroupEpochBumped, MemberJoined
+from translation.effects import Effect
 from translation.member import ConsumerGroupMember, MemberProtocol, MemberState
 from translation.target import TargetAssignment
 from translation.topics import TopicId
@@ -111,8 +111,6 @@ def convert_classic_group(
         return refusal, effects
     image = engine.image
     generation = snapshot.generation_id
-    group = engine.new_group(snapshot.group_id)
-    group.group_epoch = generation
     target: dict[str, dict[TopicId, frozenset[int]]] = {}
     members: list[ConsumerGroupMember] = []
     for m in snapshot.members:
@@ -152,19 +150,12 @@ def convert_classic_group(
         member.assigned = {t: dict.fromkeys(ps, generation) for t, ps in assigned.items()}
         target[m.member_id] = assigned
         members.append(member)
-    group.target = TargetAssignment(generation, target)
-    engine.groups[snapshot.group_id] = group
-    effects.append(GroupCreated(snapshot.group_id))
+    group = engine.create_group(snapshot.group_id, effects, group_epoch=generation,
+                                target=TargetAssignment(generation, target))
     for member in members:
-        group.add_member(member, image)
+        engine.add_member(group, member, effects)
         engine.schedule_session_timeout(group, member, now_ms, effects)
-        effects.append(MemberJoined(snapshot.group_id, member.member_id, member.instance_id))
-    group.refresh_subscription_metadata(image)
-    group.preferred_assignor = group.compute_preferred_assignor(engine.assignor_names)
-    group.track_all()
+    engine.refresh_group(group)
     if not snapshot.stable:
-        group.group_epoch += 1
-        effects.append(
-            GroupEpochBumped(snapshot.group_id, group.group_epoch, "converted while rebalancing")
-        )
+        engine.bump_group_epoch(group, "converted while rebalancing", effects)
     return None, effects

@@ -42,6 +42,7 @@ from translation.classic.coordinator import ClassicGroupCoordinator
 from translation.classic.messages import (
     HeartbeatRequest,
     HeartbeatResponse,
+    HeldRequest,
     JoinGroupRequest,
     JoinGroupResponse,
     LeaveGroupRequest,
@@ -496,7 +497,7 @@ class Simulation:
         self, client: SimulatedClassicConsumer, seq: int, request: ClassicRequest
     ) -> None:
         classic = self.classic
-        response: ClassicResponse | None
+        response: ClassicResponse | HeldRequest
         if isinstance(request, JoinGroupRequest):
             response, effects = classic.join_group(request, self.now)
         elif isinstance(request, SyncGroupRequest):
@@ -509,16 +510,9 @@ class Simulation:
         self.stats["classic-requests"] += 1
         self.note("coordinator", client.name, (response, effects))
         self.after_engine(effects)
-        if response is None and isinstance(request, SyncGroupRequest):
-            self.held_syncs[request.member_id] = (client, seq)
-            return
-        if response is None:
-            assert isinstance(request, JoinGroupRequest)
-            member_id = request.member_id or ""
-            group = self.engine.groups.get(GROUP_ID)
-            if not member_id and group is not None and request.group_instance_id is not None:
-                member_id = group.static_members.get(request.group_instance_id, "")
-            self.held_joins[member_id] = (client, seq)
+        if isinstance(response, HeldRequest):
+            held = self.held_syncs if isinstance(request, SyncGroupRequest) else self.held_joins
+            held[response.member_id] = (client, seq)
             return
         group = self.engine.groups.get(GROUP_ID)
         if response.error_code == 0 and group is not None:

@@ -155,8 +155,11 @@ def seed(
     rebalance_timeout_ms: int = 5000,
 ) -> ConsumerGroup:
     """Install a group in a given state, as if it had been running (records replayed)."""
-    group = engine.new_group(group_id)
-    engine.groups[group_id] = group
+    group = engine.create_group(
+        group_id, [], group_epoch=group_epoch,
+        target=TargetAssignment(
+            target_epoch,
+            {m: {t: frozenset(ps) for t, ps in a.items()} for m, a in targets.items()}))
     for member_id, (epoch, assigned) in members.items():
         member = ConsumerGroupMember(
             member_id,
@@ -166,12 +169,7 @@ def seed(
             previous_member_epoch=epoch - 1,
         )
         member.assigned = {t: dict.fromkeys(ps, epoch) for t, ps in assigned.items()}
-        group.add_member(member, engine.image)
+        engine.add_member(group, member, [])
         engine.schedule_session_timeout(group, member, now_ms, [])
-    group.group_epoch = group_epoch
-    group.target = TargetAssignment(
-        target_epoch, {m: {t: frozenset(ps) for t, ps in a.items()} for m, a in targets.items()}
-    )
-    group.refresh_subscription_metadata(engine.image)
-    group.track_all()
+    engine.refresh_group(group)
     return group

@@ -10,6 +10,7 @@ from translation.classic.messages import (
     ClassicProtocol,
     ClassicSubscription,
     HeartbeatRequest,
+    HeldRequest,
     JoinGroupRequest,
     JoinGroupResponse,
     LeaveGroupRequest,
@@ -84,14 +85,14 @@ class Classic:
         engine = make_engine(topics, *assignors, **config)
         return Classic(engine, ClassicGroupCoordinator(engine))
 
-    def join(self, request: JoinGroupRequest, now: int = 0) -> JoinGroupResponse | None:
+    def join(self, request: JoinGroupRequest, now: int = 0) -> JoinGroupResponse | HeldRequest:
         response, effects = self.classic.join_group(request, now)
         self.effects.extend(effects)
         return response
 
     def joined(self, request: JoinGroupRequest, now: int = 0) -> JoinGroupResponse:
         response = self.join(request, now)
-        assert response is not None, "join unexpectedly pending"
+        assert isinstance(response, JoinGroupResponse), "join unexpectedly held"
         assert response.error_code == 0, ErrorCode(response.error_code).name
         return response
 
@@ -103,7 +104,7 @@ class Classic:
         *,
         instance_id: str | None = None,
         protocol_name: str | None = None,
-    ) -> SyncGroupResponse | None:
+    ) -> SyncGroupResponse | HeldRequest:
         response, effects = self.classic.sync_group(
             SyncGroupRequest(
                 G,
@@ -145,7 +146,7 @@ class Classic:
         return {e.member_id: e.response for e in self.effects if isinstance(e, SyncCompleted)}
 
 
-def names(response: SyncGroupResponse | None) -> dict[str, list[int]]:
-    assert response is not None, "SyncGroup unexpectedly held"
+def names(response: SyncGroupResponse | HeldRequest) -> dict[str, list[int]]:
+    assert isinstance(response, SyncGroupResponse), "SyncGroup unexpectedly held"
     assert response.assignment is not None, ErrorCode(response.error_code).name
     return {t: sorted(ps) for t, ps in response.assignment.partitions}

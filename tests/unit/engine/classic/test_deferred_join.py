@@ -4,7 +4,7 @@ whatever computes the target (timer, another member's request), or failed when t
 from __future__ import annotations
 
 from translation.classic.member import ClassicMemberState
-from translation.classic.messages import LeavingMember
+from translation.classic.messages import HeldRequest, JoinGroupResponse, LeavingMember
 from translation.effects import JoinCompleted
 
 from ..helpers import FOO, ScriptedAssignor, image, join, target
@@ -23,7 +23,8 @@ def batched() -> tuple[Classic, ScriptedAssignor]:
 def test_join_is_held_until_the_assignment_timer_computes_the_target() -> None:
     c, a = batched()
     a.next = target(m1={FOO: [0, 1]}, m2={FOO: [2, 3]})
-    assert c.join(join_req("m2"), now=100) is None  # pending: the proxy holds the request
+    # held: the proxy holds the request
+    assert isinstance(c.join(join_req("m2"), now=100), HeldRequest)
     meta = c.engine.groups[G].members["m2"].classic
     assert meta is not None and meta.state is ClassicMemberState.PREPARE_REBALANCE
     assert c.engine.next_deadline() == 1000
@@ -35,7 +36,7 @@ def test_join_is_held_until_the_assignment_timer_computes_the_target() -> None:
     assert response.protocol_name == "range"
     assert meta.state is ClassicMemberState.COMPLETING_REBALANCE
     # One loop: m2's SyncGroup is held until m1 lets go of foo-2,3, then answered with them.
-    assert c.sync("m2", 2, now=1001) is None
+    assert isinstance(c.sync("m2", 2, now=1001), HeldRequest)
     assert c.beat("m2", 2, now=1002) == E.NONE  # heartbeats while held keep the session
     assert c.beat("m1", 1, now=1003) == E.REBALANCE_IN_PROGRESS
     assert "m2" not in c.synced()
@@ -47,7 +48,7 @@ def test_join_is_held_until_the_assignment_timer_computes_the_target() -> None:
 def test_another_members_request_completes_the_held_join() -> None:
     c, a = batched()
     a.next = target(m1={FOO: [0, 1]}, m2={FOO: [2, 3]})
-    assert c.join(join_req("m2"), now=100) is None
+    assert isinstance(c.join(join_req("m2"), now=100), HeldRequest)
     c.effects.clear()
     assert c.beat("m1", 1, now=1500) == E.REBALANCE_IN_PROGRESS  # computes the target
     assert c.completed()["m2"].generation_id == 2
@@ -56,14 +57,14 @@ def test_another_members_request_completes_the_held_join() -> None:
 def test_new_protocol_heartbeat_completes_the_held_join() -> None:
     c, a = batched()
     a.next = target(m1={FOO: [0, 1]}, m2={FOO: [2, 3]}, n1={})
-    assert c.join(join_req("m2"), now=100) is None
+    assert isinstance(c.join(join_req("m2"), now=100), HeldRequest)
     _, effects = c.engine.heartbeat(join(G, "n1"), 1200)
     assert [e.member_id for e in effects if isinstance(e, JoinCompleted)] == ["m2"]
 
 
 def test_a_held_join_fails_when_its_member_is_removed() -> None:
     c, _a = batched()
-    assert c.join(join_req("m2", session_timeout_ms=6000), now=100) is None
+    assert isinstance(c.join(join_req("m2", session_timeout_ms=6000), now=100), HeldRequest)
     c.effects.clear()
     c.leave(LeavingMember("m2"), now=200)
     assert c.completed()["m2"].error_code == E.UNKNOWN_MEMBER_ID
@@ -74,9 +75,9 @@ def test_a_held_join_fails_when_its_member_is_removed() -> None:
 
 def test_a_second_join_answers_the_first_one() -> None:
     c, _a = batched()
-    assert c.join(join_req("m2"), now=100) is None
+    assert isinstance(c.join(join_req("m2"), now=100), HeldRequest)
     c.effects.clear()
-    assert c.join(join_req("m2"), now=200) is None
+    assert isinstance(c.join(join_req("m2"), now=200), HeldRequest)
     assert c.completed()["m2"].error_code == E.REBALANCE_IN_PROGRESS
     c.effects.clear()
     c.tick(1000)
@@ -103,13 +104,14 @@ def test_a_failing_assignor_never_strands_a_join() -> None:
 
     c = Classic.of(image(foo=(FOO, 4)), Failing(), assignment_interval_ms=0)
     r = c.join(join_req("m1"))
-    assert r is not None and r.error_code == 0  # answered at the current (failed) target
+    # answered at the current (failed) target
+    assert isinstance(r, JoinGroupResponse) and r.error_code == 0
 
 
 def test_completed_join_clears_the_join_timer() -> None:
     c, a = batched()
     a.next = target(m1={FOO: [0, 1]}, m2={FOO: [2, 3]})
-    assert c.join(join_req("m2"), now=100) is None
+    assert isinstance(c.join(join_req("m2"), now=100), HeldRequest)
     # A SyncGroup while the join is held (a confused client) is told to rejoin, without
     # starting a join timer that would outlive the held join.
     assert c.sync("m2", 0, now=150).error_code == E.REBALANCE_IN_PROGRESS
@@ -127,7 +129,7 @@ def test_a_held_join_fails_when_a_new_protocol_member_takes_its_instance_id() ->
         image(foo=(FOO, 4)), a, assignment_interval_ms=1000, member_id_factory=lambda: "s1"
     )
     c.joined(join_req("m1"))
-    assert c.join(join_req("", instance_id="i1"), now=100) is None
+    assert isinstance(c.join(join_req("", instance_id="i1"), now=100), HeldRequest)
     c.effects.clear()
     _, effects = c.engine.heartbeat(join(G, "n1", instance_id="i1"), 200)
     done = [e for e in effects if isinstance(e, JoinCompleted)]

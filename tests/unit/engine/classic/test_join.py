@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from translation.classic.member import ClassicMemberState
-from translation.classic.messages import ClassicProtocol, JoinGroupRequest
+from translation.classic.messages import ClassicProtocol, JoinGroupRequest, JoinGroupResponse
 from translation.effects import MemberFenced
 from translation.member import MemberProtocol
 from translation.timers import TimerKey, TimerKind
@@ -20,7 +20,8 @@ def engine(**config: object) -> tuple[Classic, ScriptedAssignor]:
 def test_v4_dynamic_member_without_id_gets_member_id_required_and_no_state() -> None:
     c, _ = engine(member_id_factory=lambda: "gen-1")
     r = c.join(join_req(""))
-    assert r is not None and r.error_code == E.MEMBER_ID_REQUIRED and r.member_id == "gen-1"
+    assert isinstance(r, JoinGroupResponse)
+    assert r.error_code == E.MEMBER_ID_REQUIRED and r.member_id == "gen-1"
     assert G not in c.engine.groups
 
 
@@ -71,7 +72,7 @@ def test_v0_join_uses_the_session_timeout_as_rebalance_timeout() -> None:
 def test_protocol_type_other_than_consumer_is_inconsistent() -> None:
     c, _ = engine()
     r = c.join(join_req("m1", protocol_type="connect"))
-    assert r is not None and r.error_code == E.INCONSISTENT_GROUP_PROTOCOL
+    assert isinstance(r, JoinGroupResponse) and r.error_code == E.INCONSISTENT_GROUP_PROTOCOL
     assert G not in c.engine.groups
 
 
@@ -85,7 +86,7 @@ def test_protocol_names_must_be_shared_with_every_other_classic_member() -> None
     assert ok.protocol_name == "roundrobin"
     # m3 must share a name with both m1 (range, roundrobin) and m2 (roundrobin).
     r = c.join(join_req("m3", protocols=("range",)))
-    assert r is not None and r.error_code == E.INCONSISTENT_GROUP_PROTOCOL
+    assert isinstance(r, JoinGroupResponse) and r.error_code == E.INCONSISTENT_GROUP_PROTOCOL
 
 
 def test_a_rejoining_member_may_change_its_own_protocols() -> None:
@@ -105,34 +106,34 @@ def test_malformed_subscription_is_inconsistent_group_protocol() -> None:
     c, _ = engine()
     request = JoinGroupRequest(G, "m1", "consumer", [ClassicProtocol("range", None)], 10_000)
     r = c.join(request)
-    assert r is not None and r.error_code == E.INCONSISTENT_GROUP_PROTOCOL
+    assert isinstance(r, JoinGroupResponse) and r.error_code == E.INCONSISTENT_GROUP_PROTOCOL
 
 
 def test_session_timeout_outside_the_configured_range() -> None:
     c, _ = engine()
     r = c.join(join_req("m1", session_timeout_ms=1000))
-    assert r is not None and r.error_code == E.INVALID_SESSION_TIMEOUT
+    assert isinstance(r, JoinGroupResponse) and r.error_code == E.INVALID_SESSION_TIMEOUT
 
 
 def test_a_new_protocol_member_id_cannot_join_as_classic() -> None:
     c, _ = engine()
     c.engine.heartbeat(join(G, "n1"), 0)
     r = c.join(join_req("n1"))
-    assert r is not None and r.error_code == E.UNKNOWN_MEMBER_ID
+    assert isinstance(r, JoinGroupResponse) and r.error_code == E.UNKNOWN_MEMBER_ID
 
 
 def test_group_max_size() -> None:
     c, _ = engine(max_group_size=1)
     c.joined(join_req("m1"))
     r = c.join(join_req("m2"))
-    assert r is not None and r.error_code == E.GROUP_MAX_SIZE_REACHED
+    assert isinstance(r, JoinGroupResponse) and r.error_code == E.GROUP_MAX_SIZE_REACHED
     c.joined(join_req("m1"))  # a known member may rejoin
 
 
 def test_known_member_id_of_a_static_member_that_is_unknown() -> None:
     c, _ = engine()
     r = c.join(join_req("m1", instance_id="i1"))
-    assert r is not None and r.error_code == E.UNKNOWN_MEMBER_ID
+    assert isinstance(r, JoinGroupResponse) and r.error_code == E.UNKNOWN_MEMBER_ID
 
 
 def test_subscription_change_bumps_the_group_epoch_and_same_subscription_does_not() -> None:
@@ -175,7 +176,7 @@ def test_static_member_with_another_member_id_is_fenced_at_join() -> None:
     c, _ = engine(member_id_factory=lambda: "s1")
     c.joined(join_req("", instance_id="i1"))
     r = c.join(join_req("zombie", instance_id="i1"))
-    assert r is not None and r.error_code == E.FENCED_INSTANCE_ID
+    assert isinstance(r, JoinGroupResponse) and r.error_code == E.FENCED_INSTANCE_ID
 
 
 def test_classic_static_member_replaces_a_live_new_protocol_one_and_back() -> None:
@@ -199,7 +200,7 @@ def test_classic_static_member_replaces_a_live_new_protocol_one_and_back() -> No
 def test_blank_group_id_and_blank_instance_id() -> None:
     c, _ = engine()
     r = c.join(join_req("m1", group_id=" "))
-    assert r is not None and r.error_code == E.INVALID_GROUP_ID
+    assert isinstance(r, JoinGroupResponse) and r.error_code == E.INVALID_GROUP_ID
     r = c.join(join_req("m1", instance_id=""))
-    assert r is not None and r.error_code == E.INVALID_REQUEST
+    assert isinstance(r, JoinGroupResponse) and r.error_code == E.INVALID_REQUEST
     assert not c.engine.groups

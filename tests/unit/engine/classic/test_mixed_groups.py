@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from translation.assignors.uniform import UniformAssignor
 from translation.classic.coordinator import ClassicGroupCoordinator
-from translation.classic.messages import LeavingMember
+from translation.classic.messages import HeldRequest, JoinGroupResponse, LeavingMember
 from translation.config import GroupConfig
 from translation.coordinator import GroupCoordinator
 from translation.group import GroupState
@@ -49,9 +49,9 @@ class Driver:
                 join_req(name, ("foo", "bar"), by_topic, protocols=("cooperative-sticky",)),
                 self.now,
             )
-            assert r is not None and r.error_code == 0
+            assert isinstance(r, JoinGroupResponse) and r.error_code == 0
             s = c.sync(name, r.generation_id, self.now)
-            if s is None:  # held until its partitions are released
+            if isinstance(s, HeldRequest):  # held until its partitions are released
                 for _ in range(40):
                     if name in c.synced():
                         break

@@ -7,7 +7,7 @@ and answered the moment they are released (or, with what is free, when the hold 
 
 from __future__ import annotations
 
-from translation.classic.messages import LeavingMember
+from translation.classic.messages import HeldRequest, LeavingMember
 from translation.config import OffsetCommitRule
 from translation.effects import MemberFenced, SyncCompleted
 
@@ -82,7 +82,7 @@ def scale_out(**config: object) -> Classic:
     a.next = target(m1={FOO: [0, 1]}, m2={FOO: [3, 4]}, m3={FOO: [2, 5]})
     r3 = c.joined(join_req("m3", session_timeout_ms=10_000), now=100)
     assert r3.generation_id == 3
-    assert c.sync("m3", 3, now=100) is None
+    assert isinstance(c.sync("m3", 3, now=100), HeldRequest)
     return c
 
 
@@ -124,7 +124,7 @@ def test_held_sync_is_answered_when_a_new_protocol_owner_revokes() -> None:
     c.engine.heartbeat(join(G, "n1"), 0)
     a.next = target(n1={FOO: [0, 1]}, m1={FOO: [2, 3]})
     r = c.joined(join_req("m1"), now=10)
-    assert c.sync("m1", r.generation_id, now=10) is None
+    assert isinstance(c.sync("m1", r.generation_id, now=10), HeldRequest)
     _, effects = c.engine.heartbeat(hb(G, "n1", 1, {FOO: {0, 1, 2, 3}}), 20)
     assert not any(isinstance(e, SyncCompleted) for e in effects)  # n1 still owns foo-2,3
     _, effects = c.engine.heartbeat(hb(G, "n1", 1, {FOO: {0, 1}}), 30)
@@ -147,7 +147,7 @@ def test_hold_is_bounded_by_half_the_session_timeout() -> None:
     c, a = stable_pair()
     a.next = target(m1={FOO: [0, 1]}, m2={FOO: [3, 4]}, m3={FOO: [2, 5]})
     r3 = c.joined(join_req("m3", session_timeout_ms=6_000), now=0)
-    assert c.sync("m3", r3.generation_id, now=0) is None
+    assert isinstance(c.sync("m3", r3.generation_id, now=0), HeldRequest)
     c.tick(2_999)
     assert "m3" not in c.synced()
     c.tick(3_000)
@@ -166,7 +166,7 @@ def test_the_held_member_leaving_or_syncing_again_answers_the_held_request() -> 
     c.leave(LeavingMember("m3"), now=200)
     assert c.synced()["m3"].error_code == E.UNKNOWN_MEMBER_ID
     c = scale_out()
-    assert c.sync("m3", 3, now=200) is None
+    assert isinstance(c.sync("m3", 3, now=200), HeldRequest)
     assert c.synced()["m3"].error_code == E.REBALANCE_IN_PROGRESS
     c = scale_out()
     assert c.join(join_req("m3"), now=200) is not None
