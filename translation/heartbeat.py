@@ -63,14 +63,23 @@ class ConsumerGroupHeartbeatRequest:
     member_id: str
     member_epoch: int
     instance_id: str | None = None
+    """Static membership (KIP-345); None: a dynamic member."""
     rack_id: str | None = None
+    """None: unchanged."""
     rebalance_timeout_ms: int = -1
+    """-1: unchanged (required when joining)."""
     subscribed_topic_names: Sequence[str] | None = None
+    """None: unchanged."""
     subscribed_topic_regex: str | None = None
+    """None: unchanged; empty: the regex is removed (RE2, full match)."""
     server_assignor: str | None = None
+    """None: unchanged."""
     topic_partitions: Sequence[tuple[TopicId, Sequence[int]]] | None = None
+    """The partitions the member owns; None: unchanged; empty when joining."""
     client_id: str = ""
+    """From the request header."""
     client_host: str = ""
+    """From the connection."""
     api_version: int = 1
 
 
@@ -79,7 +88,9 @@ class ConsumerGroupHeartbeatResponse:
     error_code: int = 0
     error_message: str | None = None
     member_id: str | None = None
+    """The id the member goes on with (v0: the one the coordinator generated)."""
     member_epoch: int = 0
+    """The epoch the member is at now (or, for a leave, the -1 / -2 it sent)."""
     heartbeat_interval_ms: int = 0
     assignment: list[TopicPartitions] | None = None
     """None: unchanged. Else the assigned partitions (wire: Assignment.TopicPartitions)."""
