@@ -23,28 +23,27 @@ from collections.abc import Mapping
 from typing import Any
 
 from proxy.codec import messages
+from proxy.codec.api_keys import ApiKey
 from proxy.codec.header import response_header
-
-API_VERSIONS = 18
-PRODUCE = 0
-FETCH = 1
-UNSUPPORTED_VERSION = 35
+from translation.errors import ErrorCode
 
 VersionRange = tuple[int, int]
 
 # APIs whose responses the proxy rewrites. Produce and Fetch responses are only touched from the
 # version that carries NodeEndpoints on, so older versions need no parsing and stay allowed.
-REWRITTEN = (3, 10, 60)
-REWRITTEN_FROM = {PRODUCE: 10, FETCH: 16}
+REWRITTEN = (ApiKey.METADATA, ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_CLUSTER)
+REWRITTEN_FROM = {ApiKey.PRODUCE: 10, ApiKey.FETCH: 16}
 # Group APIs the proxy decodes when it owns the group.
-GROUP_APIS = (8, 9, 11, 12, 13, 14, 15, 16, 28, 47)
+GROUP_APIS = (ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT,
+              ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP, ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS,
+              ApiKey.TXN_OFFSET_COMMIT, ApiKey.OFFSET_DELETE)
 
 
 def default_parse_table(extra: Mapping[int, VersionRange] | None = None
                         ) -> dict[int, VersionRange]:
     """api_key -> versions the proxy can parse, derived from the vendored schemas."""
     table: dict[int, VersionRange] = {}
-    for key in (*REWRITTEN, *GROUP_APIS, API_VERSIONS):
+    for key in (*REWRITTEN, *GROUP_APIS, ApiKey.API_VERSIONS):
         table[key] = messages.supported_versions(key)
     for key in REWRITTEN_FROM:
         table[key] = (0, messages.supported_versions(key)[1])
@@ -79,7 +78,7 @@ def client_view(broker: Mapping[str, Any], parseable: Mapping[int, VersionRange]
 
 
 def proxy_api_versions_range() -> VersionRange:
-    return messages.supported_versions(API_VERSIONS)
+    return messages.supported_versions(ApiKey.API_VERSIONS)
 
 
 def is_too_new(api_version: int) -> bool:
@@ -90,9 +89,9 @@ def is_too_new(api_version: int) -> bool:
 def unsupported_version_body(own: VersionRange | None = None) -> bytes:
     """ApiVersions v0 body: UNSUPPORTED_VERSION plus the ApiVersions range the proxy accepts."""
     lo, hi = own or proxy_api_versions_range()
-    return messages.encode_response(API_VERSIONS, 0, {
-        "error_code": UNSUPPORTED_VERSION,
-        "api_keys": [{"api_key": API_VERSIONS, "min_version": lo, "max_version": hi}],
+    return messages.encode_response(ApiKey.API_VERSIONS, 0, {
+        "error_code": ErrorCode.UNSUPPORTED_VERSION,
+        "api_keys": [{"api_key": ApiKey.API_VERSIONS, "min_version": lo, "max_version": hi}],
     })
 
 

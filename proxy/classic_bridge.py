@@ -7,7 +7,7 @@ classic side of the engine (:mod:`translation.classic`) takes and returns the da
 This module maps one onto the other and nothing else: no I/O, no state, so it is tested
 without a network. The proxy calls, per classic request the engine serves::
 
-    body, _ = decode_request(11, v, buf)
+    body, _ = decode_request(ApiKey.JOIN_GROUP, v, buf)
     request = join_group_request(body, v, client_id=..., client_host=...)
     response, effects = classic.join_group(request, now_ms)      # None: held (see the engine)
     encode_response(11, v, join_group_response(response, v))
@@ -55,6 +55,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from proxy.codec.api_keys import ApiKey
 from proxy.codec.errors import CodecError
 from proxy.codec.messages import decode_data, encode_data, supported_versions
 from translation.classic.messages import (
@@ -72,11 +73,6 @@ from translation.classic.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-
-JOIN_GROUP = 11
-HEARTBEAT = 12
-LEAVE_GROUP = 13
-SYNC_GROUP = 14
 
 SUBSCRIPTION_SCHEMA = "ConsumerProtocolSubscription"
 ASSIGNMENT_SCHEMA = "ConsumerProtocolAssignment"
@@ -196,7 +192,7 @@ def join_group_request(
     client_host: str = "",
 ) -> JoinGroupRequest:
     """The engine's request for a decoded JoinGroup request body (v0-v9)."""
-    _check_version(JOIN_GROUP, "JoinGroup", api_version)
+    _check_version(ApiKey.JOIN_GROUP, "JoinGroup", api_version)
     v = _mapping(value, "JoinGroup request")
     protocol_type = _str(v, "protocol_type")
     return JoinGroupRequest(
@@ -216,7 +212,7 @@ def join_group_request(
 
 def sync_group_request(value: Mapping[str, Any], api_version: int) -> SyncGroupRequest:
     """The engine's request for a decoded SyncGroup request body (v0-v5)."""
-    _check_version(SYNC_GROUP, "SyncGroup", api_version)
+    _check_version(ApiKey.SYNC_GROUP, "SyncGroup", api_version)
     v = _mapping(value, "SyncGroup request")
     return SyncGroupRequest(
         group_id=_str(v, "group_id"),
@@ -231,7 +227,7 @@ def sync_group_request(value: Mapping[str, Any], api_version: int) -> SyncGroupR
 
 def heartbeat_request(value: Mapping[str, Any], api_version: int) -> HeartbeatRequest:
     """The engine's request for a decoded Heartbeat request body (v0-v4)."""
-    _check_version(HEARTBEAT, "Heartbeat", api_version)
+    _check_version(ApiKey.HEARTBEAT, "Heartbeat", api_version)
     v = _mapping(value, "Heartbeat request")
     return HeartbeatRequest(
         group_id=_str(v, "group_id"),
@@ -248,7 +244,7 @@ def leave_group_request(value: Mapping[str, Any], api_version: int) -> LeaveGrou
     v0-v2 name one member by ``member_id``; v3+ list ``members`` (possibly none: the engine
     answers an empty batch with no member responses).
     """
-    _check_version(LEAVE_GROUP, "LeaveGroup", api_version)
+    _check_version(ApiKey.LEAVE_GROUP, "LeaveGroup", api_version)
     v = _mapping(value, "LeaveGroup request")
     group_id = _str(v, "group_id")
     if api_version < 3:
@@ -274,7 +270,7 @@ def leave_group_request(value: Mapping[str, Any], api_version: int) -> LeaveGrou
 
 def join_group_response(response: JoinGroupResponse, api_version: int) -> dict[str, Any]:
     """The JoinGroup response body (for ``encode_response(11, api_version, ...)``)."""
-    _check_version(JOIN_GROUP, "JoinGroup", api_version)
+    _check_version(ApiKey.JOIN_GROUP, "JoinGroup", api_version)
     protocol_name = response.protocol_name
     if api_version < 7:
         protocol_name = protocol_name or ""
@@ -304,7 +300,7 @@ def sync_group_response(response: SyncGroupResponse, api_version: int) -> dict[s
     success without an assignment (not something the engine returns) is an empty v0
     assignment, which every client reads as "no partitions".
     """
-    _check_version(SYNC_GROUP, "SyncGroup", api_version)
+    _check_version(ApiKey.SYNC_GROUP, "SyncGroup", api_version)
     if response.error_code != 0:
         assignment = b""
     elif response.assignment is None:
@@ -322,7 +318,7 @@ def sync_group_response(response: SyncGroupResponse, api_version: int) -> dict[s
 
 def heartbeat_response(response: HeartbeatResponse, api_version: int) -> dict[str, Any]:
     """The Heartbeat response body (for ``encode_response(12, api_version, ...)``)."""
-    _check_version(HEARTBEAT, "Heartbeat", api_version)
+    _check_version(ApiKey.HEARTBEAT, "Heartbeat", api_version)
     out: dict[str, Any] = {"error_code": response.error_code}
     if api_version >= 1:
         out["throttle_time_ms"] = response.throttle_time_ms
@@ -335,7 +331,7 @@ def leave_group_response(response: LeaveGroupResponse, api_version: int) -> dict
     v0-v2: the top-level error code only, the single member's when the top level has none
     (Kafka's ``LeaveGroupResponse``); v3+: the top-level code and one entry per member.
     """
-    _check_version(LEAVE_GROUP, "LeaveGroup", api_version)
+    _check_version(ApiKey.LEAVE_GROUP, "LeaveGroup", api_version)
     error_code = response.error_code
     if api_version < 3:
         if error_code == 0 and response.members:

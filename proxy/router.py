@@ -18,6 +18,7 @@ from proxy import apiversions
 from proxy.codec import messages
 from proxy.codec._runtime import r_uv, s_tags
 from proxy.codec.api_index import ApiInfo, api_index
+from proxy.codec.api_keys import ApiKey
 from proxy.codec.errors import CodecError
 from proxy.connection import (
     EXAMINE,
@@ -32,21 +33,18 @@ from proxy.connection import (
 from proxy.metrics import RequestCounters
 from proxy.rewrite import AddressMap, needs_rewrite, rewrite_response
 
-PRODUCE = 0
-API_VERSIONS = 18
 _INT16 = struct.Struct(">h")
 
 Rewriter = Callable[[memoryview], bytes | None]
 
 
-FETCH = 1
 FETCH_WITHOUT_NODE_ENDPOINTS = 15
 """Fetch v16 added KIP-951 node endpoints, which must be found at the end of the response."""
-
-
-SASL_HANDSHAKE = 17
-"""v0 is followed by raw SASL tokens without Kafka framing, which the proxy cannot carry."""
-NOT_FORWARDED = frozenset({76, 77, 78, 79})
+SASL_HANDSHAKE_MIN_VERSION = 1
+"""SaslHandshake v0 is followed by raw SASL tokens without Kafka framing, which the proxy
+cannot carry."""
+NOT_FORWARDED = frozenset({ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE,
+                           ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE})
 """Share groups (KIP-932): ShareFetch and ShareAcknowledge responses carry broker addresses
 (NodeEndpoints) that no rewriter handles yet, so the share-group APIs are not offered."""
 
@@ -61,11 +59,11 @@ def parse_table(*, fetch_node_endpoints: bool = False) -> dict[int, tuple[int, i
     table = {key: (0, info.max_version) for key, info in api_index().items()
              if key not in NOT_FORWARDED}
     table.update(apiversions.default_parse_table())
-    lo, hi = table[SASL_HANDSHAKE]
-    table[SASL_HANDSHAKE] = (max(lo, 1), hi)
+    lo, hi = table[ApiKey.SASL_HANDSHAKE]
+    table[ApiKey.SASL_HANDSHAKE] = (max(lo, SASL_HANDSHAKE_MIN_VERSION), hi)
     if not fetch_node_endpoints:
-        lo, hi = table[FETCH]
-        table[FETCH] = (lo, min(hi, FETCH_WITHOUT_NODE_ENDPOINTS))
+        lo, hi = table[ApiKey.FETCH]
+        table[ApiKey.FETCH] = (lo, min(hi, FETCH_WITHOUT_NODE_ENDPOINTS))
     return table
 
 
@@ -94,13 +92,13 @@ class ForwardingRouter:
         if versions is None:
             raise RejectRequest(f"unknown API key {key}")
         if not versions[0] <= request.api_version <= versions[1]:
-            if key == API_VERSIONS and request.api_version > versions[1]:
+            if key == ApiKey.API_VERSIONS and request.api_version > versions[1]:
                 return EXAMINE
             info = self._index.get(key)
             name = info.name if info else str(key)
             raise RejectRequest(f"unsupported version {request.api_version} of {name} "
                                 f"(api key {key}); the proxy accepts {versions[0]}-{versions[1]}")
-        if key == PRODUCE and produce_acks(request, self._index[PRODUCE]) == 0:
+        if key == ApiKey.PRODUCE and produce_acks(request, self._index[ApiKey.PRODUCE]) == 0:
             return FORWARD_NO_RESPONSE
         return FORWARD
 
@@ -114,7 +112,7 @@ class ForwardingRouter:
     # -- responses --------------------------------------------------------------------------
 
     def response_rewriter(self, api_key: int, api_version: int) -> Rewriter | None:
-        if api_key == API_VERSIONS:
+        if api_key == ApiKey.API_VERSIONS:
             return lambda payload: self._rewrite_api_versions(api_version, payload)
         if needs_rewrite(api_key, api_version):
             return lambda payload: self._rewrite_addresses(api_key, api_version, payload)
@@ -134,10 +132,10 @@ class ForwardingRouter:
         body = payload[4:]
         if len(body) >= 2 and _INT16.unpack_from(body, 0)[0] != 0:
             return None
-        value, _ = messages.decode_response(API_VERSIONS, api_version, body)
+        value, _ = messages.decode_response(ApiKey.API_VERSIONS, api_version, body)
         view = apiversions.client_view(value, self._accepted, self._served)
         view["api_keys"] = [e for e in view["api_keys"] if e["api_key"] in self._accepted]
-        return bytes(payload[:4]) + messages.encode_response(API_VERSIONS, api_version, view)
+        return bytes(payload[:4]) + messages.encode_response(ApiKey.API_VERSIONS, api_version, view)
 
 
 def body_offset(payload: memoryview, header_version: int) -> int:

@@ -13,12 +13,12 @@ from typing import Any
 import trio
 
 from proxy.codec import messages
+from proxy.codec.api_keys import ApiKey
 from proxy.codec.errors import CodecError
 from proxy.codec.header import encode_request_header
 from proxy.frames import FrameError, FrameSplitter
 
 CLIENT_ID = "groupgate"
-METADATA = 3
 
 
 class UpstreamError(Exception):
@@ -84,7 +84,7 @@ async def fetch_brokers(address: tuple[str, int], *, timeout: float, max_frame_b
                                           max_frame_bytes=max_frame_bytes)
     try:
         with trio.fail_after(timeout):
-            response = await client.request(METADATA, 4, {"topics": [],
+            response = await client.request(ApiKey.METADATA, 4, {"topics": [],
                                                           "allow_auto_topic_creation": False})
     except trio.TooSlowError as exc:
         raise UpstreamError(f"{address[0]}:{address[1]}: Metadata timed out") from exc

@@ -53,3 +53,34 @@ def build_index(schemas: list[dict[str, Any]]) -> dict[str, list[Any]]:
         index[int(schema["apiKey"])] = [name, valid.lo, valid.hi,
                                         None if flexible.empty else flexible.lo]
     return {str(k): index[k] for k in sorted(index)}
+
+
+def render_api_keys(index: dict[str, list[Any]]) -> str:
+    """The source of :mod:`proxy.codec.api_keys` from the index content (``dev/vendor-schemas``
+    writes it; a unit test checks the file against the vendored index)."""
+    lines = [
+        '"""Kafka API keys by name, generated from ``schemas/api_index.json`` (the vendored',
+        "kafka-clients request schemas) by ``dev/vendor-schemas``; do not edit. A unit test",
+        'checks it against the index."""',
+        "",
+        "from __future__ import annotations",
+        "",
+        "import enum",
+        "",
+        "",
+        "class ApiKey(enum.IntEnum):",
+    ]
+    for key, (name, *_rest) in sorted(index.items(), key=lambda kv: int(kv[0])):
+        lines.append(f"    {_constant(name)} = {int(key)}")
+    return "\n".join(lines) + "\n"
+
+
+def _constant(name: str) -> str:
+    """``ConsumerGroupHeartbeat`` -> ``CONSUMER_GROUP_HEARTBEAT``."""
+    out: list[str] = []
+    for i, ch in enumerate(name):
+        if ch.isupper() and i and (not name[i - 1].isupper()
+                                   or (i + 1 < len(name) and name[i + 1].islower())):
+            out.append("_")
+        out.append(ch.upper())
+    return "".join(out)

@@ -15,11 +15,11 @@ import struct
 from typing import Any
 
 from proxy.codec.api_index import api_index
+from proxy.codec.api_keys import ApiKey
 from proxy.codec.compiler import Compiled, compile_message
 from proxy.codec.errors import CodecError
 from proxy.codec.schema import MessageSchema, all_messages, load
 
-API_VERSIONS = 18
 _DECODE_ERRORS = (struct.error, IndexError, ValueError, TypeError, OverflowError, KeyError,
                   AttributeError, RecursionError, MemoryError)
 
@@ -68,7 +68,7 @@ def request_header_version(api_key: int, version: int) -> int:
 
 def response_header_version(api_key: int, version: int) -> int:
     """1 for flexible response versions, else 0; ApiVersions responses always use v0."""
-    if api_key == API_VERSIONS:
+    if api_key == ApiKey.API_VERSIONS:
         return 0
     return 1 if is_flexible(api_key, version) else 0
 
@@ -132,7 +132,7 @@ def decode_request(api_key: int, version: int, buf: Any, offset: int = 0
 def decode_response(api_key: int, version: int, buf: Any, offset: int = 0
                     ) -> tuple[dict[str, Any], int]:
     """Decode a response body; an ApiVersions response with an error is read as v0 (KIP-511)."""
-    if api_key == API_VERSIONS and version > 0:
+    if api_key == ApiKey.API_VERSIONS and version > 0:
         b = as_buffer(buf)
         if len(b) >= offset + 2 and (b[offset] or b[offset + 1]):
             version = 0

@@ -10,19 +10,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from proxy.codec.api_keys import ApiKey
 from proxy.coordination import wire
 from proxy.coordination.handler import Answer, ApiHandler, GroupRequest, Outcome, Value
 
 if TYPE_CHECKING:
     from proxy.coordination.service import CoordinatorService
 
-CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
 VERSIONS = (0, 1)
 """What the proxy advertises for both."""
 
 
 class ConsumerGroupHeartbeatHandler(ApiHandler):
-    api_key = CONSUMER_GROUP_HEARTBEAT
+    api_key = ApiKey.CONSUMER_GROUP_HEARTBEAT
+    served_versions = VERSIONS
 
     def decide(self, request: GroupRequest) -> Outcome:
         return Answer(self._heartbeat(request))
@@ -38,7 +39,8 @@ class ConsumerGroupHeartbeatHandler(ApiHandler):
 
 
 class ConsumerGroupDescribeHandler(ApiHandler):
-    api_key = CONSUMER_GROUP_DESCRIBE
+    api_key = ApiKey.CONSUMER_GROUP_DESCRIBE
+    served_versions = VERSIONS
 
     def decide(self, request: GroupRequest) -> Outcome:
         return Answer(wire.describe_response(

@@ -24,6 +24,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
+from proxy.codec.api_keys import ApiKey
+
 if TYPE_CHECKING:
     from proxy.coordination.service import CoordinatorService
 
@@ -34,7 +36,7 @@ Value = dict[str, Any]
 class GroupRequest:
     """A decoded request of an examined API, with what the router knows of its connection."""
 
-    api_key: int
+    api_key: ApiKey
     version: int
     correlation_id: int
     client_id: str | None
@@ -85,7 +87,10 @@ Outcome = Pass | Upstream | Answer
 class ApiHandler:
     """One group API: how the proxy decides its requests and how it fails them."""
 
-    api_key: ClassVar[int]
+    api_key: ClassVar[ApiKey]
+    served_versions: ClassVar[tuple[int, int] | None] = None
+    """The versions ApiVersions advertises for an API the proxy always serves itself,
+    whatever the broker says (the KIP-848 APIs); None: the broker's, capped by the codec."""
     answers_upstream_later: ClassVar[bool] = False
     """Whether an awaitable :class:`Answer` of this API may end in an :class:`Upstream`
     request: requests after it on the connection then wait for it, forwarded ones included,

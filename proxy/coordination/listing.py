@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from proxy.codec import messages
+from proxy.codec.api_keys import ApiKey
 from proxy.coordination.handler import (
     PASS,
     Answer,
@@ -44,7 +45,6 @@ from translation.errors import ErrorCode
 if TYPE_CHECKING:
     from proxy.coordination.service import CoordinatorService
 
-LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS = 16, 15, 42
 CLASSIC_STATES = {"Empty": "Empty", "Assigning": "PreparingRebalance",
                   "Reconciling": "CompletingRebalance", "Stable": "Stable", "Dead": "Dead"}
 """The classic state a tool reading DescribeGroups is shown for each KIP-848 group state."""
@@ -76,7 +76,7 @@ def merge_listing(broker_groups: list[Value], engine_groups: list[Value],
 
 
 class ListGroupsHandler(ApiHandler):
-    api_key = LIST_GROUPS
+    api_key = ApiKey.LIST_GROUPS
 
     def decide(self, request: GroupRequest) -> Outcome:
         service = self.service
@@ -134,7 +134,7 @@ def unknown_group(group_id: str, version: int) -> Value:
 
 
 class DescribeGroupsHandler(ApiHandler):
-    api_key = DESCRIBE_GROUPS
+    api_key = ApiKey.DESCRIBE_GROUPS
 
     def decide(self, request: GroupRequest) -> Outcome:
         service = self.service
@@ -162,7 +162,7 @@ class DescribeGroupsHandler(ApiHandler):
 
 
 class DeleteGroupsHandler(ApiHandler):
-    api_key = DELETE_GROUPS
+    api_key = ApiKey.DELETE_GROUPS
     answers_upstream_later = True
 
     def decide(self, request: GroupRequest) -> Outcome:

@@ -38,8 +38,10 @@ from collections.abc import Callable, Iterable, Sequence
 import trio
 
 from proxy.codec import messages
+from proxy.codec.api_keys import ApiKey
 from proxy.coordination.links import Address, BrokerLink, LinkPool
 from proxy.upstream import UpstreamError
+from translation.errors import ErrorCode
 
 log = logging.getLogger("groupgate.coordination")
 
@@ -47,28 +49,17 @@ PROTOCOL_TYPE = "consumer"
 PROTOCOL_NAME = "groupgate-coordinated"
 """The classic protocol name the proxy's member offers; no client library uses it."""
 
-FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 10, 11, 12, 13, 14
 FIND_COORDINATOR_VERSION = 3
 JOIN_VERSION = 5
 SYNC_VERSION = 3
 HEARTBEAT_VERSION = 3
 LEAVE_VERSION = 3
 
-NONE = 0
-COORDINATOR_LOAD_IN_PROGRESS = 14
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-ILLEGAL_GENERATION = 22
-INCONSISTENT_GROUP_PROTOCOL = 23
-UNKNOWN_MEMBER_ID = 25
-REBALANCE_IN_PROGRESS = 27
-MEMBER_ID_REQUIRED = 79
-FENCED_INSTANCE_ID = 82
 
-COORDINATOR_MOVED = frozenset({COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
-                               NOT_COORDINATOR})
-MEMBERSHIP_LOST = frozenset({ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS,
-                             FENCED_INSTANCE_ID})
+COORDINATOR_MOVED = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                               ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
+MEMBERSHIP_LOST = frozenset({ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID,
+                             ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.FENCED_INSTANCE_ID})
 """Errors on a commit under the proxy's membership that mean it must rejoin."""
 
 SESSION_TIMEOUT_MS = 30_000
@@ -102,11 +93,12 @@ async def find_coordinator(pool: LinkPool, bootstrap: Sequence[Address], group_i
         for address in bootstrap:
             try:
                 response = await pool.link(address).request(
-                    FIND_COORDINATOR, FIND_COORDINATOR_VERSION, {"key": group_id, "key_type": 0})
+                    ApiKey.FIND_COORDINATOR, FIND_COORDINATOR_VERSION,
+                    {"key": group_id, "key_type": 0})
             except UpstreamError as exc:
                 last = str(exc)
                 continue
-            if response["error_code"] == NONE:
+            if response["error_code"] == ErrorCode.NONE:
                 return response["node_id"], (response["host"], response["port"])
             last = f"FindCoordinator error {response['error_code']}"
             break
@@ -233,7 +225,7 @@ class BrokerMembership:
         if self.member_id and self._link is not None:
             with trio.CancelScope(shield=True), trio.move_on_after(5):
                 try:
-                    await self._link.request(LEAVE_GROUP, LEAVE_VERSION, {
+                    await self._link.request(ApiKey.LEAVE_GROUP, LEAVE_VERSION, {
                         "group_id": self.group_id,
                         "members": [{"member_id": self.member_id, "group_instance_id": None}],
                     })
@@ -288,7 +280,7 @@ class BrokerMembership:
         for _ in range(10):
             link = await self._connect()
             topics = tuple(sorted(set(self._topics())))
-            join = await link.request(JOIN_GROUP, JOIN_VERSION, {
+            join = await link.request(ApiKey.JOIN_GROUP, JOIN_VERSION, {
                 "group_id": self.group_id,
                 "session_timeout_ms": SESSION_TIMEOUT_MS,
                 "rebalance_timeout_ms": REBALANCE_TIMEOUT_MS,
@@ -299,23 +291,23 @@ class BrokerMembership:
                                "metadata": subscription_metadata(topics)}],
             })
             error = join["error_code"]
-            if error == MEMBER_ID_REQUIRED:
+            if error == ErrorCode.MEMBER_ID_REQUIRED:
                 self.member_id = join["member_id"]
                 continue
-            if error in (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION):
+            if error in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
                 self.member_id = ""
                 continue
             if error in COORDINATOR_MOVED:
                 self.coordinator = None
                 await trio.sleep(RETRY_SECONDS)
                 continue
-            if error == REBALANCE_IN_PROGRESS:
+            if error == ErrorCode.REBALANCE_IN_PROGRESS:
                 continue
-            if error == INCONSISTENT_GROUP_PROTOCOL:
+            if error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL:
                 raise MembershipRefused(
                     f"the broker's group {self.group_id} has members connected straight to the "
                     "broker with another protocol")
-            if error != NONE:
+            if error != ErrorCode.NONE:
                 raise MembershipRefused(f"JoinGroup for {self.group_id} failed with error {error}")
             self.member_id = join["member_id"]
             generation = join["generation_id"]
@@ -323,7 +315,7 @@ class BrokerMembership:
             if join["leader"] == self.member_id:
                 assignments = [{"member_id": m["member_id"], "assignment": _ASSIGNMENT}
                                for m in join["members"]]
-            sync = await link.request(SYNC_GROUP, SYNC_VERSION, {
+            sync = await link.request(ApiKey.SYNC_GROUP, SYNC_VERSION, {
                 "group_id": self.group_id,
                 "generation_id": generation,
                 "member_id": self.member_id,
@@ -331,7 +323,7 @@ class BrokerMembership:
                 "assignments": assignments,
             })
             error = sync["error_code"]
-            if error == NONE:
+            if error == ErrorCode.NONE:
                 self.generation = generation
                 self.advertised = topics
                 self._planned = False
@@ -342,7 +334,7 @@ class BrokerMembership:
                 return
             if error in COORDINATOR_MOVED:
                 self.coordinator = None
-            elif error in (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION):
+            elif error in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
                 self.member_id = ""
         raise CoordinatorUnavailable(f"group {self.group_id}: could not join the broker's group")
 
@@ -366,7 +358,7 @@ class BrokerMembership:
                 return
             assert self._link is not None
             try:
-                response = await self._link.request(HEARTBEAT, HEARTBEAT_VERSION, {
+                response = await self._link.request(ApiKey.HEARTBEAT, HEARTBEAT_VERSION, {
                     "group_id": self.group_id, "generation_id": self.generation,
                     "member_id": self.member_id, "group_instance_id": None})
             except UpstreamError as exc:
@@ -374,11 +366,11 @@ class BrokerMembership:
                 self.coordinator = None
                 return
             error = response["error_code"]
-            if error == NONE:
+            if error == ErrorCode.NONE:
                 continue
             log.info("group %s: broker heartbeat error %d, rejoining", self.group_id, error)
             if error in COORDINATOR_MOVED:
                 self.coordinator = None
-            elif error in (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID):
+            elif error in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID):
                 self.member_id = ""
             return

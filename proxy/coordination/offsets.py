@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from proxy.codec.api_keys import ApiKey
 from proxy.coordination.handler import (
     PASS,
     Answer,
@@ -44,7 +45,6 @@ from translation.topics import TopicId, TopicsImage
 if TYPE_CHECKING:
     from proxy.coordination.service import CoordinatorService
 
-OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT, OFFSET_DELETE = 8, 9, 28, 47
 STABLE_WAIT_SECONDS = 15.0
 """How long a commit waits for the proxy's broker-side membership to be usable before it is
 answered with the retriable COORDINATOR_LOAD_IN_PROGRESS."""
@@ -94,7 +94,7 @@ def _partition_errors(response: Value) -> set[int]:
 class OffsetCommitHandler(ApiHandler):
     """OffsetCommit: validated by the engine, forwarded under the proxy's membership."""
 
-    api_key = OFFSET_COMMIT
+    api_key = ApiKey.OFFSET_COMMIT
     answers_upstream_later = True
     transactional = False
     member_fields_from = 1
@@ -153,7 +153,7 @@ class OffsetCommitHandler(ApiHandler):
 class TxnOffsetCommitHandler(OffsetCommitHandler):
     """TxnOffsetCommit: as OffsetCommit, validated as transactional (member fields v3+)."""
 
-    api_key = TXN_OFFSET_COMMIT
+    api_key = ApiKey.TXN_OFFSET_COMMIT
     transactional = True
     member_fields_from = 3
 
@@ -212,7 +212,7 @@ def merge_in_order(requested: list[str], answered: Iterable[Value], local: dict[
 class OffsetFetchHandler(ApiHandler):
     """OffsetFetch: member checks for coordinated groups (v9+), member fields stripped."""
 
-    api_key = OFFSET_FETCH
+    api_key = ApiKey.OFFSET_FETCH
 
     def decide(self, request: GroupRequest) -> Outcome:
         value = request.value
@@ -255,7 +255,7 @@ class OffsetFetchHandler(ApiHandler):
 class OffsetDeleteHandler(ApiHandler):
     """OffsetDelete: topics the group subscribes to are refused, the rest deleted."""
 
-    api_key = OFFSET_DELETE
+    api_key = ApiKey.OFFSET_DELETE
 
     def decide(self, request: GroupRequest) -> Outcome:
         value = request.value

@@ -15,17 +15,18 @@ import struct
 
 from proxy.codec import messages
 from proxy.codec._runtime import r_uv
+from proxy.codec.api_keys import ApiKey
 from proxy.codec.errors import CodecError
 from proxy.codec.header import parse_request_header
 
-OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 11, 12, 13, 14
 _INT16 = struct.Struct(">h")
 
 
 def opens_with_group_id(api_key: int, version: int) -> bool:
-    if api_key == OFFSET_FETCH:
+    if api_key == ApiKey.OFFSET_FETCH:
         return version < 8  # v8+ carries an array of groups
-    return api_key in (OFFSET_COMMIT, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP)
+    return api_key in (ApiKey.OFFSET_COMMIT, ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT,
+                       ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP)
 
 
 def group_id_of(frame: memoryview, api_key: int, version: int) -> str | None:

@@ -26,6 +26,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from proxy.codec import messages
+from proxy.codec.api_keys import ApiKey
 from proxy.codec.errors import CodecError
 from proxy.codec.header import parse_request_header, response_header_for
 from proxy.connection import (
@@ -55,23 +56,27 @@ from translation.errors import ErrorCode
 
 log = logging.getLogger("groupgate.coordination")
 
-SERVED: dict[int, tuple[int, int]] = {
-    consumer_group.CONSUMER_GROUP_HEARTBEAT: consumer_group.VERSIONS,
-    consumer_group.CONSUMER_GROUP_DESCRIBE: consumer_group.VERSIONS,
-}
-"""APIs the proxy serves itself and the versions it advertises for them."""
 UNKNOWN_SERVER_ERROR = int(ErrorCode.UNKNOWN_SERVER_ERROR)
 
 
-def handler_table(service: CoordinatorService) -> dict[int, ApiHandler]:
+HANDLERS = (*consumer_group.HANDLERS, *classic.HANDLERS, *offsets.HANDLERS, *listing.HANDLERS)
+"""Every examined API's handler class: adding an API is one handler and one entry here."""
+
+
+def handler_table(service: CoordinatorService) -> dict[ApiKey, ApiHandler]:
     """One handler per examined API key."""
-    table: dict[int, ApiHandler] = {}
-    for make in (*consumer_group.HANDLERS, *classic.HANDLERS, *offsets.HANDLERS,
-                 *listing.HANDLERS):
+    table: dict[ApiKey, ApiHandler] = {}
+    for make in HANDLERS:
         handler = make(service)
         assert handler.api_key not in table, handler.api_key
         table[handler.api_key] = handler
     return table
+
+
+def served_versions(handlers: dict[ApiKey, ApiHandler]) -> dict[int, tuple[int, int]]:
+    """The APIs the proxy serves itself and the versions it advertises for them."""
+    return {key: h.served_versions for key, h in handlers.items()
+            if h.served_versions is not None}
 
 
 class CoordinatingRouter(ForwardingRouter):
@@ -80,10 +85,10 @@ class CoordinatingRouter(ForwardingRouter):
     __slots__ = ("_claims", "_client_host", "_handlers", "_node_id")
 
     def __init__(self, address_map: AddressMap, counters: RequestCounters,
-                 accepted: dict[int, tuple[int, int]], handlers: dict[int, ApiHandler],
+                 accepted: dict[int, tuple[int, int]], handlers: dict[ApiKey, ApiHandler],
                  node_id: int | None, client_host: str,
                  claims: Callable[[str], bool] = lambda _group_id: True) -> None:
-        super().__init__(address_map, counters, accepted, SERVED)
+        super().__init__(address_map, counters, accepted, served_versions(handlers))
         self._handlers = handlers
         self._node_id = node_id
         self._client_host = client_host
@@ -117,7 +122,8 @@ class CoordinatingRouter(ForwardingRouter):
             value, _ = messages.decode_request(key, version, frame, header.header_length)
         except CodecError as exc:
             raise RejectRequest(f"malformed request (api key {key} v{version}): {exc}") from exc
-        group_request = GroupRequest(key, version, request.correlation_id, header.client_id,
+        group_request = GroupRequest(handler.api_key, version, request.correlation_id,
+                                     header.client_id,
                                      self._client_host, self._node_id,
                                      bytes(frame[:header.header_length]), value)
         try:

@@ -20,13 +20,13 @@ from typing import Any
 
 import trio
 
+from proxy.codec.api_keys import ApiKey
 from proxy.coordination.links import Address, LinkPool
 from proxy.upstream import UpstreamError
 from translation.topics import TopicMetadata, TopicsImage
 
 log = logging.getLogger("groupgate.coordination")
 
-METADATA = 3
 METADATA_VERSION = 12
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -93,7 +93,7 @@ class TopicWatcher:
         request = metadata_request(names, all_topics)
         for address in self._bootstrap:
             try:
-                response = await self._pool.link(address).request(METADATA, METADATA_VERSION,
+                response = await self._pool.link(address).request(ApiKey.METADATA, METADATA_VERSION,
                                                                     request)
             except UpstreamError as exc:
                 log.warning("topic metadata from %s:%d failed: %s", *address, exc)

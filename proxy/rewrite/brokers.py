@@ -23,16 +23,11 @@ from collections.abc import Callable
 from typing import Any
 
 from proxy.codec._runtime import tag_entries, w_tags
+from proxy.codec.api_keys import ApiKey
 from proxy.codec.compiler import Compiled, TopField
 from proxy.codec.errors import CodecError
 from proxy.codec.messages import as_buffer, compiled
 from proxy.rewrite.address import AddressMap, RecordingMap
-
-METADATA = 3
-FIND_COORDINATOR = 10
-DESCRIBE_CLUSTER = 60
-PRODUCE = 0
-FETCH = 1
 
 _ERRORS = (struct.error, IndexError, ValueError, TypeError, OverflowError, KeyError,
            AttributeError, RecursionError, MemoryError)
@@ -77,7 +72,7 @@ def _splice_plan(api_key: int, version: int, key: str
 
 
 def rewrite_metadata(version: int, body: Body, amap: AddressMap) -> Body:
-    skips, brokers_field = _splice_plan(METADATA, version, "brokers")
+    skips, brokers_field = _splice_plan(ApiKey.METADATA, version, "brokers")
     buf = as_buffer(body)
     try:
         pos = 0
@@ -133,13 +128,13 @@ def _edit_single_coordinator(value: dict[str, Any], amap: AddressMap) -> bool:
 
 def rewrite_find_coordinator(version: int, body: Body, amap: AddressMap) -> Body:
     if version >= 4:  # batched lookups: a list of (key, node, host, port, error)
-        return _full(FIND_COORDINATOR, version, body, amap,
+        return _full(ApiKey.FIND_COORDINATOR, version, body, amap,
                      lambda v, m: _map_nodes(v["coordinators"], m))
-    return _full(FIND_COORDINATOR, version, body, amap, _edit_single_coordinator)
+    return _full(ApiKey.FIND_COORDINATOR, version, body, amap, _edit_single_coordinator)
 
 
 def rewrite_describe_cluster(version: int, body: Body, amap: AddressMap) -> Body:
-    return _full(DESCRIBE_CLUSTER, version, body, amap,
+    return _full(ApiKey.DESCRIBE_CLUSTER, version, body, amap,
                  lambda v, m: _map_nodes(v["brokers"], m, "broker_id"))
 
 
@@ -196,29 +191,29 @@ def rewrite_node_endpoints(api_key: int, version: int, body: Body, amap: Address
 
 
 def rewrite_produce(version: int, body: Body, amap: AddressMap) -> Body:
-    return body if version < 10 else rewrite_node_endpoints(PRODUCE, version, body, amap)
+    return body if version < 10 else rewrite_node_endpoints(ApiKey.PRODUCE, version, body, amap)
 
 
 def rewrite_fetch(version: int, body: Body, amap: AddressMap) -> Body:
-    return body if version < 16 else rewrite_node_endpoints(FETCH, version, body, amap)
+    return body if version < 16 else rewrite_node_endpoints(ApiKey.FETCH, version, body, amap)
 
 
 # ---- dispatch -----------------------------------------------------------------------------
 
 REWRITERS: dict[int, Callable[[int, Body, AddressMap], Body]] = {
-    METADATA: rewrite_metadata,
-    FIND_COORDINATOR: rewrite_find_coordinator,
-    DESCRIBE_CLUSTER: rewrite_describe_cluster,
-    PRODUCE: rewrite_produce,
-    FETCH: rewrite_fetch,
+    ApiKey.METADATA: rewrite_metadata,
+    ApiKey.FIND_COORDINATOR: rewrite_find_coordinator,
+    ApiKey.DESCRIBE_CLUSTER: rewrite_describe_cluster,
+    ApiKey.PRODUCE: rewrite_produce,
+    ApiKey.FETCH: rewrite_fetch,
 }
 
 
 def needs_rewrite(api_key: int, version: int) -> bool:
     """Whether responses of (api_key, version) can carry broker addresses."""
-    if api_key == PRODUCE:
+    if api_key == ApiKey.PRODUCE:
         return version >= 10
-    if api_key == FETCH:
+    if api_key == ApiKey.FETCH:
         return version >= 16
     return api_key in REWRITERS
 
