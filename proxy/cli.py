@@ -1,7 +1,9 @@
 """The ``groupgate`` console script.
 
-``groupgate run`` starts the proxy; the other subcommands are tooling (the simulator and the
-benchmarks). Subcommand modules live in ``proxy.commands`` and are imported only when used.
+``groupgate run`` starts the proxy; the other subcommands are tools for users: the simulator and
+the pass-through benchmark against their own cluster. Subcommand modules live in
+``proxy.commands`` and are imported only when used. The benchmarks that need the test bed's
+brokers and JVMs are development commands (``dev/bench``), not part of the package.
 """
 
 from __future__ import annotations
@@ -18,12 +20,6 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
                     "run the seeded group simulator (invariants checked after every event)"),
     ("bench", "passthrough"): ("proxy.commands.bench_passthrough",
                                "produce/consume throughput and latency, direct vs proxied"),
-    ("bench", "engine"): ("proxy.commands.bench_engine",
-                          "assignor and heartbeat throughput of the engine vs Kafka's"),
-    ("bench", "rebalance"): ("proxy.commands.bench_rebalance",
-                             "rebalance cost felt by real consumers, per target"),
-    ("soak",): ("proxy.commands.soak",
-                "real clients under random failures; offsets and ownership checked"),
 }
 
 

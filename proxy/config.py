@@ -154,6 +154,10 @@ SETTINGS: tuple[Setting, ...] = (
             "Seconds to wait for an upstream broker connection."),
     Setting("shutdown-grace", _positive_float, "10",
             "Seconds in-flight requests get to finish after SIGTERM."),
+    Setting("splice", _bool, "on",
+            "Relay large frames that pass unchanged with splice(2) on Linux (the bytes never "
+            "enter Python); off copies them through one buffer per connection. Ignored where "
+            "the platform has no splice."),
     Setting("fetch-node-endpoints", _bool, "off",
             "Advertise Fetch v16+ (KIP-951 node endpoints, rewritten to proxy addresses). Off "
             "keeps Fetch at v15 so large fetch responses stream through without being held."),
@@ -230,6 +234,7 @@ class ProxyConfig:
     max_members: int = 10_000
     max_subscription_topics: int = 10_000
     max_regex_bytes: int = 4096
+    splice: bool = True
     fetch_node_endpoints: bool = False
     metrics_listen: tuple[str, int] | None = None
     log_level: str = "INFO"

@@ -34,10 +34,7 @@ would double the time a big Fetch response takes to reach the client.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import logging
-import os
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -49,6 +46,8 @@ from proxy.budget import ByteBudget
 from proxy.codec.errors import CodecError
 from proxy.frames import FrameError, FrameSplitter, encode_frame
 from proxy.orderer import HeldBytes, OrderingError, ResponseFilter, ResponseOrderer, Slot
+from proxy.splice import AVAILABLE as SPLICE_AVAILABLE
+from proxy.splice import Pipe, stream_frame
 
 log = logging.getLogger("groupgate.connection")
 
@@ -58,11 +57,6 @@ HOLD_POLL_SECONDS = 0.02
 LARGE_FRAME_BYTES = 128 * 1024
 """Frames at least this big are received into one buffer of their own size, or, for
 responses that pass unchanged, streamed through as they arrive."""
-CUT_THROUGH_CHUNK = 256 * 1024
-F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ, Linux
-F_GETPIPE_SZ = 1032
-SPLICE = hasattr(os, "splice") and os.environ.get("GROUPGATE_SPLICE", "1") != "0"
-"""Relay cut-through frames with splice(2); GROUPGATE_SPLICE=0 copies through Python instead."""
 CLASSIFY_PREFIX_BYTES = 1024
 """How much of a large request is read before it is classified and streamed upstream."""
 _HEADER = struct.Struct(">hhi")
@@ -174,8 +168,11 @@ class Connection:
         examined_budget: ByteBudget | None = None,
         held: HeldBytes | None = None,
         examined_read_seconds: float = 30.0,
+        splice: bool = True,
     ) -> None:
         self.client = client
+        self.splice = splice
+        """Relay cut-through frames with ``splice(2)`` where the platform has it."""
         self.upstream = upstream
         self.router = router
         self.max_frame_bytes = max_frame_bytes
@@ -253,7 +250,8 @@ class Connection:
     def _pipe(self, direction: int) -> Pipe | None:
         """The splice pipe of one direction (0: requests, 1: responses), opened on first use."""
         if self._pipes is None:
-            self._pipes = [Pipe.open(), Pipe.open()] if SPLICE else [None, None]
+            self._pipes = ([Pipe.open(), Pipe.open()] if self.splice and SPLICE_AVAILABLE
+                           else [None, None])
             # Pipe.open returns None rather than raising, so no descriptor can leak here.
         return self._pipes[direction]
 
@@ -569,7 +567,7 @@ class Connection:
             orderer.push_back(slot)
             return False
         async with self._send_lock:
-            await _stream_frame(splitter, self.upstream, self.client, self._pipe(1))
+            await stream_frame(splitter, self.upstream, self.client, self._pipe(1))
             orderer.release_next(slot)
         self._after_release()
         return True
@@ -607,7 +605,7 @@ class Connection:
         async with self._upstream_lock:
             for slot in slots:
                 self.orderer.sent_upstream(slot)
-            await _stream_frame(splitter, self.client, self.upstream, self._pipe(0))
+            await stream_frame(splitter, self.client, self.upstream, self._pipe(0))
         return True
 
     async def _flush(self) -> None:
@@ -654,103 +652,3 @@ async def _receive_frames(
     if not data:
         return None
     return splitter.feed(data)
-
-
-async def _stream_frame(splitter: FrameSplitter, source: trio.SocketStream,
-                        sink: trio.SocketStream, pipe: Pipe | None = None) -> None:
-    """Send the splitter's incomplete frame to ``sink`` and relay the rest of it from
-    ``source`` as it arrives: through a kernel pipe with ``splice(2)`` when one is given (the
-    bytes never enter Python), else through one reused buffer."""
-    size = splitter.incomplete_frame_size
-    buffer = bytearray(max(CUT_THROUGH_CHUNK, splitter.buffered))
-    view = memoryview(buffer)
-    have = splitter.take_incomplete(buffer)
-    send = sink.send_all
-    await send(view[:have])
-    remaining = size - have
-    if pipe is not None:
-        await pipe.relay(source.socket, sink.socket, remaining)
-        return
-    recv_into = source.socket.recv_into
-    while remaining:
-        n = await recv_into(view[:min(remaining, len(buffer))])
-        if not n:
-            raise trio.BrokenResourceError("peer closed in the middle of a frame")
-        await send(view[:n])
-        remaining -= n
-
-
-class Pipe:
-    """A kernel pipe for ``splice(2)``: socket -> pipe -> socket without user-space copies.
-
-    Linux only; :meth:`open` returns None elsewhere, and callers fall back to copying.
-    """
-
-    SIZE = 1 << 20
-
-    def __init__(self, read_fd: int, write_fd: int) -> None:
-        self.read_fd = read_fd
-        self.write_fd = write_fd
-
-    @classmethod
-    def open(cls) -> Pipe | None:
-        """A pipe of ``SIZE`` bytes, or None (copy instead) when it cannot be had."""
-        if not hasattr(os, "splice"):
-            return None
-        try:
-            read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError as exc:
-            log.debug("no pipe for splice (%s); copying instead", exc)
-            return None
-        pipe = cls(read_fd, write_fd)
-        try:
-            fcntl.fcntl(write_fd, F_SETPIPE_SZ, cls.SIZE)
-            if fcntl.fcntl(write_fd, F_GETPIPE_SZ) >= cls.SIZE:
-                return pipe
-        except OSError:
-            pass
-        pipe.close()  # e.g. the user's pipe-buffer quota is used up: copy instead
-        return None
-
-    def close(self) -> None:
-        os.close(self.read_fd)
-        os.close(self.write_fd)
-
-    async def relay(self, source: trio.socket.SocketType, sink: trio.socket.SocketType,
-                    count: int) -> None:
-        """Move exactly ``count`` bytes from ``source`` to ``sink``.
-
-        Whether the pipe is full is learnt from ``splice`` itself (EAGAIN), not from a byte
-        count: a pipe fills by page slots, and small TCP segments use one slot each. When
-        nothing moved, the task sleeps on the side that blocked: the sink when bytes wait in
-        the pipe and could not be written, else the source.
-        """
-        flags = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
-        src, dst = source.fileno(), sink.fileno()
-        in_pipe = 0
-        since_checkpoint = 0
-        while count or in_pipe:
-            moved_in = moved_out = 0
-            if count:
-                try:
-                    moved_in = os.splice(src, self.write_fd, min(count, self.SIZE), flags=flags)
-                except BlockingIOError:  # no data yet, or the pipe is full
-                    pass
-                else:
-                    if moved_in == 0:
-                        raise trio.BrokenResourceError("peer closed in the middle of a frame")
-                    count -= moved_in
-                    in_pipe += moved_in
-            if in_pipe:
-                with contextlib.suppress(BlockingIOError):  # the sink's buffer is full
-                    moved_out = os.splice(self.read_fd, dst, in_pipe, flags=flags)
-                    in_pipe -= moved_out
-            if moved_in or moved_out:
-                since_checkpoint += moved_in + moved_out
-                if since_checkpoint >= self.SIZE:  # stay fair to other connections
-                    since_checkpoint = 0
-                    await trio.lowlevel.checkpoint()
-            elif in_pipe:
-                await trio.lowlevel.wait_writable(sink)
-            else:
-                await trio.lowlevel.wait_readable(source)

@@ -255,6 +255,7 @@ class ProxyServer:
             examined_budget=self.examined_budget,
             held=self.held,
             examined_read_seconds=self.config.examined_read_timeout,
+            splice=self.config.splice,
         )
         self.active.add(conn)
         active = metrics.ACTIVE_CONNECTIONS.labels(node_label(node_id))

@@ -1,4 +1,4 @@
-"""Shared pytest fixtures: real Kafka brokers from the test bed (``proxy.testbed``).
+"""Shared pytest fixtures: real Kafka brokers from the test bed (``tests.testbed``).
 
 Fixtures: ``kafka39`` (single-node 3.9.2), ``kafka4`` (single-node 4.4.0), ``broker``
 (parametrized over both lines), ``kafka39_cluster`` (3 nodes), ``kafka_factory`` (dedicated
@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from proxy.testbed.broker import KafkaBroker, KafkaCluster, kill_all
+from tests.testbed.broker import KafkaBroker, KafkaCluster, kill_all
 
 BROKER_FIXTURES = frozenset({"kafka39", "kafka4", "broker", "kafka39_cluster", "kafka_factory"})
 

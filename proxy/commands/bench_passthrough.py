@@ -1,7 +1,8 @@
 """``groupgate bench passthrough``: what the proxy costs on the forwarding path.
 
-One run starts a test-bed Kafka broker and groupgate in front of it (a separate process, as in
-production), then measures, alternating direct and proxied rounds so drift hits both alike:
+One run starts groupgate in front of the cluster at ``--bootstrap`` (a separate process, as in
+production) and creates a topic there, then measures, alternating direct and proxied rounds so
+drift hits both alike:
 
 * produce throughput (MB/s of 1 KiB record values, confluent-kafka, acks=1, linger 5 ms);
 * consume throughput (MB/s, a consumer assigned every partition from the beginning);
@@ -12,12 +13,15 @@ production), then measures, alternating direct and proxied rounds so drift hits 
   what else the machine is doing than the throughput figures do.
 
 It prints a table and writes JSON with every round, the medians, the proxied/direct ratios,
-the machine and the versions. It is a command, not a test: nothing here asserts a timing.
+the machine and the versions. It is a command, not a test: nothing here asserts a timing. It
+needs confluent-kafka (``pip install 'groupgate[bench]'``). ``dev/bench passthrough`` runs it
+against a broker of the test bed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -28,14 +32,17 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from proxy.bench.machine import describe_machine, machine_info, median, percentile
+from proxy.commands.machine import describe_machine, machine_info, median, percentile
 
 VALUE = b"v" * 1024
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
+def configure(parser: argparse.ArgumentParser, *, bootstrap_required: bool = True) -> None:
     parser.add_argument("--json", metavar="FILE", type=Path, help="write the results here")
-    parser.add_argument("--kafka", default="3.9", help="test-bed Kafka line (default 3.9)")
+    parser.add_argument("--bootstrap", metavar="HOST:PORT", required=bootstrap_required,
+                        help="the Kafka cluster to measure (a topic is created and deleted)")
+    parser.add_argument("--replication-factor", type=int, default=-1,
+                        help="of the benchmark's topic (default: the cluster's)")
     parser.add_argument("--records", type=int, default=200_000,
                         help="records per throughput round (1 KiB each)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per target")
@@ -48,6 +55,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="extra `groupgate run` flag for the proxied side (repeatable), "
                              "e.g. --proxy-arg=--fetch-node-endpoints=on")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, to check it works")
+    parser.add_argument("--kafka-version", default=None, help="recorded in the JSON as is")
 
 
 def _client_config(bootstrap: str) -> dict[str, Any]:
@@ -190,20 +198,27 @@ def _summary(rounds: dict[str, list[dict[str, float]]], key: str) -> dict[str, A
 
 
 def run(args: argparse.Namespace) -> int:
-    from proxy.testbed.broker import KafkaBroker
-    from proxy.testbed.proxyproc import ProxyProcess
+    from proxy.process import ProxyProcess
 
+    try:
+        from confluent_kafka.admin import AdminClient, NewTopic
+    except ImportError:
+        print("groupgate bench passthrough needs confluent-kafka: "
+              "pip install 'groupgate[bench]'")
+        return 2
     if args.quick:
         args.records, args.rounds, args.latency_seconds, args.rtt_requests = 5000, 1, 1.0, 200
     workdir = Path(tempfile.mkdtemp(prefix="groupgate-bench-"))
     info = machine_info()
     print(f"machine: {describe_machine(info)}")
-    with KafkaBroker.start(args.kafka, workdir / "kafka") as broker:
-        topic = f"bench-{uuid.uuid4().hex[:6]}"
-        broker.create_topic(topic, args.partitions)
-        with ProxyProcess.start(broker.bootstrap, workdir / "groupgate.log",
+    admin = AdminClient(_client_config(args.bootstrap))
+    topic = f"bench-{uuid.uuid4().hex[:6]}"
+    admin.create_topics([NewTopic(topic, args.partitions, args.replication_factor)]
+                        )[topic].result(30)
+    try:
+        with ProxyProcess.start(args.bootstrap, workdir / "groupgate.log",
                                 args=["--log-level", "WARNING", *args.proxy_arg]) as proxy:
-            targets = {"direct": broker.bootstrap, "proxied": proxy.bootstrap}
+            targets = {"direct": args.bootstrap, "proxied": proxy.bootstrap}
             phases: dict[str, dict[str, list[dict[str, float]]]] = {
                 name: {"direct": [], "proxied": []}
                 for name in ("produce", "consume", "latency", "rtt")}
@@ -236,10 +251,14 @@ def run(args: argparse.Namespace) -> int:
                           f"consume {phases['consume'][target][-1]['mb_per_s']:.1f} MB/s, "
                           f"latency p99 {phases['latency'][target][-1]['p99_ms']:.2f} ms",
                           flush=True)
+    finally:
+        with contextlib.suppress(Exception):
+            admin.delete_topics([topic])[topic].result(30)
+    kafka = args.kafka_version or "unknown"
     results = {
         "benchmark": "passthrough",
         "machine": info,
-        "kafka": broker.version,
+        "kafka": kafka,
         "settings": {k: v for k, v in vars(args).items()
                      if k in ("records", "rounds", "partitions", "latency_rate",
                               "latency_seconds", "rtt_requests", "proxy_arg")},
@@ -261,7 +280,7 @@ def run(args: argparse.Namespace) -> int:
             (f"produce latency p99 (ms) @{args.latency_rate}/s", "produce_latency_p99_ms"),
             ("request RTT p50 (ms)", "request_rtt_p50_ms"),
             ("request RTT p99 (ms)", "request_rtt_p99_ms")]
-    print(f"\nKafka {broker.version}, {args.rounds} rounds per target, medians:")
+    print(f"\nKafka {kafka}, {args.rounds} rounds per target, medians:")
     print(f"{'metric':<38} {'direct':>10} {'proxied':>10} {'ratio':>7} {'added':>9}")
     for label, key in rows:
         s = results[key]

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from proxy.testbed.broker import KafkaCluster
-from proxy.testbed.proxyproc import ProxyProcess
+from proxy.process import ProxyProcess
+from tests.testbed.broker import KafkaCluster
 
 StartProxy = Callable[..., ProxyProcess]
 

@@ -19,8 +19,6 @@ from typing import Any
 
 import pytest
 
-from proxy.testbed.broker import KafkaBroker
-from proxy.testbed.tools import consumer_groups, describe_group, parse_table
 from tests.integration.conftest import StartProxy
 from tests.integration.test_offsets import (
     PROXY_FLAGS,
@@ -28,6 +26,8 @@ from tests.integration.test_offsets import (
     consume_and_commit,
     produce,
 )
+from tests.testbed.broker import KafkaBroker
+from tests.testbed.tools import consumer_groups, describe_group, parse_table
 
 
 def describe_with_kafka_python(bootstrap: str, group: str) -> dict[str, Any]:

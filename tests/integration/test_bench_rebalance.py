@@ -19,7 +19,7 @@ def test_scale_out_on_the_classic_reference(tmp_path: Path) -> None:
     out = tmp_path / "runs.json"
     plots = tmp_path / "plots"
     result = subprocess.run(
-        [sys.executable, "-m", "proxy.cli", "bench", "rebalance", "--target", "classic-3.9",
+        [sys.executable, "-m", "tests.benchmarks", "rebalance", "--target", "classic-3.9",
          "--members", "3", "--scenario", "scale-out", "--protocol", "range", "--repeat", "1",
          "--json", str(out), "--plots", str(plots), "--workdir", str(tmp_path / "work")],
         capture_output=True, text=True, timeout=300, check=False)

@@ -3,7 +3,7 @@
 The rebalance benchmark's ``groupgate`` target (Kafka 3.9 with the proxy in front, classic
 members served by the engine; session 6 s, heartbeat 1 s) and its member pools play a scale-out
 N -> N+1 with real clients; every member reports its rebalance callbacks and records. Checked on
-that timeline (:mod:`proxy.bench.rebalance.timeline`):
+that timeline (:mod:`tests.benchmarks.rebalance.timeline`):
 
 * 20 confluent-kafka classic members (eager ``range`` and ``cooperative-sticky``) and 10 Java
   VerifiableConsumers from Kafka 3.9 (same two assignors): at no instant is a partition owned by
@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from proxy.bench.rebalance import scenarios, targets, timeline
+from tests.benchmarks.rebalance import scenarios, targets, timeline
 
 HEARTBEAT_S = targets.HEARTBEAT_INTERVAL_MS / 1000
 CLIENT_START_SLACK_S = 0.5

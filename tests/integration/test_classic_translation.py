@@ -31,8 +31,7 @@ from typing import Any
 
 import pytest
 
-from proxy.testbed.broker import KafkaBroker
-from proxy.testbed.proxyproc import ProxyProcess
+from proxy.process import ProxyProcess
 from tests.integration.conftest import StartProxy
 from tests.integration.test_new_protocol import (
     PROXY_FLAGS,
@@ -43,6 +42,7 @@ from tests.integration.test_new_protocol import (
     owned_exactly_once,
     wait_until,
 )
+from tests.testbed.broker import KafkaBroker
 
 FLAGS = (*PROXY_FLAGS, "--classic-translation", "on")
 SESSION_MS = 6000

@@ -17,11 +17,11 @@ import time
 import uuid
 from collections.abc import Callable
 
-from proxy.testbed.broker import KafkaBroker, KafkaCluster
-from proxy.testbed.proxyproc import ProxyProcess
-from proxy.testbed.tools import VerifiableConsumer, VerifiableProducer
+from proxy.process import ProxyProcess
 from tests.integration.conftest import StartProxy
 from tests.integration.observe import PortWatcher
+from tests.testbed.broker import KafkaBroker, KafkaCluster
+from tests.testbed.tools import VerifiableConsumer, VerifiableProducer
 
 RECORDS = 3000
 log = logging.getLogger("rdkafka")

@@ -28,12 +28,12 @@ from typing import Any
 
 import pytest
 
-from proxy.testbed.broker import KafkaBroker
-from proxy.testbed.proxyproc import ProxyProcess
-from proxy.testbed.tools import ConnectWorker
+from proxy.process import ProxyProcess
 from tests.integration.conftest import StartProxy, keep_if_failed
 from tests.integration.observe import PortWatcher
 from tests.integration.test_new_protocol import PROXY_FLAGS, coordinator_of, wait_until
+from tests.testbed.broker import KafkaBroker
+from tests.testbed.tools import ConnectWorker
 
 FLAGS = (*PROXY_FLAGS, "--classic-translation", "on")
 FIRST_LINES = 300

@@ -10,8 +10,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from proxy.testbed.broker import KafkaBroker
 from tests.integration.conftest import StartProxy
+from tests.testbed.broker import KafkaBroker
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -57,8 +57,8 @@ def test_probes_and_metrics(kafka39: KafkaBroker, start_proxy: StartProxy) -> No
 
 
 def test_not_ready_without_upstream(tmp_path: Path) -> None:
-    from proxy.testbed.broker import free_ports
-    from proxy.testbed.proxyproc import ProxyProcess
+    from proxy.process import ProxyProcess
+    from tests.testbed.broker import free_ports
 
     dead = free_ports(1)[0]
     log_file = tmp_path / "gg.log"

@@ -19,9 +19,9 @@ import pytest
 from proxy.codec import messages
 from proxy.codec.header import encode_request_header
 from proxy.config import ProxyConfig
-from proxy.testbed.broker import KafkaBroker
-from proxy.testbed.proxyproc import ProxyProcess
+from proxy.process import ProxyProcess
 from tests.integration.conftest import StartProxy
+from tests.testbed.broker import KafkaBroker
 
 MAX_FRAME = ProxyConfig(upstream=()).max_frame_bytes
 

@@ -28,10 +28,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from proxy.codec import messages
 from proxy.codec.header import encode_request_header
-from proxy.testbed.broker import KafkaBroker
-from proxy.testbed.proxyproc import ProxyProcess
+from proxy.process import ProxyProcess
 from tests.integration.conftest import StartProxy
 from tests.integration.test_hostile_input import healthy_roundtrip, read_response
+from tests.testbed.broker import KafkaBroker
 
 BOUND_MIB = 256
 """docs/operations.md, "Memory": the default limits keep the proxy under this."""

@@ -34,12 +34,12 @@ import pytest
 
 from proxy.codec import messages
 from proxy.codec.header import encode_request_header
-from proxy.testbed.broker import KafkaBroker
-from proxy.testbed.proxyproc import ProxyProcess
-from proxy.testbed.tools import VerifiableConsumer, consumer_groups, parse_table
+from proxy.process import ProxyProcess
 from tests.conftest import BrokerPool, _pooled
 from tests.integration.conftest import StartProxy
 from tests.integration.observe import PortWatcher
+from tests.testbed.broker import KafkaBroker
+from tests.testbed.tools import VerifiableConsumer, consumer_groups, parse_table
 
 log = logging.getLogger("rdkafka")
 

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from proxy.testbed.broker import KafkaBroker
-from proxy.testbed.tools import CommitConsumer
 from tests.integration.conftest import StartProxy
+from tests.testbed.broker import KafkaBroker
+from tests.testbed.tools import CommitConsumer
 
 log = logging.getLogger("rdkafka")
 

@@ -50,11 +50,11 @@ from typing import Any
 
 import pytest
 
-from proxy.testbed.broker import KafkaBroker
-from proxy.testbed.proxyproc import ProxyProcess
-from proxy.testbed.tools import VerifiableConsumer, VerifiableProducer
+from proxy.process import ProxyProcess
 from tests.integration.conftest import StartProxy
 from tests.integration.test_classic_translation import CLASSIC, CONSUMER, FLAGS, member_types
+from tests.testbed.broker import KafkaBroker
+from tests.testbed.tools import VerifiableConsumer, VerifiableProducer
 
 PARTITIONS = 12
 MEMBERS = 6

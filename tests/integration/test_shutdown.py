@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 from proxy.codec import messages
 from proxy.codec.header import encode_request_header
-from proxy.testbed.broker import KafkaBroker
 from tests.integration.conftest import StartProxy
+from tests.testbed.broker import KafkaBroker
 
 FETCH = 1
 

@@ -1,5 +1,5 @@
 """The soak, short: every kind of event once or twice in about two minutes, and every
-invariant checked (``groupgate soak`` runs the long version; docs/benchmarks/soak.md).
+invariant checked (``dev/bench soak`` runs the long version; docs/benchmarks/soak.md).
 
 Real clients (confluent-kafka both protocols, kafka-python, Java; asynchronous, synchronous and
 auto commits) in three groups behind the proxy on a Kafka 3.9 broker, under continuous
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.bench.soak import run as soak
+from tests.benchmarks.soak import run as soak
 
 pytestmark = pytest.mark.broker
 

@@ -1,6 +1,6 @@
 """Spark jobs through groupgate in front of Kafka 3.9: batch read, batch write, streaming copy.
 
-One local Spark session (pyspark 4.2.0 and its Kafka connector, ``proxy.testbed.spark``) serves
+One local Spark session (pyspark 4.2.0 and its Kafka connector, ``tests.testbed.spark``) serves
 the module; each test starts its own proxy and gives Spark only the proxy's bootstrap address.
 Test data is produced, and results are read back, straight from the broker with librdkafka, so
 Spark is the only client of the proxy and the checks do not depend on it. Every test checks:
@@ -28,11 +28,11 @@ from typing import Any
 
 import pytest
 
-from proxy.testbed.broker import KafkaBroker
-from proxy.testbed.proxyproc import ProxyProcess
-from proxy.testbed.spark import jvm_pid, local_session, stop_session
+from proxy.process import ProxyProcess
 from tests.integration.conftest import StartProxy
 from tests.integration.observe import PortWatcher
+from tests.testbed.broker import KafkaBroker
+from tests.testbed.spark import jvm_pid, local_session, stop_session
 
 PARTITIONS = 3
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3

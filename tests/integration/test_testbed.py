@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import pytest
 
-from proxy.testbed import artifacts
-from proxy.testbed.broker import KafkaBroker, KafkaCluster, api_versions, metadata
-from proxy.testbed.tools import (
+from tests.testbed import artifacts
+from tests.testbed.broker import KafkaBroker, KafkaCluster, api_versions, metadata
+from tests.testbed.tools import (
     VerifiableConsumer,
     VerifiableProducer,
     describe_group,

@@ -1,10 +1,10 @@
-"""The benchmark inputs (``proxy.bench.workload``): deterministic, and faithfully written."""
+"""The benchmark inputs (``tests.benchmarks.workload``): deterministic, and faithfully written."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from proxy.bench.workload import (
+from tests.benchmarks.workload import (
     ImageDescriber,
     assignment_digest,
     build_workload,

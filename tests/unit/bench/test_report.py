@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.bench.rebalance import report
+from tests.benchmarks.rebalance import report
 
 
 def run(target: str, downtime: float, convergence: float, protocol: str = "range",

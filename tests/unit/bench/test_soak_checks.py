@@ -3,8 +3,8 @@ else."""
 
 from __future__ import annotations
 
-from proxy.bench.rebalance.timeline import Event
-from proxy.bench.soak import checks
+from tests.benchmarks.rebalance.timeline import Event
+from tests.benchmarks.soak import checks
 
 
 def test_offsets_moving_backwards_are_regressions_and_equal_polls_are_not() -> None:

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.bench.rebalance import timeline
-from proxy.bench.rebalance.timeline import Consumed, Event, Produced, compute, duplicates, peak_lag
+from tests.benchmarks.rebalance import timeline
+from tests.benchmarks.rebalance.timeline import (
+    Consumed,
+    Event,
+    Produced,
+    compute,
+    duplicates,
+    peak_lag,
+)
 
 
 def formed(partitions: int, members: list[str]) -> list[Event]:

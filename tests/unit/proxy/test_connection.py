@@ -50,7 +50,8 @@ async def read_frames(stream: trio.SocketStream, count: int) -> list[bytes]:
 
 
 async def run_with_peer(router: object, script: Callable[[trio.SocketStream, trio.SocketStream],
-                                                           Awaitable[None]]) -> None:
+                                                           Awaitable[None]],
+                        *, splice: bool = True) -> None:
     """Connect client <-> Connection <-> peer over loopback and run ``script(client, peer)``."""
     async with trio.open_nursery() as nursery:
         listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
@@ -62,7 +63,8 @@ async def run_with_peer(router: object, script: Callable[[trio.SocketStream, tri
             client_side = await proxy_listeners[0].accept()
             upstream = await trio.open_tcp_stream("127.0.0.1", port)
             conn = Connection(client_side, upstream, router,  # type: ignore[arg-type]
-                              max_frame_bytes=1 << 26, max_in_flight=16, name="test")
+                              max_frame_bytes=1 << 26, max_in_flight=16, name="test",
+                              splice=splice)
             await conn.run()
 
         nursery.start_soon(serve_one)
@@ -76,7 +78,6 @@ async def run_with_peer(router: object, script: Callable[[trio.SocketStream, tri
 @pytest.mark.parametrize("splice", [True, False], ids=["splice", "copy"])
 async def test_large_frames_pass_intact_both_ways(monkeypatch: pytest.MonkeyPatch,
                                                   splice: bool) -> None:
-    monkeypatch.setattr(connection_module, "SPLICE", splice)
     big = os.urandom(3 << 20)
     small = b"tiny"
 
@@ -93,7 +94,7 @@ async def test_large_frames_pass_intact_both_ways(monkeypatch: pytest.MonkeyPatc
             back = await read_frames(client, 3)
         assert back == responses
 
-    await run_with_peer(EchoRouter(), script)
+    await run_with_peer(EchoRouter(), script, splice=splice)
 
 
 async def test_produce_acks_zero_gets_no_slot_and_order_holds() -> None:
@@ -131,11 +132,10 @@ async def test_slow_client_large_response_streams_without_spinning(
         monkeypatch: pytest.MonkeyPatch, splice: bool) -> None:
     """A client that reads slowly must make the relay sleep, not busy-loop; and the large
     response must go through the cut-through path."""
-    monkeypatch.setattr(connection_module, "SPLICE", splice)
     waits = {"readable": 0, "writable": 0}
     streamed = []
     real_readable, real_writable = trio.lowlevel.wait_readable, trio.lowlevel.wait_writable
-    real_stream = connection_module._stream_frame
+    real_stream = connection_module.stream_frame
 
     async def counting_readable(sock: object) -> None:
         waits["readable"] += 1
@@ -151,7 +151,7 @@ async def test_slow_client_large_response_streams_without_spinning(
 
     monkeypatch.setattr(connection_module.trio.lowlevel, "wait_readable", counting_readable)
     monkeypatch.setattr(connection_module.trio.lowlevel, "wait_writable", counting_writable)
-    monkeypatch.setattr(connection_module, "_stream_frame", recording_stream)
+    monkeypatch.setattr(connection_module, "stream_frame", recording_stream)
     big = os.urandom(8 << 20)
 
     async def script(client: trio.SocketStream, peer: trio.SocketStream) -> None:
@@ -165,7 +165,7 @@ async def test_slow_client_large_response_streams_without_spinning(
                 await trio.sleep(0.001)  # a slow consumer
         assert bytes(received[8:]) == big
 
-    await run_with_peer(EchoRouter(), script)
+    await run_with_peer(EchoRouter(), script, splice=splice)
     assert len(streamed) == 1, "the large response was not streamed through"
     # 8 MiB in 16 KiB reads is ~512 client reads; a busy loop would wait 100,000s of times.
     assert waits["readable"] + waits["writable"] < 20_000, waits

@@ -2,5 +2,5 @@
 
 ``targets`` (what members connect to), ``members`` (member and producer processes),
 ``scenarios`` (one run: group, event, timeline), ``timeline`` (ownership replay and the
-metrics, pure), ``report`` (table and pictures). ``groupgate bench rebalance`` drives them.
+metrics, pure), ``report`` (table and pictures). ``dev/bench rebalance`` drives them.
 """

@@ -1,9 +1,9 @@
 """One consumer-group member of the soak, in a process of its own (so it can be SIGKILLed).
 
-``python -m proxy.bench.soak.member --library confluent|kafka-python ...`` runs a real,
+``python -m tests.benchmarks.soak.member --library confluent|kafka-python ...`` runs a real,
 unmodified client (confluent-kafka, either group protocol; kafka-python, classic) and reports
 what it does as JSON lines on stdout, in the same format as the Java member
-(``proxy/testbed/java/CommitConsumer.java``): ``join``, ``stall``/``resume`` around rebalance
+(``tests/testbed/java/CommitConsumer.java``): ``join``, ``stall``/``resume`` around rebalance
 callbacks, ``assign``/``revoke``/``lost`` (``p``: partitions), ``c`` (consumed ranges ``r``:
 [[partition, first, last]]), ``commit`` (``ok``, ``err``, ``o``: [[partition, offset]]),
 ``stuck``/``unstuck``, ``blocked`` (a synchronous commit held the poll loop from ``since``
@@ -240,7 +240,7 @@ def run_kafka_python(args: argparse.Namespace, control: Control) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="proxy.bench.soak.member")
+    parser = argparse.ArgumentParser(prog="tests.benchmarks.soak.member")
     parser.add_argument("--library", choices=["confluent", "kafka-python"], required=True)
     parser.add_argument("--protocol", choices=["classic", "consumer"], default="classic")
     parser.add_argument("--assignor", default="range")

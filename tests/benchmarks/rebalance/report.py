@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from proxy.bench.machine import describe_machine, median
-from proxy.bench.rebalance import timeline
+from proxy.commands.machine import describe_machine, median
+from tests.benchmarks.rebalance import timeline
 
 METRICS = (
     ("convergence_s", "convergence s", "{:.2f}"),

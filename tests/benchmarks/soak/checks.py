@@ -4,7 +4,7 @@
 * :func:`missing`: every record the producer had acknowledged was consumed by some member of
   each group (at least once).
 * :func:`double_ownership`: no partition had two owners at once on the members' own callback
-  timelines (:func:`proxy.bench.rebalance.timeline.overlaps`), except where one of the two was
+  timelines (:func:`tests.benchmarks.rebalance.timeline.overlaps`), except where one of the two was
   a member whose poll loop was stuck (a stall past its ``max.poll.interval.ms``, or a
   synchronous commit that held it while the coordinator was unreachable): a zombie the
   coordinator had fenced. Such a member must not have had a commit of the partition accepted
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from proxy.bench.rebalance.timeline import Event, Overlap, overlaps
+from tests.benchmarks.rebalance.timeline import Event, Overlap, overlaps
 
 Intervals = list[tuple[int, int]]
 """Sorted, disjoint, inclusive [first, last] runs of offsets."""

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from proxy.config import ProxyConfig
-from proxy.testbed.broker import BENCH_JVM_FLAGS, KafkaBroker
-from proxy.testbed.proxyproc import ProxyProcess
+from proxy.process import ProxyProcess
+from tests.testbed.broker import BENCH_JVM_FLAGS, KafkaBroker
 
 SESSION_TIMEOUT_MS = 6000
 HEARTBEAT_INTERVAL_MS = 1000
@@ -126,7 +126,7 @@ class Target:
         return conf
 
     def java_client_args(self, protocol: str) -> dict[str, Any]:
-        """Settings for Kafka's VerifiableConsumer (see :mod:`proxy.testbed.tools`)."""
+        """Settings for Kafka's VerifiableConsumer (see :mod:`tests.testbed.tools`)."""
         if protocol == "consumer":
             return {"group_protocol": "consumer"}
         return {

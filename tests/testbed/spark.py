@@ -1,13 +1,13 @@
 """Spark in the test bed: pyspark 4.2.0 with its Kafka connector jars from Maven Central.
 
 pyspark (the optional ``report`` extra) ships Spark's jars but not the Kafka source and sink.
-Those come as a bundle resolved by :mod:`proxy.testbed.artifacts`, like the Kafka jars: the
+Those come as a bundle resolved by :mod:`tests.testbed.artifacts`, like the Kafka jars: the
 connector, its token provider, ``kafka-clients`` and ``commons-pool2`` and nothing else, since
 their other dependencies (Hadoop client, Scala, lz4, snappy, slf4j) are already in pyspark's
 jars. :func:`local_session` starts a small local Spark that loads them through ``spark.jars``
 (local paths, no Ivy resolution at start-up). See ``docs/decisions/0009-spark-in-the-test-bed.md``.
 
-    from proxy.testbed.spark import local_session
+    from tests.testbed.spark import local_session
     spark = local_session("my-test")
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from proxy.testbed import artifacts
+from tests.testbed import artifacts
 
 __all__ = [
     "CONNECTOR_COORDINATES",

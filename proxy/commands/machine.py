@@ -1,10 +1,12 @@
-"""What every benchmark records about the machine it ran on, and small statistics helpers."""
+"""What every benchmark records about the machine it ran on, and small statistics helpers
+(the pass-through benchmark here; the test-bed benchmarks under ``tests/benchmarks``)."""
 
 from __future__ import annotations
 
 import os
 import platform
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -22,11 +24,13 @@ def cpu_model() -> str:
     return match.group(1).strip() if match else "unknown"
 
 
-def java_version() -> str:
+def java_version(java: str | None = None) -> str:
+    """``java -version``'s first line, for the JVM at ``java`` (else the one on PATH)."""
     try:
-        from proxy.testbed.artifacts import java_executable
-
-        out = subprocess.run([java_executable(), "-version"], capture_output=True, text=True,
+        executable = java or shutil.which("java")
+        if executable is None:
+            return "unavailable (no java on PATH)"
+        out = subprocess.run([executable, "-version"], capture_output=True, text=True,
                              check=False)
         return (out.stderr or out.stdout).strip().splitlines()[0]
     except Exception as exc:  # reported, not fatal
@@ -44,14 +48,15 @@ def groupgate_version() -> str:
         return match.group(1) if match else "unknown"
 
 
-def machine_info() -> dict[str, Any]:
+def machine_info(java: str | None = None) -> dict[str, Any]:
+    """The machine a benchmark ran on; ``java``: the JVM its Java side used, if any."""
     return {
         "cpu_model": cpu_model(),
         "cores": os.cpu_count(),
         "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
         "python": sys.version.split()[0],
         "python_implementation": platform.python_implementation(),
-        "java": java_version(),
+        "java": java_version(java),
         "platform": platform.platform(),
         "groupgate": groupgate_version(),
     }

@@ -1,6 +1,6 @@
 """Micro-benchmarks behind docs/decisions/0001-message-codec.md.
 
-Run: ``python -m proxy.bench.codec [--quick]``. Measures, on this machine, the schema-driven
+Run: ``python -m tests.benchmarks.codec [--quick]``. Measures, on this machine, the schema-driven
 codec against kafka-python 3.0.12's codec and construct 2.10 (both optional, test extras) on a
 MetadataResponse v12 of about 54 KB, plus the costs that sit on the forwarding path: the
 brokers-array splice, the request-header peek, the Fetch NodeEndpoints check on 1 MB responses

@@ -1,6 +1,6 @@
 /*
  * Runs Kafka's own server-side assignors (kafka-group-coordinator) on inputs written by
- * proxy/bench/workload.py, for `groupgate bench engine`.
+ * tests/benchmarks/workload.py, for `dev/bench engine`.
  *
  * Usage: java -cp <kafka jars>:<classes> AssignorBench WARMUP_MS MIN_WARMUP RUNS CASE...
  *   CASE = <assignor name>=<input file>   (assignor name: uniform or range)
@@ -124,7 +124,7 @@ public final class AssignorBench {
         return sb.toString();
     }
 
-    /** Same digest as proxy.bench.workload.assignment_digest. */
+    /** Same digest as tests.benchmarks.workload.assignment_digest. */
     private static String digest(Input in, GroupAssignment result) throws Exception {
         List<String> rows = new ArrayList<>();
         for (Map.Entry<String, MemberAssignment> e : result.members().entrySet()) {

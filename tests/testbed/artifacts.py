@@ -7,7 +7,7 @@ their runtime dependencies into one directory of jars under ``$GROUPGATE_CACHE/b
 cache; once a bundle is complete a marker file is written, so later calls read the directory and
 need neither Maven nor the network. A file lock per bundle makes concurrent callers safe.
 
-    from proxy.testbed.artifacts import classpath, require_java
+    from tests.testbed.artifacts import classpath, require_java
     jars = classpath("kafka-clients-3.9.2", ["org.apache.kafka:kafka-clients:3.9.2"])
 """
 

@@ -1,14 +1,14 @@
 """Member and producer processes of the rebalance benchmark (confluent-kafka / librdkafka).
 
-``python -m proxy.bench.rebalance.members consumers ...`` hosts several consumer members, each
+``python -m tests.benchmarks.rebalance.members consumers ...`` hosts several consumer members, each
 a real ``confluent_kafka.Consumer`` polled by its own thread, so that 100 members fit in a few
 processes on a small machine. It reads commands from stdin (one JSON object a line: ``start``,
 ``stop`` (graceful close), ``slow`` (block in the next rebalance callback), ``quit``) and writes
 what the members observe to stdout, one JSON object a line: the timeline events of
-:mod:`proxy.bench.rebalance.timeline` (``join``, ``assign``, ``revoke``, ``lost``, ``stall``,
+:mod:`tests.benchmarks.rebalance.timeline` (``join``, ``assign``, ``revoke``, ``lost``, ``stall``,
 ``resume``, ``leave``) plus ``closed`` and consumed-record batches (``c``).
 
-``python -m proxy.bench.rebalance.members producer ...`` produces at a fixed rate to every
+``python -m tests.benchmarks.rebalance.members producer ...`` produces at a fixed rate to every
 partition and reports the high-water marks (``p``).
 
 Timestamps are ``time.monotonic()``, which on Linux reads ``CLOCK_MONOTONIC``: one clock for the
@@ -202,7 +202,7 @@ def run_producer(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="proxy.bench.rebalance.members")
+    parser = argparse.ArgumentParser(prog="tests.benchmarks.rebalance.members")
     sub = parser.add_subparsers(dest="mode", required=True)
     c = sub.add_parser("consumers")
     c.add_argument("--topic", required=True)

@@ -1,8 +1,8 @@
-"""``groupgate bench rebalance``: what a rebalance costs the consumers, per target and scenario.
+"""``dev/bench rebalance``: what a rebalance costs the consumers, per target and scenario.
 
 Starts one broker of the target (one at a time), and for every protocol, group size and
 scenario runs the scenario ``--repeat`` times with fresh topics and groups (see
-:mod:`proxy.bench.rebalance.scenarios`). After each run the JSON file is rewritten, so a long
+:mod:`tests.benchmarks.rebalance.scenarios`). After each run the JSON file is rewritten, so a long
 session that is cut short keeps what it measured. At the end it prints the summary table
 (medians and min-max) and draws one picture per (protocol, scenario, size): the run with the
 median downtime. ``--report`` only re-renders the table and pictures from JSON files.
@@ -19,8 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from proxy.bench import machine
-from proxy.bench.rebalance import report, scenarios, targets
+from proxy.commands import machine
+from tests.benchmarks.rebalance import report, scenarios, targets
+from tests.testbed.artifacts import java_executable
 
 
 def _csv(text: str) -> list[str]:
@@ -58,7 +59,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _versions(target: targets.Target) -> dict[str, Any]:
     import confluent_kafka
 
-    from proxy.testbed.distributions import get_line
+    from tests.testbed.distributions import get_line
 
     line = get_line(target.line)
     return {
@@ -132,10 +133,10 @@ def run(args: argparse.Namespace) -> int:
     sizes = [int(x) for x in _csv(args.members)]
     own = args.workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="groupgate-rebalance-")) if own else args.workdir
-    info = machine.machine_info()
+    info = machine.machine_info(java_executable())
     doc: dict[str, Any] = {
         "benchmark": "rebalance",
-        "command": "groupgate bench rebalance " + " ".join(sys.argv[3:]),
+        "command": "dev/bench rebalance " + " ".join(sys.argv[2:]),
         "machine": info,
         "versions": {},
         "targets": {},

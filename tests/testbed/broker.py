@@ -1,7 +1,7 @@
 """Run real Apache Kafka brokers (KRaft, combined broker+controller) on loopback for tests.
 
 A :class:`KafkaCluster` is one or more ``kafka.Kafka`` JVMs of one line (see
-:mod:`proxy.testbed.distributions`), each node both broker and controller, on ephemeral
+:mod:`tests.testbed.distributions`), each node both broker and controller, on ephemeral
 127.0.0.1 ports, with data and logs under a work directory. Readiness is a real ApiVersions and
 Metadata round trip on the broker port. :class:`KafkaBroker` is the single-node case.
 
@@ -37,8 +37,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from proxy.testbed import artifacts
-from proxy.testbed.distributions import KafkaLine, get_line
+from tests.testbed import artifacts
+from tests.testbed.distributions import KafkaLine, get_line
 
 __all__ = [
     "BENCH_JVM_FLAGS",
@@ -811,7 +811,7 @@ class KafkaBroker(KafkaCluster):
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    """``python -m proxy.testbed.broker [3.9|4.4] [SIZE]``: run a cluster until Ctrl-C."""
+    """``python -m tests.testbed.broker [3.9|4.4] [SIZE]``: run a cluster until Ctrl-C."""
     args = list(sys.argv[1:] if argv is None else argv)
     version = args[0] if args else "3.9"
     size = int(args[1]) if len(args) > 1 else 1

@@ -1,7 +1,7 @@
 """Kafka's own Java tools as subprocesses: VerifiableProducer, VerifiableConsumer, consumer groups.
 
 The verifiable tools print one JSON object per line on stdout; :class:`JavaTool` runs a tool with
-its line's classpath (see :mod:`proxy.testbed.distributions`), collects those events on a reader
+its line's classpath (see :mod:`tests.testbed.distributions`), collects those events on a reader
 thread, and lets a test wait for conditions on them. :class:`VerifiableConsumer` keeps the current
 assignment and the consumed offsets, :class:`VerifiableProducer` the acknowledged records, so a
 test can check that every acknowledged record was consumed. :func:`consumer_groups` runs the
@@ -32,9 +32,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from proxy.testbed import artifacts
-from proxy.testbed.broker import free_ports
-from proxy.testbed.distributions import KafkaLine, get_line
+from tests.testbed import artifacts
+from tests.testbed.broker import free_ports
+from tests.testbed.distributions import KafkaLine, get_line
 
 __all__ = [
     "TOOL_JVM_FLAGS",

@@ -5,7 +5,7 @@ A Kafka 3.9 broker from the test bed with groupgate in front of it (fixed ports,
 restarted proxy is found where the old one was). A producer writes to one topic per group
 through the proxy at a steady rate. Each group has members of several kinds (library x group
 protocol x commit style, :data:`GROUPS`), each a process of its own reporting its callbacks,
-the records it consumed and every commit's outcome (:mod:`proxy.bench.soak.member`, the Java
+the records it consumed and every commit's outcome (:mod:`tests.benchmarks.soak.member`, the Java
 ``CommitConsumer``). A seeded schedule then applies random events, every kind once in a
 random order before any kind repeats: a member joins, leaves gracefully, is SIGKILLed, or
 stalls past its ``max.poll.interval.ms``; the proxy is restarted (SIGTERM) or killed
@@ -13,7 +13,7 @@ stalls past its ``max.poll.interval.ms``; the proxy is restarted (SIGTERM) or ki
 
 Meanwhile the committed offsets of every group are read straight from the broker every second
 and the proxy's RSS every two seconds. At the end production stops, every group gets a live
-member, the groups catch up, and :mod:`proxy.bench.soak.checks` judges the run: no committed
+member, the groups catch up, and :mod:`tests.benchmarks.soak.checks` judges the run: no committed
 offset moved backwards, no acknowledged record went unconsumed, no partition had two owners
 except a fenced zombie (whose late commits must have failed), and the proxy's memory did not
 grow after warm-up beyond a bound.
@@ -35,12 +35,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from proxy.bench import machine
-from proxy.bench.rebalance.timeline import Event
-from proxy.bench.soak import checks
-from proxy.testbed.broker import KafkaBroker, free_ports
-from proxy.testbed.proxyproc import ProxyProcess
-from proxy.testbed.tools import CommitConsumer
+from proxy.commands import machine
+from proxy.process import ProxyProcess
+from tests.benchmarks.rebalance.timeline import Event
+from tests.benchmarks.soak import checks
+from tests.testbed.artifacts import java_executable
+from tests.testbed.broker import KafkaBroker, free_ports
+from tests.testbed.tools import CommitConsumer
 
 EVENT_KINDS = ("join", "leave", "kill", "stall", "proxy-restart", "proxy-kill",
                "broker-restart")
@@ -137,7 +138,7 @@ class Member:
             self.java.start()
             threading.Thread(target=self._watch_java, daemon=True).start()
         else:
-            command = [sys.executable, "-m", "proxy.bench.soak.member",
+            command = [sys.executable, "-m", "tests.benchmarks.soak.member",
                        "--library", self.kind.library, "--protocol", self.kind.protocol,
                        "--assignor", self.kind.assignor, "--commit", self.kind.commit,
                        "--bootstrap", s.bootstrap, "--topic", topic, "--group", group_id,
@@ -225,7 +226,7 @@ class Member:
 
 
 def _java_assignor(name: str) -> str:
-    from proxy.testbed.tools import _assignor_class
+    from tests.testbed.tools import _assignor_class
 
     return _assignor_class(name)
 
@@ -345,7 +346,7 @@ class Soak:
     def start_producers(self) -> None:
         for group in GROUPS:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "proxy.bench.rebalance.members", "producer",
+                [sys.executable, "-m", "tests.benchmarks.rebalance.members", "producer",
                  "--bootstrap", self.bootstrap, "--topic", self.topic(group),
                  "--partitions", str(self.settings.partitions),
                  "--rate-per-partition", str(self.settings.rate_per_partition)],
@@ -587,7 +588,7 @@ class Soak:
                     violations.append(f"proxy #{r.incarnation}: RSS grew {r.growth_mib:.1f} "
                                       f"MiB after warm-up")
             result = {
-                "settings": asdict(s), "machine": machine.machine_info(),
+                "settings": asdict(s), "machine": machine.machine_info(java_executable()),
                 "elapsed_s": round(elapsed, 1), "events": self.applied,
                 "offset_polls": self.offsets.polls, "groups": groups,
                 "rss": [asdict(r) for r in growth],

@@ -1,7 +1,7 @@
 """The Kafka lines the test bed runs, as Maven bundles plus main classes and logging setup.
 
 Two lines: 3.9 (classic group coordinator, reload4j logging) and 4.x (native KIP-848 consumer
-groups, log4j2 logging). Each line names three bundles resolved by :mod:`proxy.testbed.artifacts`:
+groups, log4j2 logging). Each line names three bundles resolved by :mod:`tests.testbed.artifacts`:
 the broker (``kafka_2.13`` and its runtime dependencies plus an SLF4J binding), the tools
 (VerifiableProducer, VerifiableConsumer, consumer-groups command) and the plain Java client.
 The 3.9 line has a fourth, the Kafka Connect runtime (distributed worker, FileStream connectors,
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from proxy.testbed import artifacts
+from tests.testbed import artifacts
 
 __all__ = ["KAFKA4", "KAFKA39", "LINES", "KafkaLine", "get_line"]
 

@@ -1,5 +1,5 @@
-"""``groupgate soak``: real clients under random failures, with the offset and ownership
-invariants checked on everything they did (see :mod:`proxy.bench.soak.run`).
+"""``dev/bench soak``: real clients under random failures, with the offset and ownership
+invariants checked on everything they did (see :mod:`tests.benchmarks.soak.run`).
 
 Prints each event as it is applied and, at the end, one table per run; ``--json`` writes the
 full result (settings, machine, events, per-group figures and violations). Exits 1 when an
@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from proxy.bench.soak import run as soak
+from tests.benchmarks.soak import run as soak
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

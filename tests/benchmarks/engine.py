@@ -1,10 +1,10 @@
-"""``groupgate bench engine``: assignor timings, groupgate's against Kafka's own, same inputs.
+"""``dev/bench engine``: assignor timings, groupgate's against Kafka's own, same inputs.
 
 For every workload shape (members x partitions per member x topics, after Kafka's assignor JMH
 benchmark), subscription kind (homogeneous, heterogeneous) and assignor (uniform, range) it times
 the *full* assignment (nobody owns anything) and the *incremental* one (a stable target plus one
-new member). Inputs are generated deterministically in Python (``proxy.bench.workload``) and
-written to files that ``proxy/bench/java/AssignorBench.java`` reads, so Kafka's assignors from
+new member). Inputs are generated deterministically in Python (``tests.benchmarks.workload``) and
+written to files that ``tests/benchmarks/java/AssignorBench.java`` reads, so Kafka's assignors from
 ``org.apache.kafka:kafka-group-coordinator`` run on the very same group specs in the same run.
 Only ``assign()`` is timed on both sides; the JVM is warmed up first. Results go to a table on
 stdout and, with ``--json``, to a file that also records the machine and the versions.
@@ -27,11 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from proxy.bench import machine
+from proxy.commands import machine
+from tests.testbed.artifacts import java_executable
 
 KAFKA_VERSION = "4.4.0"
 KAFKA_COORDINATES = [f"org.apache.kafka:kafka-group-coordinator:{KAFKA_VERSION}"]
-JAVA_SOURCE = Path(__file__).resolve().parent.parent / "bench" / "java" / "AssignorBench.java"
+JAVA_SOURCE = Path(__file__).resolve().parent / "java" / "AssignorBench.java"
 
 # (members, partitions per member, topics). The full cross product of Kafka's JMH sizes
 # (3 x 3 x 3) times 2 kinds x 2 assignors x full/incremental is 216 timings per side, too long
@@ -122,14 +123,14 @@ def _time_call(fn: Callable[[], object], runs: int) -> tuple[list[float], object
 
 def kafka_classpath() -> list[Path]:
     """Jars of Kafka's group coordinator and its runtime dependencies (resolved and cached)."""
-    from proxy.testbed.artifacts import classpath
+    from tests.testbed.artifacts import classpath
 
     return classpath(f"kafka-group-coordinator-{KAFKA_VERSION}", KAFKA_COORDINATES)
 
 
 def _compiled_harness(jars: Sequence[Path]) -> Path:
     """Compile AssignorBench.java once per source version into the cache directory."""
-    from proxy.testbed.artifacts import cache_root
+    from tests.testbed.artifacts import cache_root
 
     source = JAVA_SOURCE.read_bytes()
     tag = hashlib.sha256(source + KAFKA_VERSION.encode()).hexdigest()[:12]
@@ -150,7 +151,7 @@ def _compiled_harness(jars: Sequence[Path]) -> Path:
 
 
 def _run_java(cases: list[Case], runs: int, warmup_ms: int) -> None:
-    from proxy.testbed.artifacts import require_java
+    from tests.testbed.artifacts import require_java
 
     java = require_java()
     jars = kafka_classpath()
@@ -177,13 +178,13 @@ def _run_java(cases: list[Case], runs: int, warmup_ms: int) -> None:
 
 
 def machine_info() -> dict[str, Any]:
-    return dict(machine.machine_info(), kafka_group_coordinator=KAFKA_VERSION)
+    return dict(machine.machine_info(java_executable()), kafka_group_coordinator=KAFKA_VERSION)
 
 
 def _prepare_and_time_ours(
     grid: list[tuple[int, int, int]], workdir: Path, runs: int
 ) -> list[Case]:
-    from proxy.bench.workload import (
+    from tests.benchmarks.workload import (
         ImageDescriber,
         assignment_digest,
         build_workload,
@@ -256,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
     with_java = not args.no_java
     info = machine_info()
     print(
-        f"groupgate bench engine: {info['cpu_model']}, {info['cores']} cores, "
+        f"dev/bench engine: {info['cpu_model']}, {info['cores']} cores, "
         f"Python {info['python']}, {info['java']}"
     )
     print(f"grid: {'quick' if quick else GRID_NOTE}; {runs} timed runs per case (median)")
@@ -293,7 +294,7 @@ def run(args: argparse.Namespace) -> int:
             )
     if args.json:
         doc = {
-            "command": "groupgate bench engine" + (" --quick" if quick else ""),
+            "command": "dev/bench engine" + (" --quick" if quick else ""),
             "started_unix": started,
             "duration_s": round(time.time() - started, 1),
             "machine": info,

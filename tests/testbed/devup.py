@@ -15,8 +15,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-from proxy.testbed.broker import KafkaBroker
-from proxy.testbed.proxyproc import ProxyProcess, ProxyStartError
+from proxy.process import ProxyProcess, ProxyStartError
+from tests.testbed.broker import KafkaBroker
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,14 +5,14 @@ starts a producer at a fixed rate per partition and ``N`` real consumer members,
 group is converged and quiet, then triggers the scenario's event at ``trigger`` and waits until
 the group has been converged again for ``settle`` seconds (or a time limit passes). Everything
 members report (callbacks, consumed ranges) and the producer's high-water marks are collected
-by a :class:`Recorder`; the metrics come from :mod:`proxy.bench.rebalance.timeline`.
+by a :class:`Recorder`; the metrics come from :mod:`tests.benchmarks.rebalance.timeline`.
 
 Scenarios: ``scale-out`` (N -> N+1), ``leave`` (one member closes), ``crash`` (SIGKILL of one
 member, found by the session timeout), ``rolling`` (each of the N members closed and replaced,
 one after another, waiting for convergence in between), ``slow`` (one member blocks 30 s in its
 next rebalance callback while a new member joins).
 
-Members are confluent-kafka clients hosted by :mod:`proxy.bench.rebalance.members` processes
+Members are confluent-kafka clients hosted by :mod:`tests.benchmarks.rebalance.members` processes
 (several per process; the crash victim alone in its own), or Kafka's Java VerifiableConsumer
 (one JVM per member; no ``slow`` scenario: it cannot block in its callback).
 """
@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from proxy.bench.rebalance import timeline
-from proxy.bench.rebalance.targets import Target
+from tests.benchmarks.rebalance import timeline
+from tests.benchmarks.rebalance.targets import Target
 
 SCENARIOS = ("scale-out", "leave", "crash", "rolling", "slow")
 CLIENTS = ("confluent", "java")
@@ -199,7 +199,7 @@ class ConfluentPool(MemberPool):
         self.rec = rec
         self.hosts: list[_Proc] = []
         self.host_of: dict[str, _Proc] = {}
-        argv = [sys.executable, "-m", "proxy.bench.rebalance.members", "consumers",
+        argv = [sys.executable, "-m", "tests.benchmarks.rebalance.members", "consumers",
                 "--topic", topic, "--config", json.dumps(config)]
         for i, names in enumerate(layout):
             host = _Proc(argv, rec, workdir / f"members-{i}.log")
@@ -248,7 +248,7 @@ class JavaPool(MemberPool):
         return float(ts) / 1000.0 - self.offset if ts else time.monotonic()
 
     def start(self, member: str) -> None:
-        from proxy.testbed.tools import VerifiableConsumer
+        from tests.testbed.tools import VerifiableConsumer
 
         pool = self
 
@@ -299,7 +299,7 @@ class JavaPool(MemberPool):
 
 
 def _producer(target: Target, topic: str, s: Settings, rec: Recorder, workdir: Path) -> _Proc:
-    argv = [sys.executable, "-m", "proxy.bench.rebalance.members", "producer",
+    argv = [sys.executable, "-m", "tests.benchmarks.rebalance.members", "producer",
             "--bootstrap", target.broker_bootstrap, "--topic", topic,
             "--partitions", str(s.partitions), "--rate-per-partition", str(s.rate_per_partition)]
     return _Proc(argv, rec, workdir / "producer.log")

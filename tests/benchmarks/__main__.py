@@ -1,0 +1,37 @@
+"""``python -m tests.benchmarks NAME [ARGS]`` (``dev/bench NAME [ARGS]``): one benchmark or
+long scenario of the test bed; each module has ``configure(parser)`` and ``run(args)``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "rebalance": ("tests.benchmarks.rebalance.command",
+                  "rebalance cost felt by real consumers, per target"),
+    "soak": ("tests.benchmarks.soak.command",
+             "real clients under random failures; offsets and ownership checked"),
+    "engine": ("tests.benchmarks.engine",
+               "assignor and heartbeat throughput of the engine vs Kafka's"),
+    "passthrough": ("tests.benchmarks.passthrough",
+                    "groupgate bench passthrough against a test-bed broker"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="dev/bench", description=__doc__.splitlines()[0])
+    names = parser.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
+    for name, (module, help_text) in BENCHMARKS.items():
+        sub = names.add_parser(name, help=help_text, description=help_text)
+        sub.set_defaults(_module=module)
+        if argv[:1] == [name]:  # only the chosen benchmark's module is imported
+            importlib.import_module(module).configure(sub)
+    args = parser.parse_args(argv)
+    code: int = importlib.import_module(args._module).run(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
