@@ -32,7 +32,7 @@ class FrameSplitter:
     def __init__(self, max_frame_bytes: int, *, min_frame_bytes: int = 0) -> None:
         self.max_frame_bytes = max_frame_bytes
         self.min_frame_bytes = min_frame_bytes
-        self._chunks: list[bytes] = []
+        self._chunks: list[bytes | bytearray] = []
         self._buffered = 0
         self._needed = 4
         """Bytes the buffered tail must reach before scanning it is worth it."""
@@ -52,7 +52,7 @@ class FrameSplitter:
         if not self._chunks:
             return b""
         first = self._chunks[0]
-        return first[:n] if len(first) >= n else b"".join(self._chunks)[:n]
+        return bytes(first[:n]) if len(first) >= n else b"".join(self._chunks)[:n]
 
     def take_incomplete(self, into: bytearray) -> int:
         """Move the buffered tail to the start of ``into``; return how many bytes it was.
@@ -80,7 +80,7 @@ class FrameSplitter:
             self._buffered += len(data)
             if self._buffered < self._needed:
                 return b"", []
-            blob = b"".join(self._chunks)
+            blob: bytes | bytearray = b"".join(self._chunks)
             self._chunks.clear()
             self._buffered = 0
         else:

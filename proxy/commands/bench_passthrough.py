@@ -109,7 +109,7 @@ def consume_throughput(bootstrap: str, topic: str, partitions: int, records: int
                 if not count:
                     first = time.perf_counter()
                 count += 1
-                size += len(msg.value())
+                size += len(msg.value() or b"")
     elapsed = time.perf_counter() - first
     consumer.close()
     if count < records:
@@ -201,7 +201,8 @@ def run(args: argparse.Namespace) -> int:
     from proxy.process import ProxyProcess
 
     try:
-        from confluent_kafka.admin import AdminClient, NewTopic
+        from confluent_kafka import admin as kafka_admin
+        from confluent_kafka.cimpl import NewTopic
     except ImportError:
         print("groupgate bench passthrough needs confluent-kafka: "
               "pip install 'groupgate[bench]'")
@@ -211,10 +212,10 @@ def run(args: argparse.Namespace) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="groupgate-bench-"))
     info = machine_info()
     print(f"machine: {describe_machine(info)}")
-    admin = AdminClient(_client_config(args.bootstrap))
+    admin = kafka_admin.AdminClient(_client_config(args.bootstrap))
     topic = f"bench-{uuid.uuid4().hex[:6]}"
-    admin.create_topics([NewTopic(topic, args.partitions, args.replication_factor)]
-                        )[topic].result(30)
+    new_topic = NewTopic(topic, args.partitions, args.replication_factor)
+    admin.create_topics([new_topic])[topic].result(30)
     try:
         with ProxyProcess.start(args.bootstrap, workdir / "groupgate.log",
                                 args=["--log-level", "WARNING", *args.proxy_arg]) as proxy:
@@ -255,7 +256,7 @@ def run(args: argparse.Namespace) -> int:
         with contextlib.suppress(Exception):
             admin.delete_topics([topic])[topic].result(30)
     kafka = args.kafka_version or "unknown"
-    results = {
+    results: dict[str, Any] = {
         "benchmark": "passthrough",
         "machine": info,
         "kafka": kafka,

@@ -9,8 +9,10 @@ package gives it time, topic metadata and a network:
   group of the same id (offset commits, fencing of clients that bypass the proxy);
 * :mod:`proxy.coordination.topics` keeps the topic metadata of subscribed topics fresh;
 * :mod:`proxy.coordination.links` are the proxy's own request/response connections to brokers;
-* :mod:`proxy.coordination.wire`, :mod:`proxy.coordination.offsets` and
-  :mod:`proxy.coordination.listing` translate between decoded requests and the engine;
-* :mod:`proxy.coordination.routing` is the connection router that sends group requests of
-  coordinated groups here instead of to the broker.
+* :mod:`proxy.coordination.convert` maps decoded group messages onto the engine's dataclasses
+  and back, for both protocols;
+* :mod:`proxy.coordination.routing` is the connection router: one handler per group API
+  (:mod:`.consumer_group`, :mod:`.classic`, :mod:`.offsets`, :mod:`.listing`, in the table
+  :data:`~proxy.coordination.routing.HANDLERS`) decides whether the proxy answers a request,
+  rewrites it or lets it pass to the broker.
 """

@@ -4,7 +4,7 @@ With ``classic-translation`` on, the handlers here answer the classic requests o
 engine serves (and the JoinGroups the engine may take, see
 :meth:`~proxy.coordination.service.CoordinatorService.takes_join`); the rest pass to the
 broker untouched. Each handler maps the decoded wire value onto the engine's classic
-dataclasses with :mod:`proxy.classic_bridge`, calls the service (which runs the engine's
+dataclasses with :mod:`proxy.coordination.convert`, calls the service (which runs the engine's
 :class:`~translation.classic.coordinator.ClassicGroupCoordinator` and handles its effects) and
 maps the answer back to a response value at the client's version. JoinGroup may wait for the
 takeover of the broker's group, a topic metadata refresh, or a held (deferred) join; SyncGroup
@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from proxy import classic_bridge as bridge
+from proxy.codec.api_keys import ApiKey
+from proxy.coordination import convert
 from proxy.coordination.handler import PASS, Answer, ApiHandler, GroupRequest, Outcome, Value
 from translation.classic.messages import (
     HeartbeatResponse,
@@ -29,7 +30,6 @@ from translation.classic.messages import (
 if TYPE_CHECKING:
     from proxy.coordination.service import CoordinatorService
 
-JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
 
 
 class ClassicHandler(ApiHandler):
@@ -49,70 +49,70 @@ class ClassicHandler(ApiHandler):
 
 
 class JoinGroupHandler(ClassicHandler):
-    api_key = JOIN_GROUP
+    api_key = ApiKey.JOIN_GROUP
 
     def is_local(self, request: GroupRequest) -> bool:
         try:
             join = join_request(request)
-        except bridge.BridgeError:
+        except convert.ShapeError:
             return False
         return self.service.takes_join(join)
 
     async def answer(self, request: GroupRequest) -> Value:
         response = await self.service.join_group(join_request(request))
-        return bridge.join_group_response(response, request.version)
+        return convert.join_group_response(response, request.version)
 
     def failure(self, request: GroupRequest, error: int) -> Value:
-        return bridge.join_group_response(
+        return convert.join_group_response(
             JoinGroupResponse(error_code=error, member_id=request.value.get("member_id", "")),
             request.version)
 
 
 class SyncGroupHandler(ClassicHandler):
-    api_key = SYNC_GROUP
+    api_key = ApiKey.SYNC_GROUP
 
     async def answer(self, request: GroupRequest) -> Value:
         response = await self.service.sync_group(
-            bridge.sync_group_request(request.value, request.version))
-        return bridge.sync_group_response(response, request.version)
+            convert.sync_group_request(request.value, request.version))
+        return convert.sync_group_response(response, request.version)
 
     def failure(self, request: GroupRequest, error: int) -> Value:
-        return bridge.sync_group_response(SyncGroupResponse(error_code=error), request.version)
+        return convert.sync_group_response(SyncGroupResponse(error_code=error), request.version)
 
 
 class HeartbeatHandler(ClassicHandler):
-    api_key = HEARTBEAT
+    api_key = ApiKey.HEARTBEAT
 
     def decide(self, request: GroupRequest) -> Outcome:
         service = self.service
         if service.classic is None or not self.is_local(request):
             return PASS
-        return Answer(bridge.heartbeat_response(
-            service.classic_heartbeat(bridge.heartbeat_request(request.value, request.version)),
+        return Answer(convert.heartbeat_response(
+            service.classic_heartbeat(convert.heartbeat_request(request.value, request.version)),
             request.version))
 
     def failure(self, request: GroupRequest, error: int) -> Value:
-        return bridge.heartbeat_response(HeartbeatResponse(error_code=error), request.version)
+        return convert.heartbeat_response(HeartbeatResponse(error_code=error), request.version)
 
 
 class LeaveGroupHandler(ClassicHandler):
-    api_key = LEAVE_GROUP
+    api_key = ApiKey.LEAVE_GROUP
 
     def decide(self, request: GroupRequest) -> Outcome:
         service = self.service
         if service.classic is None or not self.is_local(request):
             return PASS
-        return Answer(bridge.leave_group_response(
-            service.leave_group(bridge.leave_group_request(request.value, request.version)),
+        return Answer(convert.leave_group_response(
+            service.leave_group(convert.leave_group_request(request.value, request.version)),
             request.version))
 
     def failure(self, request: GroupRequest, error: int) -> Value:
-        return bridge.leave_group_response(LeaveGroupResponse(error_code=error),
+        return convert.leave_group_response(LeaveGroupResponse(error_code=error),
                                            request.version)
 
 
 def join_request(request: GroupRequest) -> JoinGroupRequest:
-    return bridge.join_group_request(request.value, request.version,
+    return convert.join_group_request(request.value, request.version,
                                      client_id=request.client_id,
                                      client_host=request.client_host)
 

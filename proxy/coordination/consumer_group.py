@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from proxy.codec.api_keys import ApiKey
-from proxy.coordination import wire
+from proxy.coordination import convert
 from proxy.coordination.handler import Answer, ApiHandler, GroupRequest, Outcome, Value
 
 if TYPE_CHECKING:
@@ -29,13 +29,14 @@ class ConsumerGroupHeartbeatHandler(ApiHandler):
         return Answer(self._heartbeat(request))
 
     async def _heartbeat(self, request: GroupRequest) -> Value:
-        engine_request = wire.heartbeat_request(request.value, client_id=request.client_id,
-                                                client_host=request.client_host,
-                                                api_version=request.version)
-        return wire.heartbeat_response(await self.service.heartbeat(engine_request))
+        engine_request = convert.consumer_group_heartbeat_request(
+            request.value, request.version, client_id=request.client_id,
+            client_host=request.client_host)
+        response = await self.service.heartbeat(engine_request)
+        return convert.consumer_group_heartbeat_response(response)
 
     def failure(self, request: GroupRequest, error: int) -> Value:
-        return wire.heartbeat_error(error, "internal error in groupgate")
+        return convert.consumer_group_heartbeat_error(error, "internal error in groupgate")
 
 
 class ConsumerGroupDescribeHandler(ApiHandler):
@@ -43,7 +44,7 @@ class ConsumerGroupDescribeHandler(ApiHandler):
     served_versions = VERSIONS
 
     def decide(self, request: GroupRequest) -> Outcome:
-        return Answer(wire.describe_response(
+        return Answer(convert.consumer_group_describe_response(
             self.service.engine.describe(request.value["group_ids"])))
 
     def failure(self, request: GroupRequest, error: int) -> Value:

@@ -26,7 +26,6 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from proxy.codec import messages
-from proxy.codec.api_keys import ApiKey
 from proxy.codec.errors import CodecError
 from proxy.codec.header import parse_request_header, response_header_for
 from proxy.connection import (
@@ -63,9 +62,9 @@ HANDLERS = (*consumer_group.HANDLERS, *classic.HANDLERS, *offsets.HANDLERS, *lis
 """Every examined API's handler class: adding an API is one handler and one entry here."""
 
 
-def handler_table(service: CoordinatorService) -> dict[ApiKey, ApiHandler]:
+def handler_table(service: CoordinatorService) -> dict[int, ApiHandler]:
     """One handler per examined API key."""
-    table: dict[ApiKey, ApiHandler] = {}
+    table: dict[int, ApiHandler] = {}
     for make in HANDLERS:
         handler = make(service)
         assert handler.api_key not in table, handler.api_key
@@ -73,7 +72,7 @@ def handler_table(service: CoordinatorService) -> dict[ApiKey, ApiHandler]:
     return table
 
 
-def served_versions(handlers: dict[ApiKey, ApiHandler]) -> dict[int, tuple[int, int]]:
+def served_versions(handlers: dict[int, ApiHandler]) -> dict[int, tuple[int, int]]:
     """The APIs the proxy serves itself and the versions it advertises for them."""
     return {key: h.served_versions for key, h in handlers.items()
             if h.served_versions is not None}
@@ -85,7 +84,7 @@ class CoordinatingRouter(ForwardingRouter):
     __slots__ = ("_claims", "_client_host", "_handlers", "_node_id")
 
     def __init__(self, address_map: AddressMap, counters: RequestCounters,
-                 accepted: dict[int, tuple[int, int]], handlers: dict[ApiKey, ApiHandler],
+                 accepted: dict[int, tuple[int, int]], handlers: dict[int, ApiHandler],
                  node_id: int | None, client_host: str,
                  claims: Callable[[str], bool] = lambda _group_id: True) -> None:
         super().__init__(address_map, counters, accepted, served_versions(handlers))

@@ -13,9 +13,12 @@ from typing import Any
 import trio
 
 from proxy.codec import messages
+from proxy.codec.api_keys import ApiKey
 from proxy.codec.header import encode_request_header, parse_request_header, response_header_for
+from proxy.codec.schema import struct_default
 from proxy.config import ProxyConfig
 from proxy.connection import EXAMINE, FORWARD, Local, RequestInfo, Rewrite
+from proxy.coordination import convert
 from proxy.coordination.links import LinkPool
 from proxy.coordination.membership import BrokerMembership
 from proxy.coordination.routing import CoordinatingRouter, handler_table
@@ -23,6 +26,7 @@ from proxy.coordination.service import CoordinatorService
 from proxy.metrics import RequestCounters
 from proxy.rewrite import DictAddressMap
 from proxy.router import body_offset, parse_table
+from translation.heartbeat import ConsumerGroupHeartbeatRequest
 from translation.topics import TopicMetadata, TopicsImage
 
 TOPIC = "orders"
@@ -165,3 +169,13 @@ async def exchange(router: CoordinatingRouter, info: RequestInfo,
     assert out is not None
     start = body_offset(memoryview(out), messages.response_header_version(key, version))
     return Exchange("rewrite", messages.decode_response(key, version, out, start)[0], sent)
+
+
+def consumer_heartbeat(value: dict[str, Any], *, client_id: str | None, client_host: str,
+                       api_version: int) -> ConsumerGroupHeartbeatRequest:
+    """The engine's request for a hand-written ConsumerGroupHeartbeat body: fields it leaves out
+    take their schema defaults, as in a decoded request."""
+    full = struct_default(messages.schema(ApiKey.CONSUMER_GROUP_HEARTBEAT).struct, api_version)
+    full.update(value)
+    return convert.consumer_group_heartbeat_request(full, api_version, client_id=client_id,
+                                                    client_host=client_host)

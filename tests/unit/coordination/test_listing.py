@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.codec import messages
-from proxy.coordination import listing, wire
+from proxy.coordination import listing
 
-from .helpers import TOPIC, coordinate, exchange, make_service, request, router
+from .helpers import TOPIC, consumer_heartbeat, coordinate, exchange, make_service, request, router
 
 
 def _broker(gid: str, state: str = "Stable", kind: str = "classic") -> dict[str, Any]:
@@ -105,7 +105,7 @@ async def test_delete_groups_refuses_a_group_with_members_and_deletes_an_empty_o
     assert [(r["group_id"], r["error_code"]) for r in busy.response["results"]] == [
         ("g1", 68), ("other", 0)]  # NON_EMPTY_GROUP
     assert busy.sent["groups_names"] == ["other"] and membership.leaves == 0
-    leave = wire.heartbeat_request({"group_id": "g1", "member_id": "m1", "member_epoch": -1},
+    leave = consumer_heartbeat({"group_id": "g1", "member_id": "m1", "member_epoch": -1},
                                    client_id="c", client_host="/h", api_version=1)
     service.engine.heartbeat(leave, 1)
     done = await exchange(router(service), request(42, 2, {"groups_names": ["g1"]}), answer)
@@ -117,7 +117,7 @@ async def test_delete_groups_refuses_a_group_with_members_and_deletes_an_empty_o
 
 
 def _join(group: str) -> Any:
-    return wire.heartbeat_request(
+    return consumer_heartbeat(
         {"group_id": group, "member_id": "m1", "member_epoch": 0, "rebalance_timeout_ms": 1000,
          "subscribed_topic_names": [TOPIC], "topic_partitions": []},
         client_id="c", client_host="/h", api_version=1)

@@ -9,14 +9,23 @@ from typing import Any
 import trio
 import trio.testing
 
-from proxy.coordination import offsets, wire
+from proxy.coordination import offsets
 from translation.topics import TopicMetadata, TopicsImage
 
-from .helpers import TOPIC, TOPIC_ID, coordinate, exchange, make_service, request, router
+from .helpers import (
+    TOPIC,
+    TOPIC_ID,
+    consumer_heartbeat,
+    coordinate,
+    exchange,
+    make_service,
+    request,
+    router,
+)
 
 
 def _join(service: Any, group: str, member: str) -> int:
-    response, _ = service.engine.heartbeat(wire.heartbeat_request(
+    response, _ = service.engine.heartbeat(consumer_heartbeat(
         {"group_id": group, "member_id": member, "member_epoch": 0, "rebalance_timeout_ms": 1000,
          "subscribed_topic_names": [TOPIC], "topic_partitions": []},
         client_id="c", client_host="/h", api_version=1), 0)

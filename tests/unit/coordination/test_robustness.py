@@ -13,14 +13,13 @@ import pytest
 import trio
 import trio.testing
 
-from proxy.classic_bridge import join_group_request
-from proxy.coordination import wire
+from proxy.coordination.convert import join_group_request
 from proxy.coordination.service import CoordinatorService
-from tests.unit.test_classic_bridge import subscription_bytes
+from tests.unit.coordination.test_convert_classic import subscription_bytes
 from translation.classic.routing import classify_classic_join
 from translation.heartbeat import ConsumerGroupHeartbeatRequest
 
-from .helpers import TOPIC, coordinate, make_service
+from .helpers import TOPIC, consumer_heartbeat, coordinate, make_service
 
 COORDINATOR_NOT_AVAILABLE, INVALID_REQUEST, INVALID_GROUP_ID = 15, 42, 24
 INVALID_REGULAR_EXPRESSION = 128
@@ -30,7 +29,7 @@ def join(group: str, member: str = "m1", **fields: Any) -> ConsumerGroupHeartbea
     value = {"group_id": group, "member_id": member, "member_epoch": 0,
              "rebalance_timeout_ms": 10_000, "subscribed_topic_names": [TOPIC],
              "topic_partitions": [], **fields}
-    return wire.heartbeat_request(value, client_id="c", client_host="/h", api_version=1)
+    return consumer_heartbeat(value, client_id="c", client_host="/h", api_version=1)
 
 
 async def running(service: CoordinatorService, nursery: trio.Nursery) -> None:

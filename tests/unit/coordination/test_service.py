@@ -5,14 +5,13 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from proxy.coordination import wire
 from translation.heartbeat import ConsumerGroupHeartbeatRequest
 
-from .helpers import TOPIC, FakeMembership, coordinate, make_service
+from .helpers import TOPIC, FakeMembership, consumer_heartbeat, coordinate, make_service
 
 
 def _hb(member: str, epoch: int) -> ConsumerGroupHeartbeatRequest:
-    return wire.heartbeat_request(
+    return consumer_heartbeat(
         {"group_id": "g", "member_id": member, "member_epoch": epoch,
          "rebalance_timeout_ms": 10_000 if epoch == 0 else -1,
          "subscribed_topic_names": [TOPIC] if epoch == 0 else None,

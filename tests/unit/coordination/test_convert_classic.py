@@ -1,4 +1,4 @@
-"""proxy.classic_bridge: classic group API wire dicts <-> the engine's classic dataclasses.
+"""proxy.coordination.convert, classic APIs: wire dicts <-> the engine's classic dataclasses.
 
 Requests go through the codec the way a client's bytes do (encode, decode, bridge); responses
 the way the proxy sends them (bridge, encode, decode). The embedded consumer protocol is
@@ -17,10 +17,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.classic_bridge import (
+from proxy.codec.messages import (
+    decode_data,
+    decode_request,
+    decode_response,
+    encode_data,
+    encode_request,
+    encode_response,
+)
+from proxy.coordination.convert import (
     ASSIGNMENT_SCHEMA,
     SUBSCRIPTION_SCHEMA,
-    BridgeError,
+    ShapeError,
     classic_protocols,
     encode_assignment,
     heartbeat_request,
@@ -33,14 +41,6 @@ from proxy.classic_bridge import (
     parse_subscription,
     sync_group_request,
     sync_group_response,
-)
-from proxy.codec.messages import (
-    decode_data,
-    decode_request,
-    decode_response,
-    encode_data,
-    encode_request,
-    encode_response,
 )
 from tests.unit.codec.strategies import examples
 from tests.unit.engine.classic.helpers import Classic
@@ -625,7 +625,7 @@ def test_parse_assignment_round_trip_and_user_data() -> None:
 
 @pytest.mark.parametrize("data", [b"", b"\x00", b"\x00\x00\x00\x00\x00\x01", b"\xff\xff\x00"])
 def test_parse_assignment_malformed_raises_bridge_error(data: bytes) -> None:
-    with pytest.raises(BridgeError):
+    with pytest.raises(ShapeError):
         parse_assignment(data)
 
 
@@ -651,7 +651,7 @@ def test_sync_group_fields_a_version_lacks_are_ignored(version: int) -> None:
 def test_random_assignment_bytes_parse_or_raise_bridge_error(data: bytes) -> None:
     try:
         assignment, user_data = parse_assignment(data)
-    except BridgeError:
+    except ShapeError:
         return
     assert 0 <= assignment.version <= 3
     assert user_data is None or type(user_data) is bytes
@@ -773,7 +773,7 @@ def test_leave_group_fields_a_version_lacks_are_ignored(version: int) -> None:
     ],
 )
 def test_unsupported_versions_raise_bridge_error(call: Any, version: int) -> None:
-    with pytest.raises(BridgeError, match="not supported"):
+    with pytest.raises(ShapeError, match="not supported"):
         call(version)
 
 
@@ -824,12 +824,12 @@ BAD_SHAPES = {
 
 @pytest.mark.parametrize(("value", "message"), list(BAD_SHAPES.values()), ids=list(BAD_SHAPES))
 def test_bad_request_shapes_raise_bridge_error(value: dict[str, Any], message: str) -> None:
-    with pytest.raises(BridgeError, match=message):
+    with pytest.raises(ShapeError, match=message):
         join_group_request(value, 9)
 
 
 def test_bad_leave_member_shape_raises_bridge_error() -> None:
-    with pytest.raises(BridgeError, match=r"members\[0\]"):
+    with pytest.raises(ShapeError, match=r"members\[0\]"):
         leave_group_request({"group_id": "g", "members": [{"group_instance_id": "i"}]}, 3)
 
 
