@@ -43,6 +43,8 @@ FETCH_WITHOUT_NODE_ENDPOINTS = 15
 SASL_HANDSHAKE_MIN_VERSION = 1
 """SaslHandshake v0 is followed by raw SASL tokens without Kafka framing, which the proxy
 cannot carry."""
+_PRODUCE, _API_VERSIONS = ApiKey.PRODUCE, ApiKey.API_VERSIONS
+"""Bound once for the per-request paths: an enum attribute costs a metaclass lookup."""
 NOT_FORWARDED = frozenset({ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE,
                            ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE})
 """Share groups (KIP-932): ShareFetch and ShareAcknowledge responses carry broker addresses
@@ -92,13 +94,13 @@ class ForwardingRouter:
         if versions is None:
             raise RejectRequest(f"unknown API key {key}")
         if not versions[0] <= request.api_version <= versions[1]:
-            if key == ApiKey.API_VERSIONS and request.api_version > versions[1]:
+            if key == _API_VERSIONS and request.api_version > versions[1]:
                 return EXAMINE
             info = self._index.get(key)
             name = info.name if info else str(key)
             raise RejectRequest(f"unsupported version {request.api_version} of {name} "
                                 f"(api key {key}); the proxy accepts {versions[0]}-{versions[1]}")
-        if key == ApiKey.PRODUCE and produce_acks(request, self._index[ApiKey.PRODUCE]) == 0:
+        if key == _PRODUCE and produce_acks(request, self._index[_PRODUCE]) == 0:
             return FORWARD_NO_RESPONSE
         return FORWARD
 
@@ -112,7 +114,7 @@ class ForwardingRouter:
     # -- responses --------------------------------------------------------------------------
 
     def response_rewriter(self, api_key: int, api_version: int) -> Rewriter | None:
-        if api_key == ApiKey.API_VERSIONS:
+        if api_key == _API_VERSIONS:
             return lambda payload: self._rewrite_api_versions(api_version, payload)
         if needs_rewrite(api_key, api_version):
             return lambda payload: self._rewrite_addresses(api_key, api_version, payload)

@@ -209,11 +209,15 @@ REWRITERS: dict[int, Callable[[int, Body, AddressMap], Body]] = {
 }
 
 
+_PRODUCE, _FETCH = ApiKey.PRODUCE, ApiKey.FETCH
+"""Bound once: an enum attribute costs a metaclass lookup on every response."""
+
+
 def needs_rewrite(api_key: int, version: int) -> bool:
     """Whether responses of (api_key, version) can carry broker addresses."""
-    if api_key == ApiKey.PRODUCE:
+    if api_key == _PRODUCE:
         return version >= 10
-    if api_key == ApiKey.FETCH:
+    if api_key == _FETCH:
         return version >= 16
     return api_key in REWRITERS
 
