@@ -103,7 +103,9 @@ class SyncGroupRequest:
 class SyncGroupResponse:
     error_code: int = 0
     protocol_type: str | None = None
+    """v5+: the join's protocol type (``consumer``)."""
     protocol_name: str | None = None
+    """v5+: the join's protocol name (the member's first protocol)."""
     assignment: ClassicAssignment | None = None
     """None with an error (the wire carries empty bytes)."""
     throttle_time_ms: int = 0
