@@ -1,10 +1,10 @@
-"""Run ``groupgate run`` as a child process in front of a test-bed cluster.
+"""Run ``groupgate run`` as a child process in front of a cluster.
 
-Tests, ``dev/up`` and the benchmarks use the proxy exactly as a user would: a separate process
-started with command-line settings. :class:`ProxyProcess` starts it, waits for its ``ready``
-log line, reads the bootstrap port and broker listener ports from its log, and stops it with
-SIGTERM (then SIGKILL after a bound). The log file stays for assertions and for a failing
-test's artefacts.
+``groupgate bench passthrough``, and the tests, ``dev/up`` and the benchmarks of the test bed,
+use the proxy exactly as a user would: a separate process started with command-line settings.
+:class:`ProxyProcess` starts it, waits for its ``ready`` log line, reads the bootstrap port and
+broker listener ports from its log, and stops it with SIGTERM (then SIGKILL after a bound). The
+log file stays for assertions and for a failing test's artefacts.
 """
 
 from __future__ import annotations
@@ -29,8 +29,11 @@ class ProxyStartError(RuntimeError):
 
 class ProxyProcess:
     def __init__(self, upstream: str, log_file: Path, *, listen: str = "127.0.0.1:0",
-                 args: Sequence[str] = (), env: dict[str, str] | None = None) -> None:
+                 args: Sequence[str] = (), env: dict[str, str] | None = None,
+                 wrapper: Sequence[str] = ()) -> None:
+        """``wrapper``: a command prefix the proxy runs under (e.g. ``ip netns exec POD``)."""
         self.upstream = upstream
+        self.wrapper = list(wrapper)
         self.log_file = log_file
         self.listen = listen
         self.args = list(args)
@@ -48,8 +51,8 @@ class ProxyProcess:
 
     def launch(self, timeout: float = 30.0) -> None:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "proxy.cli", "run", "--upstream", self.upstream,
-                   "--listen", self.listen, *self.args]
+        command = [*self.wrapper, sys.executable, "-m", "proxy.cli", "run",
+                   "--upstream", self.upstream, "--listen", self.listen, *self.args]
         env = dict(os.environ, **(self.env or {}))
         with open(self.log_file, "ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,

@@ -225,8 +225,12 @@ class KafkaNode:
         properties: Mapping[str, str],
         jvm_flags: Sequence[str],
         die_with_parent: bool,
+        host: str = "127.0.0.1",
     ) -> None:
         self.line = line
+        self.host = host
+        """The address the broker listens on and advertises (the controller stays on the
+        loopback)."""
         self.node_id = node_id
         self.directory = directory
         self.port = port
@@ -242,7 +246,7 @@ class KafkaNode:
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def data_dir(self) -> Path:
@@ -453,8 +457,12 @@ class KafkaCluster:
         consumer_heartbeat_ms: int | None = None,
         properties: Mapping[str, str] | None = None,
         die_with_parent: bool = True,
+        host: str = "127.0.0.1",
     ) -> None:
+        """``host``: the address the brokers listen on and advertise, e.g. the bridge of a
+        :class:`~tests.testbed.pods.PodNetwork` so that pods reach them."""
         self.line = get_line(version)
+        self.host = host
         self._own_workdir = workdir is None
         self.workdir = (
             Path(tempfile.mkdtemp(prefix=f"groupgate-kafka{self.line.name}-"))
@@ -518,8 +526,8 @@ class KafkaCluster:
             props = {
                 "node.id": str(i),
                 "controller.quorum.voters": voters,
-                "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
-                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+                "listeners": f"PLAINTEXT://{self.host}:{port},CONTROLLER://127.0.0.1:{cport}",
+                "advertised.listeners": f"PLAINTEXT://{self.host}:{port}",
                 "log.dirs": str(directory / "data"),
                 **base,
                 **self.extra_properties,
@@ -533,6 +541,7 @@ class KafkaCluster:
                 props,
                 [f"-Xmx{self.heap}", f"-Xms{_half(self.heap)}", *self.jvm_flags],
                 self.die_with_parent,
+                self.host,
             )
             node.write_config()
             self.nodes[i] = node

@@ -126,11 +126,14 @@ class JavaTool:
         self._reader: threading.Thread | None = None
         self._eof = False
         self.stderr_file = self.workdir / f"{self.name}.stderr"
+        self.wrapper: list[str] = []
+        """A command prefix the JVM runs under (e.g. ``ip netns exec POD``: a pod's client)."""
 
     def command(self) -> list[str]:
         cp = self._classpath if self._classpath is not None else self.line.tools_classpath()
         log_flags = self.line.log_config(self.workdir / f"{self.name}-log.properties", None)
         return [
+            *self.wrapper,
             artifacts.require_java(),
             *self.jvm_flags,
             *log_flags,
@@ -638,6 +641,7 @@ class ConnectWorker(JavaTool):
             self.workdir / f"{self.name}-log.properties", self.log_file
         )
         return [
+            *self.wrapper,
             artifacts.require_java(),
             *self.jvm_flags,
             *log_flags,
@@ -806,7 +810,8 @@ class CommitConsumer(JavaTool):
                  group_protocol: str = "classic", slow_ms: int = 0,
                  config: Mapping[str, str] | None = None, workdir: Path | None = None,
                  name: str | None = None,
-                 on_event: Callable[[Event], None] | None = None) -> None:
+                 on_event: Callable[[Event], None] | None = None,
+                 wrapper: Sequence[str] = ()) -> None:
         line = get_line("4.4")
         jars = line.clients_classpath()
         classes = compiled_java(_COMMIT_CONSUMER, jars)
@@ -814,6 +819,7 @@ class CommitConsumer(JavaTool):
                          classpath=[*jars, classes],
                          name=name or f"commit-consumer-{os.urandom(3).hex()}")
         self.topic = topic
+        self.wrapper = list(wrapper)
         props = {"bootstrap.servers": bootstrap, "group.id": group_id,
                  "group.protocol": group_protocol, "auto.offset.reset": "earliest",
                  **(config or {})}

@@ -25,6 +25,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help=f"comma separated among {', '.join(soak.EVENT_KINDS)}")
     parser.add_argument("--gap", default="5,10",
                         help="seconds between events: MIN,MAX (drawn uniformly)")
+    parser.add_argument("--pods", type=int, default=0,
+                        help="run the members in N pods (network namespaces), each behind its "
+                             "own sidecar, as in the Kubernetes deployment (root; default 0: "
+                             "one proxy for every member)")
     parser.add_argument("--json", metavar="FILE", type=Path)
     parser.add_argument("--workdir", type=Path, default=None,
                         help="keep logs here (default: a temporary directory, kept on failure)")
@@ -34,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
     low, high = (float(x) for x in args.gap.split(","))
     settings = soak.Settings(duration_s=args.duration, seed=args.seed,
                              min_event_gap_s=low, max_event_gap_s=high,
-                             events=tuple(e for e in args.events.split(",") if e))
+                             events=tuple(e for e in args.events.split(",") if e),
+                             pods=args.pods)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="groupgate-soak-"))
     result = soak.Soak(settings, workdir).run()
     print(soak.summary(result))

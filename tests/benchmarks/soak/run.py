@@ -41,8 +41,13 @@ from tests.benchmarks.rebalance.timeline import Event
 from tests.benchmarks.soak import checks
 from tests.testbed.artifacts import java_executable
 from tests.testbed.broker import KafkaBroker, free_ports
+from tests.testbed.pods import Pod, PodNetwork
 from tests.testbed.tools import CommitConsumer
 
+HOST = "host"
+"""Where the proxy runs without pods: this machine's loopback."""
+SIDECAR = "127.0.0.1:9092"
+"""Where a pod's sidecar listens, in the pod's own network namespace."""
 EVENT_KINDS = ("join", "leave", "kill", "stall", "proxy-restart", "proxy-kill",
                "broker-restart")
 
@@ -101,16 +106,24 @@ class Settings:
     rss_warmup_s: float = 30.0
     rss_bound_mib: float = 64.0
     """Largest RSS growth after warm-up that counts as flat."""
+    pods: int = 0
+    """0: one proxy on this machine's loopback with every member behind it. N: N pods
+    (network namespaces, :mod:`tests.testbed.pods`), each with its own sidecar on
+    ``127.0.0.1:9092``, the members spread over them in turn, the broker on the pods' bridge:
+    several sidecars serving one group, as in the Kubernetes deployment."""
 
 
 class Member:
     """One member process and what it reported."""
 
-    def __init__(self, name: str, group: str, kind: Kind, soak: Soak) -> None:
+    def __init__(self, name: str, group: str, kind: Kind, soak: Soak, pod: Pod | None = None
+                 ) -> None:
         self.name = name
         self.group = group
         self.kind = kind
         self.soak = soak
+        self.pod = pod
+        """The pod the member runs in (behind that pod's sidecar), None without pods."""
         self.proc: subprocess.Popen[str] | None = None
         self.java: CommitConsumer | None = None
         self.alive = False
@@ -119,6 +132,8 @@ class Member:
     def start(self) -> None:
         s = self.soak
         topic, group_id = s.topic(self.group), s.group_id(self.group)
+        bootstrap = SIDECAR if self.pod is not None else s.bootstrap
+        wrapper = self.pod.command([]) if self.pod is not None else []
         if self.kind.library == "java":
             config = {"client.id": self.name,
                       "max.poll.interval.ms": str(s.settings.max_poll_interval_ms)}
@@ -131,17 +146,17 @@ class Member:
                 config["group.remote.assignor"] = self.kind.assignor
             if self.kind.commit == "auto":
                 config["auto.commit.interval.ms"] = "1000"
-            self.java = CommitConsumer(s.bootstrap, topic, group_id, mode=self.kind.commit,
+            self.java = CommitConsumer(bootstrap, topic, group_id, mode=self.kind.commit,
                                        group_protocol=self.kind.protocol, config=config,
                                        workdir=s.workdir / "members", name=self.name,
-                                       on_event=self._on_event)
+                                       on_event=self._on_event, wrapper=wrapper)
             self.java.start()
             threading.Thread(target=self._watch_java, daemon=True).start()
         else:
-            command = [sys.executable, "-m", "tests.benchmarks.soak.member",
+            command = [*wrapper, sys.executable, "-m", "tests.benchmarks.soak.member",
                        "--library", self.kind.library, "--protocol", self.kind.protocol,
                        "--assignor", self.kind.assignor, "--commit", self.kind.commit,
-                       "--bootstrap", s.bootstrap, "--topic", topic, "--group", group_id,
+                       "--bootstrap", bootstrap, "--topic", topic, "--group", group_id,
                        "--name", self.name,
                        "--session-timeout-ms", str(s.settings.session_timeout_ms),
                        "--max-poll-interval-ms", str(s.settings.max_poll_interval_ms)]
@@ -265,7 +280,11 @@ class Soak:
         self.applied: list[dict[str, Any]] = []
         self.incarnation = 0
         self.broker: KafkaBroker | None = None
-        self.proxy: ProxyProcess | None = None
+        self.network: PodNetwork | None = None
+        self.pods: list[Pod] = []
+        self.proxies: dict[str, ProxyProcess] = {}
+        """Where a proxy runs (``host``, or a pod's name) -> the proxy running there."""
+        self.proxy_incarnation: dict[str, int] = {}
         self.listen_port, self.broker_port_base = free_ports(2)
         self.suffix = f"{settings.seed}-{os.urandom(2).hex()}"
         self.stopping = threading.Event()
@@ -327,16 +346,24 @@ class Soak:
 
     # -- processes ----------------------------------------------------------------------------
 
-    def start_proxy(self) -> None:
+    def start_proxy(self, where: str = HOST) -> None:
+        """(Re)start the proxy on this machine's loopback (``host``) or a pod's sidecar."""
         self.incarnation += 1
-        log = self.workdir / f"groupgate-{self.incarnation}.log"
+        self.proxy_incarnation[where] = self.incarnation
+        log = self.workdir / f"groupgate-{self.incarnation}-{where}.log"
         s = self.settings
-        self.proxy = ProxyProcess.start(
-            self.broker_bootstrap, log, listen=f"127.0.0.1:{self.listen_port}",
-            args=["--broker-port-base", str(self.broker_port_base),
-                  "--group-heartbeat-interval-ms", str(s.heartbeat_interval_ms),
-                  "--group-session-timeout-ms", str(s.session_timeout_ms),
-                  "--group-metadata-refresh-ms", "1000"], timeout=60)
+        args = ["--group-heartbeat-interval-ms", str(s.heartbeat_interval_ms),
+                "--group-session-timeout-ms", str(s.session_timeout_ms),
+                "--group-metadata-refresh-ms", "1000"]
+        if where == HOST:
+            self.proxies[where] = ProxyProcess.start(
+                self.broker_bootstrap, log, listen=f"127.0.0.1:{self.listen_port}",
+                args=["--broker-port-base", str(self.broker_port_base), *args], timeout=60)
+        else:
+            pod = next(p for p in self.pods if p.name == where)
+            self.proxies[where] = ProxyProcess.start(
+                self.broker_bootstrap, log, listen=SIDECAR, args=args,
+                wrapper=pod.command([]), timeout=60)
 
     @property
     def broker_bootstrap(self) -> str:
@@ -347,7 +374,8 @@ class Soak:
         for group in GROUPS:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "tests.benchmarks.rebalance.members", "producer",
-                 "--bootstrap", self.bootstrap, "--topic", self.topic(group),
+                 "--bootstrap", self.bootstrap if not self.pods else self.broker_bootstrap,
+                 "--topic", self.topic(group),
                  "--partitions", str(self.settings.partitions),
                  "--rate-per-partition", str(self.settings.rate_per_partition)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -382,8 +410,11 @@ class Soak:
     def new_member(self, group: str, kind: Kind | None = None) -> Member:
         kind = kind or self.rng.choice(GROUPS[group])
         self.member_count += 1
+        pod = self.pods[self.member_count % len(self.pods)] if self.pods else None
         name = f"{group}-{self.member_count}-{kind.library}-{kind.protocol}-{kind.commit}"
-        member = Member(name, group, kind, self)
+        if pod is not None:
+            name += f"@{pod.name}"
+        member = Member(name, group, kind, self, pod)
         self.members[name] = member
         self.groups[group].kinds[name] = kind.label
         member.start()
@@ -429,12 +460,13 @@ class Soak:
 
     def sample_rss(self) -> None:
         while not self.stopping.is_set():
-            proxy = self.proxy
-            if proxy is not None and proxy.process is not None:
-                mib = _rss_mib(proxy.process.pid)
-                if mib is not None:
-                    with self.lock:
-                        self.rss.append((time.monotonic(), self.incarnation, mib))
+            for where, proxy in list(self.proxies.items()):
+                if proxy.process is not None:
+                    mib = _rss_mib(proxy.process.pid)
+                    if mib is not None:
+                        with self.lock:
+                            self.rss.append((time.monotonic(),
+                                             self.proxy_incarnation[where], mib))
             self.stopping.wait(2.0)
 
     # -- events -------------------------------------------------------------------------------
@@ -459,14 +491,17 @@ class Soak:
                 seconds = s.max_poll_interval_ms / 1000 + 5
                 member.stuck_until = time.monotonic() + seconds
                 member.send(f"stall {seconds}")
-        elif kind in ("proxy-restart", "proxy-kill") and self.proxy is not None:
+        elif kind in ("proxy-restart", "proxy-kill") and self.proxies:
+            where = self.rng.choice(sorted(self.proxies))
+            proxy = self.proxies[where]
+            note["proxy"] = where
             if kind == "proxy-kill":
-                self.proxy.signal(signal.SIGKILL)
-                assert self.proxy.process is not None
-                self.proxy.process.wait(10)
+                proxy.signal(signal.SIGKILL)
+                assert proxy.process is not None
+                proxy.process.wait(10)
             else:
-                self.proxy.stop(timeout=60)
-            self.start_proxy()
+                proxy.stop(timeout=60)
+            self.start_proxy(where)
         elif kind == "broker-restart" and self.broker is not None:
             self.broker.restart(timeout=120)
         else:
@@ -482,19 +517,27 @@ class Soak:
         s = self.settings
         (self.workdir / "members").mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        self.broker = KafkaBroker.start("3.9", self.workdir / "kafka")
+        host = "127.0.0.1"
+        if s.pods:
+            self.network = PodNetwork()
+            self.pods = [self.network.pod(f"pod{i + 1}") for i in range(s.pods)]
+            host = self.network.host_ip
         try:
+            self.broker = KafkaBroker.start("3.9", self.workdir / "kafka", host=host)
             for group in GROUPS:
                 self.broker.create_topic(self.topic(group), s.partitions, 1)
-            self.start_proxy()
+            for where in [p.name for p in self.pods] or [HOST]:
+                self.start_proxy(where)
             threading.Thread(target=self.poll_offsets, daemon=True).start()
             threading.Thread(target=self.sample_rss, daemon=True).start()
             self.start_producers()
             for group, kinds in GROUPS.items():
                 for kind in self.rng.sample(kinds, 2):
                     self.new_member(group, kind)
+            where = (f"{len(self.pods)} pods, a sidecar each on {SIDECAR}" if self.pods
+                     else f"proxy on {self.bootstrap}")
             self.out(f"soak: seed {s.seed}, {s.duration_s:.0f} s, groups {list(GROUPS)}, "
-                     f"proxy on {self.bootstrap}")
+                     f"{where}")
             chaos_end = started + s.duration_s
             bag: list[str] = []
             while True:
@@ -518,10 +561,12 @@ class Soak:
             for member in self.members.values():
                 if member.running():
                     member.kill()
-            if self.proxy is not None:
-                self.proxy.stop()
+            for proxy in self.proxies.values():
+                proxy.stop()
             if self.broker is not None:
                 self.broker.stop()
+            if self.network is not None:
+                self.network.close()
         return self.report(time.monotonic() - started)
 
     def catch_up(self) -> None:
