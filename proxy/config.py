@@ -183,6 +183,12 @@ SETTINGS: tuple[Setting, ...] = (
             "still own may be held, so it gets them the moment they are released (bounded by "
             "its rebalance timeout and half its session timeout). 0: answer at once with what "
             "is free (Kafka's behaviour)."),
+    Setting("broker-session-timeout-ms", _positive_int, "6000",
+            "Session (and rebalance) timeout of the proxy's own member in the broker's classic "
+            "group of each group it coordinates. A proxy that dies is dropped from that group "
+            "this long after its last heartbeat, and only then can a proxy started again take "
+            "the group over. Kafka's group.min.session.timeout.ms (6000 by default) is the "
+            "lower bound; a broker that refuses the value makes the proxy double it."),
     Setting("group-session-timeout-ms", _positive_int, "45000",
             "Session timeout of new-protocol members (Kafka's group.consumer.session.timeout.ms)."),
     Setting("group-heartbeat-interval-ms", _positive_int, "5000",
@@ -242,6 +248,7 @@ class ProxyConfig:
     classic_translation: bool = True
     classic_quiet_advance: bool = True
     classic_sync_hold_ms: int = 3_000
+    broker_session_timeout_ms: int = 6_000
     group_session_timeout_ms: int = 45_000
     group_heartbeat_interval_ms: int = 5_000
     group_empty_expiry_ms: int = 600_000

@@ -62,12 +62,18 @@ MEMBERSHIP_LOST = frozenset({ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEM
                              ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.FENCED_INSTANCE_ID})
 """Errors on a commit under the proxy's membership that mean it must rejoin."""
 
-SESSION_TIMEOUT_MS = 30_000
-REBALANCE_TIMEOUT_MS = 30_000
-HEARTBEAT_SECONDS = 3.0
+SESSION_TIMEOUT_MS = 6_000
+"""The proxy's member's session in the broker's group (setting ``broker-session-timeout-ms``):
+Kafka's default ``group.min.session.timeout.ms``, so the broker drops the member of a proxy that
+died as soon as it allows, and a proxy started again takes the group over within about that."""
+MAX_SESSION_TIMEOUT_MS = 300_000
+JOIN_WAIT_SECONDS = 30.0
+"""Longest the proxy waits for an answer on its link to the group's broker coordinator (a
+JoinGroup is answered once the other members have rejoined or been dropped)."""
 RETRY_SECONDS = 0.5
 DRAIN_SECONDS = 10.0
-"""Longest a rejoin for new topics waits for commits in flight under the old generation."""
+"""Longest a rejoin for new topics waits for commits in flight under the old generation (and
+at most half the session: no heartbeat goes out meanwhile)."""
 
 _ASSIGNMENT = messages.encode_data("ConsumerProtocolAssignment", 0, {"assigned_partitions": []})
 
@@ -112,8 +118,13 @@ class BrokerMembership:
 
     def __init__(self, group_id: str, pool: LinkPool, bootstrap: Sequence[Address], *,
                  connect_timeout: float,
-                 topics: Callable[[], Iterable[str]] = tuple) -> None:
+                 topics: Callable[[], Iterable[str]] = tuple,
+                 session_timeout_ms: int = SESSION_TIMEOUT_MS) -> None:
         self.group_id = group_id
+        self.session_timeout_ms = session_timeout_ms
+        """Also the member's rebalance timeout: the proxy rejoins as soon as its heartbeat
+        hears of a rebalance. Doubled (up to 300 s) while the broker refuses it with
+        INVALID_SESSION_TIMEOUT (a ``group.min.session.timeout.ms`` above it)."""
         self._topics = topics
         """The topic names the group subscribes to now (advertised in the subscription)."""
         self.advertised: tuple[str, ...] = ()
@@ -269,8 +280,9 @@ class BrokerMembership:
             deadline = trio.current_time() + self._connect_timeout
             self.coordinator_node, self.coordinator = await find_coordinator(
                 self._pool, self._bootstrap, self.group_id, deadline)
-            self._link = self._pool.dedicated(self.coordinator,
-                                              REBALANCE_TIMEOUT_MS / 1000 + self._connect_timeout)
+            # a JoinGroup waits for the other members of the broker's group (other proxies)
+            wait = max(JOIN_WAIT_SECONDS, self.session_timeout_ms / 1000)
+            self._link = self._pool.dedicated(self.coordinator, wait + self._connect_timeout)
         return self._link
 
     async def _join_and_sync(self) -> None:
@@ -282,8 +294,8 @@ class BrokerMembership:
             topics = tuple(sorted(set(self._topics())))
             join = await link.request(ApiKey.JOIN_GROUP, JOIN_VERSION, {
                 "group_id": self.group_id,
-                "session_timeout_ms": SESSION_TIMEOUT_MS,
-                "rebalance_timeout_ms": REBALANCE_TIMEOUT_MS,
+                "session_timeout_ms": self.session_timeout_ms,
+                "rebalance_timeout_ms": self.session_timeout_ms,
                 "member_id": self.member_id,
                 "group_instance_id": None,
                 "protocol_type": PROTOCOL_TYPE,
@@ -302,6 +314,13 @@ class BrokerMembership:
                 await trio.sleep(RETRY_SECONDS)
                 continue
             if error == ErrorCode.REBALANCE_IN_PROGRESS:
+                continue
+            if (error == ErrorCode.INVALID_SESSION_TIMEOUT
+                    and self.session_timeout_ms < MAX_SESSION_TIMEOUT_MS):
+                self.session_timeout_ms = min(2 * self.session_timeout_ms, MAX_SESSION_TIMEOUT_MS)
+                log.warning("group %s: the broker refused the session timeout; trying %d ms "
+                            "(see broker-session-timeout-ms)", self.group_id,
+                            self.session_timeout_ms)
                 continue
             if error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL:
                 raise MembershipRefused(
@@ -342,15 +361,16 @@ class BrokerMembership:
         """Before a rejoin the proxy chose: hold new commits, let those in flight finish."""
         self._planned = True
         self._set_stable(False)
-        with trio.move_on_after(DRAIN_SECONDS) as waited:
+        bound = min(DRAIN_SECONDS, self.session_timeout_ms / 2000)
+        with trio.move_on_after(bound) as waited:
             await self._drained.wait()
         if waited.cancelled_caught:
-            log.warning("group %s: %d commit(s) still unanswered after %.0f s; rejoining "
-                        "anyway", self.group_id, self.in_flight, DRAIN_SECONDS)
+            log.warning("group %s: %d commit(s) still unanswered after %.1f s; rejoining "
+                        "anyway", self.group_id, self.in_flight, bound)
 
     async def _heartbeat_until_rejoin(self) -> None:
         while True:
-            with trio.move_on_after(HEARTBEAT_SECONDS):
+            with trio.move_on_after(self.session_timeout_ms / 3000):  # Kafka's ratio
                 await self._rejoin.wait()
             if self._rejoin.is_set():
                 if self._resubscribe and self.stable:

@@ -373,7 +373,8 @@ class CoordinatorService:
             membership = BrokerMembership(
                 group_id, self.pool, self.config.upstream,
                 connect_timeout=self.config.connect_timeout,
-                topics=lambda: self.group_topics(group_id) or first)
+                topics=lambda: self.group_topics(group_id) or first,
+                session_timeout_ms=self.config.broker_session_timeout_ms)
             self.adopt(membership)
             self._nursery.start_soon(self._run_membership, membership)
         await membership.settled.wait()

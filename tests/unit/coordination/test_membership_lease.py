@@ -1,0 +1,61 @@
+"""The proxy's member in the broker's group is its lease on the group: its session timeout is
+how soon a dead proxy's hold ends. It asks for ``broker-session-timeout-ms`` (Kafka's minimum,
+6 s, by default), doubles it while a broker refuses it, and heartbeats at a third of it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from proxy.coordination.membership import BrokerMembership
+from tests.unit.coordination.test_fuzz_requests import stub_broker
+
+from .helpers import FakePool
+
+INVALID_SESSION_TIMEOUT = 26
+
+
+def broker(min_session_ms: int, sent: list[tuple[int, dict[str, Any]]]) -> Any:
+    def answer(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
+        sent.append((key, value))
+        if key == 11 and value["session_timeout_ms"] < min_session_ms:
+            return {"throttle_time_ms": 0, "error_code": INVALID_SESSION_TIMEOUT,
+                    "generation_id": -1, "protocol_type": None, "protocol_name": None,
+                    "leader": "", "skip_assignment": False, "member_id": "", "members": []}
+        return stub_broker(key, version, value)
+    return answer
+
+
+async def hold(membership: BrokerMembership, seconds: float) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(membership.run)
+        await membership.settled.wait()
+        await trio.sleep(seconds)
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_member_asks_for_the_configured_session_and_heartbeats_at_a_third(
+        autojump_clock: trio.abc.Clock) -> None:
+    sent: list[tuple[int, dict[str, Any]]] = []
+    membership = BrokerMembership("g", FakePool(broker(6000, sent)), [("b", 1)],
+                                  connect_timeout=5, session_timeout_ms=6000)
+    await hold(membership, 20)
+    joins = [v for k, v in sent if k == 11]
+    assert [(j["session_timeout_ms"], j["rebalance_timeout_ms"]) for j in joins] == [
+        (6000, 6000)]
+    assert membership.failure is None and membership.stable
+    heartbeats = [v for k, v in sent if k == 12]
+    assert 9 <= len(heartbeats) <= 11  # one every 2 s for 20 s
+
+
+async def test_a_broker_with_a_higher_minimum_gets_the_session_doubled_until_it_accepts(
+        autojump_clock: trio.abc.Clock) -> None:
+    sent: list[tuple[int, dict[str, Any]]] = []
+    membership = BrokerMembership("g", FakePool(broker(30_000, sent)), [("b", 1)],
+                                  connect_timeout=5, session_timeout_ms=6000)
+    await hold(membership, 1)
+    joins = [v["session_timeout_ms"] for k, v in sent if k == 11]
+    assert joins == [6000, 12_000, 24_000, 48_000]
+    assert membership.failure is None and membership.stable
+    assert membership.session_timeout_ms == 48_000
