@@ -17,13 +17,14 @@ import trio
 
 from proxy.config import ProxyConfig
 from proxy.connection import ListenerError, Router
+from proxy.coordination.peers import ConnectionLinks, FleetSide
 from proxy.coordination.routing import CoordinatingRouter, handler_table
 from proxy.coordination.service import CoordinatorService
 from proxy.health import serve_health
 from proxy.logs import LIFECYCLE
 from proxy.metrics import RequestCounters
 from proxy.router import ForwardingRouter, parse_table
-from proxy.server import ProxyServer, RouterFactory, node_label
+from proxy.server import FLEET_NODE, ProxyServer, RouterFactory, node_label
 from proxy.upstream import UpstreamError, fetch_brokers
 
 log = logging.getLogger("groupgate")
@@ -69,8 +70,12 @@ def make_router_factory(config: ProxyConfig, service: CoordinatorService | None 
         counters = RequestCounters(node_label(node_id))
         if handlers:
             assert service is not None
-            return CoordinatingRouter(server, counters, accepted, handlers, node_id,
-                                      client_host, claims=service.claims)
+            inbound = node_id == FLEET_NODE
+            fleet = FleetSide(service.routes, ConnectionLinks(service.pool), inbound,
+                              service.broker_of)
+            return CoordinatingRouter(server, counters, accepted, handlers,
+                                      None if inbound else node_id, client_host,
+                                      claims=service.claims, fleet=fleet)
         return ForwardingRouter(server, counters, accepted)
 
     return factory

@@ -53,7 +53,7 @@ def _hostport_list(text: str) -> tuple[tuple[str, int], ...]:
 
 
 def _optional_hostport(text: str) -> tuple[str, int] | None:
-    return None if text.strip() in ("", "off", "none") else parse_hostport(text)
+    return None if text.strip() in ("", "off", "none", "auto") else parse_hostport(text)
 
 
 def _positive_int(text: str) -> int:
@@ -213,6 +213,21 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("group-empty-expiry-ms", _positive_int, "600000",
             "How long a coordinated group without members is kept before it is deleted and the "
             "proxy leaves the broker's group of the same id."),
+    Setting("fleet-listen", _optional_hostport, "off",
+            "Address of the fleet listener: where the other sidecars of a fleet relay the group "
+            "requests of groups this sidecar coordinates (the pod's address; see "
+            "docs/operations.md, 'Several sidecars, one group'). 'off': this sidecar follows "
+            "groups other sidecars coordinate but cannot be followed, so it is only right "
+            "for a proxy that is alone in front of its groups."),
+    Setting("fleet-address", _optional_hostport, "auto",
+            "The address the other sidecars reach the fleet listener at (e.g. the pod IP and "
+            "the fleet port); 'auto': fleet-listen, which then must not be a wildcard."),
+    Setting("takeover-wait-ms", _optional_int, "auto",
+            "How long a sidecar that takes a group over from another coordinator (one that "
+            "died or lost the broker's group) answers joins with COORDINATOR_LOAD_IN_PROGRESS "
+            "before it assigns partitions: the members the old coordinator assigned keep their "
+            "partitions until they hear from the new one. 'auto': group-session-timeout-ms, "
+            "the longest a member may go unheard before Kafka gives its partitions away."),
     Setting("group-metadata-refresh-ms", _positive_int, "5000",
             "How often the proxy reads the metadata of the topics its groups subscribe to "
             "(partition counts, topics created or deleted, regex matches)."),
@@ -253,12 +268,27 @@ class ProxyConfig:
     group_heartbeat_interval_ms: int = 5_000
     group_empty_expiry_ms: int = 600_000
     group_metadata_refresh_ms: int = 5_000
+    fleet_listen: tuple[str, int] | None = None
+    fleet_address: tuple[str, int] | None = None
+    takeover_wait_ms: int | None = None
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def client_host(self) -> str:
         """The host clients are told to connect to."""
         return self.advertised_host or self.listen[0]
+
+    @property
+    def advertised_fleet_address(self) -> tuple[str, int] | None:
+        """Where other sidecars reach this one's fleet listener (None: no fleet listener)."""
+        if self.fleet_listen is None:
+            return None
+        return self.fleet_address or self.fleet_listen
+
+    @property
+    def takeover_wait_seconds(self) -> float:
+        wait = self.takeover_wait_ms
+        return (self.group_session_timeout_ms if wait is None else wait) / 1000
 
     def broker_port(self, node_id: int, bound_listen_port: int | None = None) -> int:
         """The deterministic listener port of broker ``node_id``.
@@ -318,6 +348,16 @@ def load(args: argparse.Namespace | None = None,
         except ValueError as exc:
             raise ConfigError(f"{setting.name}={raw!r} from {source}: {exc}") from exc
         sources[setting.attr] = source
+    fleet = values.get("fleet_listen")
+    if (fleet is not None and values.get("fleet_address") is None
+            and fleet[0] in ("0.0.0.0", "::", "")):
+        raise ConfigError(f"fleet-listen={fleet[0]}:{fleet[1]} is a wildcard: set fleet-address "
+                          "to the address other sidecars reach it at (e.g. the pod IP)")
+    if fleet is not None and values.get("fleet_address") is None and fleet[1] == 0:
+        raise ConfigError("fleet-listen with port 0 needs fleet-address: other sidecars "
+                          "cannot know an ephemeral port")
+    if values.get("takeover_wait_ms") is not None and values["takeover_wait_ms"] < 0:
+        raise ConfigError("takeover-wait-ms must not be negative")
     return ProxyConfig(**values, sources=sources)
 
 

@@ -246,6 +246,9 @@ class Connection:
             with trio.CancelScope(shield=True):
                 await self.upstream.aclose()
                 await self.client.aclose()
+                closer = getattr(self.router, "aclose", None)  # links the router opened
+                if closer is not None:
+                    await closer()
 
     def _pipe(self, direction: int) -> Pipe | None:
         """The splice pipe of one direction (0: requests, 1: responses), opened on first use."""

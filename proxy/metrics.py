@@ -29,6 +29,18 @@ REFUSED_CONNECTIONS = Counter("groupgate_connections_refused",
 UPSTREAM_FAILURES = Counter("groupgate_upstream_connect_failures",
                             "Client connections closed because no upstream broker was reachable",
                             ["node"], registry=REGISTRY)
+FLEET_RELAYS = Counter("groupgate_fleet_relayed_requests",
+                       "Group requests relayed to the sidecar that coordinates their group, by "
+                       "outcome (answered, failed: the sidecar could not be reached)",
+                       ["outcome"], registry=REGISTRY)
+GROUPS_HELD = Gauge("groupgate_groups_held",
+                    "Groups whose broker group this sidecar holds: it coordinates them",
+                    registry=REGISTRY)
+LEASE_EVENTS = Counter("groupgate_group_lease_events",
+                       "Changes of this sidecar's hold on broker groups: won, lost-election "
+                       "(another sidecar holds the group), expired (no heartbeat answered in "
+                       "time: stopped acting), lost (the broker dropped the member)",
+                       ["event"], registry=REGISTRY)
 
 
 _REQUEST_COUNTS: dict[str, dict[int, int]] = {}

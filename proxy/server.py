@@ -42,7 +42,13 @@ lifecycle = logging.getLogger(LIFECYCLE)
 
 RouterFactory = Callable[["ProxyServer", "int | None", str], Router]
 """Builds the :class:`Router` of each new connection from its listener's node id (None: the
-bootstrap listener) and the client's host as Kafka reports it (``/10.0.0.7``)."""
+bootstrap listener, :data:`FLEET_NODE`: the fleet listener) and the client's host as Kafka
+reports it (``/10.0.0.7``)."""
+
+FLEET_NODE = -1
+"""The node id of connections on the fleet listener, where other sidecars relay the group
+requests of groups this one coordinates (no Kafka node has a negative id). Like the bootstrap
+listener's, their own upstream connection goes to a bootstrap server."""
 
 
 @dataclass
@@ -79,6 +85,7 @@ class ProxyServer:
         self.active: set[Connection] = set()
         """Open client connections, drained on shutdown."""
         self.bootstrap_port = 0
+        self.fleet_port = 0
         self._nursery: trio.Nursery | None = None
         self._connections: trio.Nursery | None = None
         self._open = 0
@@ -158,6 +165,13 @@ class ProxyServer:
                 lifecycle.info("bootstrap listener on %s:%d, upstream %s", self.config.listen[0],
                          self.bootstrap_port,
                          ",".join(f"{h}:{p}" for h, p in self.config.upstream))
+                if self.config.fleet_listen is not None:
+                    fleet, self.fleet_port = bind_listener(*self.config.fleet_listen)
+                    self._listeners.append(fleet)
+                    accepting.start_soon(self._accept_loop, fleet, FLEET_NODE)
+                    lifecycle.info("fleet listener on %s:%d (other sidecars reach it at %s:%d)",
+                                   self.config.fleet_listen[0], self.fleet_port,
+                                   *(self.config.advertised_fleet_address or ("-", 0)))
                 task_status.started(self)
                 await self._stop.wait()
                 self._nursery = None
@@ -273,7 +287,7 @@ class ProxyServer:
 
     async def _connect_upstream(self, node_id: int | None, peer: str
                                 ) -> trio.SocketStream | None:
-        if node_id is None:
+        if node_id is None or node_id == FLEET_NODE:
             candidates = list(self.config.upstream)
         else:
             entry = self.brokers.get(node_id)
@@ -294,11 +308,15 @@ class ProxyServer:
 
 
 def node_label(node_id: int | None) -> str:
-    return "bootstrap" if node_id is None else str(node_id)
+    if node_id is None:
+        return "bootstrap"
+    return "fleet" if node_id == FLEET_NODE else str(node_id)
 
 
 def _describe(node_id: int | None) -> str:
-    return "bootstrap" if node_id is None else f"broker {node_id}"
+    if node_id is None:
+        return "bootstrap"
+    return "the fleet listener" if node_id == FLEET_NODE else f"broker {node_id}"
 
 
 def _client_host(stream: trio.SocketStream) -> str:

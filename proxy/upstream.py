@@ -46,11 +46,11 @@ class UpstreamClient:
     async def aclose(self) -> None:
         await self._stream.aclose()
 
-    async def request(self, api_key: int, version: int, value: dict[str, Any]
-                      ) -> dict[str, Any]:
+    async def request(self, api_key: int, version: int, value: dict[str, Any],
+                      client_id: str = CLIENT_ID) -> dict[str, Any]:
         self._correlation += 1
         correlation_id = self._correlation
-        payload = (encode_request_header(api_key, version, correlation_id, CLIENT_ID)
+        payload = (encode_request_header(api_key, version, correlation_id, client_id)
                    + messages.encode_request(api_key, version, value))
         try:
             await self._stream.send_all(struct.pack(">i", len(payload)) + payload)

@@ -90,7 +90,7 @@ from translation import describe as describe_mod
 from translation import heartbeat as hb
 from translation import limits
 from translation import offsets as offsets_mod
-from translation.effects import Effect, GroupDeleted, GroupExpired, MemberFenced
+from translation.effects import Effect, GroupDeleted, GroupExpired, GroupLost, MemberFenced
 from translation.errors import ErrorCode, GroupError
 from translation.group import ConsumerGroup
 from translation.heartbeat import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
@@ -256,6 +256,15 @@ class GroupCoordinator(CoordinatorState):
             timeout = (owner.session_timeout_ms if owner is not None else 0) \
                 or self.config.session_timeout_ms
             self.arm_timer(key, now_ms + timeout, effects, payload=payload)
+        return effects
+
+    def forget(self, group_id: str, reason: str) -> list[Effect]:
+        """The group's lock is lost (another coordinator may hold it): forget the group and
+        its members at once, whatever state it is in; nothing of it is answered here again."""
+        effects: list[Effect] = []
+        group = self.groups.get(group_id)
+        if group is not None:
+            self.drop_group(group, GroupLost(group_id, reason), effects)
         return effects
 
     def delete_group(self, group_id: str) -> tuple[ErrorCode, list[Effect]]:

@@ -113,6 +113,16 @@ class GroupDeleted:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupLost:
+    """The proxy no longer holds the group's lock (another coordinator may hold it now): the
+    engine forgot the group with its members; their next requests find the group's current
+    coordinator and they rejoin there."""
+
+    group_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class JoinCompleted:
     """A classic JoinGroup the engine answered with "pending" is complete: send ``response``
     to the client whose JoinGroup (``group_id``, ``member_id``) the proxy is holding."""
@@ -160,6 +170,7 @@ Effect = (
     | GroupEmptied
     | GroupExpired
     | GroupDeleted
+    | GroupLost
     | JoinCompleted
     | SyncCompleted
     | GroupHandedBack

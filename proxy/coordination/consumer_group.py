@@ -43,6 +43,9 @@ class ConsumerGroupDescribeHandler(ApiHandler):
     api_key = ApiKey.CONSUMER_GROUP_DESCRIBE
     served_versions = VERSIONS
 
+    def group_ids(self, request: GroupRequest) -> tuple[str, ...]:
+        return tuple(request.value["group_ids"])
+
     def decide(self, request: GroupRequest) -> Outcome:
         return Answer(convert.consumer_group_describe_response(
             self.service.engine.describe(request.value["group_ids"])))

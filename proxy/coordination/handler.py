@@ -100,6 +100,11 @@ class ApiHandler:
     def __init__(self, service: CoordinatorService) -> None:
         self.service = service
 
+    def group_ids(self, request: GroupRequest) -> tuple[str, ...]:
+        """The groups whose coordinator must decide ``request`` (routing between sidecars,
+        :mod:`proxy.coordination.peers`); none: any sidecar decides it."""
+        return (request.value["group_id"],)
+
     def decide(self, request: GroupRequest) -> Outcome:
         """What to do with ``request``; called in the connection's request order."""
         raise NotImplementedError

@@ -34,7 +34,8 @@ class BrokerLink:
         self._lock = trio.Lock()
 
     async def request(self, api_key: int, version: int, value: dict[str, Any], *,
-                      timeout: float | None = None) -> dict[str, Any]:
+                      timeout: float | None = None, client_id: str | None = None
+                      ) -> dict[str, Any]:
         """Send one request and return the decoded response; UpstreamError on any failure."""
         async with self._lock:
             if self._client is None:
@@ -45,7 +46,9 @@ class BrokerLink:
             ok = False
             try:
                 with trio.fail_after(timeout or self._request_timeout):
-                    response = await client.request(api_key, version, value)
+                    response = await (client.request(api_key, version, value)
+                                      if client_id is None else
+                                      client.request(api_key, version, value, client_id))
                 ok = True
                 return response
             except trio.TooSlowError as exc:

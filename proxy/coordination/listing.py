@@ -78,6 +78,9 @@ def merge_listing(broker_groups: list[Value], engine_groups: list[Value],
 class ListGroupsHandler(ApiHandler):
     api_key = ApiKey.LIST_GROUPS
 
+    def group_ids(self, request: GroupRequest) -> tuple[str, ...]:
+        return ()
+
     def decide(self, request: GroupRequest) -> Outcome:
         service = self.service
         if not service.has_groups:
@@ -136,6 +139,9 @@ def unknown_group(group_id: str, version: int) -> Value:
 class DescribeGroupsHandler(ApiHandler):
     api_key = ApiKey.DESCRIBE_GROUPS
 
+    def group_ids(self, request: GroupRequest) -> tuple[str, ...]:
+        return tuple(request.value["groups"])
+
     def decide(self, request: GroupRequest) -> Outcome:
         service = self.service
         requested: list[str] = request.value["groups"]
@@ -163,6 +169,9 @@ class DescribeGroupsHandler(ApiHandler):
 
 class DeleteGroupsHandler(ApiHandler):
     api_key = ApiKey.DELETE_GROUPS
+
+    def group_ids(self, request: GroupRequest) -> tuple[str, ...]:
+        return tuple(request.value["groups_names"])
     answers_upstream_later = True
 
     def decide(self, request: GroupRequest) -> Outcome:

@@ -23,6 +23,16 @@ one and assigns itself nothing), then Heartbeat until cancelled; any error sends
 joining. :meth:`BrokerMembership.leave` sends LeaveGroup, so that direct clients can take the
 group over once the proxy is gone (graceful shutdown, or the engine group expired).
 
+The membership is also the group's lock between sidecars (:mod:`proxy.coordination.fleet`):
+its JoinGroup carries the sidecar's card, and a sidecar the broker does not make the leader
+(another joined first) has lost the election: it leaves and the task ends with
+:class:`ElectionLost`. Once held, the lock is a lease: the broker drops the member one session
+after the last heartbeat it received, so the proxy stops acting (:attr:`interrupted`) once
+:data:`LEASE_FRACTION` of a session has passed since the last heartbeat it *sent* that was
+answered, before any other sidecar can hold the group. A membership the broker forgot (it
+answers UNKNOWN_MEMBER_ID) is not joined again under a new member id: the lease is lost, the
+task ends (``on_lost``), and a new takeover starts afresh.
+
 Commits carry the member id and generation they were stamped with (:meth:`stamp`) and are
 never re-stamped: a commit accepted under one generation lands under it or fails. When the
 group's topics change, the membership rejoins to advertise them (a new generation); it first
@@ -37,17 +47,21 @@ from collections.abc import Callable, Iterable, Sequence
 
 import trio
 
+from proxy import metrics
 from proxy.codec import messages
 from proxy.codec.api_keys import ApiKey
+from proxy.coordination.fleet import (
+    PROTOCOL_NAME,
+    PROTOCOL_TYPE,
+    Card,
+    card_of,
+    subscription_metadata,
+)
 from proxy.coordination.links import Address, BrokerLink, LinkPool
 from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode
 
 log = logging.getLogger("groupgate.coordination")
-
-PROTOCOL_TYPE = "consumer"
-PROTOCOL_NAME = "groupgate-coordinated"
-"""The classic protocol name the proxy's member offers; no client library uses it."""
 
 FIND_COORDINATOR_VERSION = 3
 JOIN_VERSION = 5
@@ -70,6 +84,9 @@ MAX_SESSION_TIMEOUT_MS = 300_000
 JOIN_WAIT_SECONDS = 30.0
 """Longest the proxy waits for an answer on its link to the group's broker coordinator (a
 JoinGroup is answered once the other members have rejoined or been dropped)."""
+LEASE_FRACTION = 0.8
+"""Share of the session after the last answered heartbeat (counted from when it was sent)
+during which the proxy acts as the group's coordinator."""
 RETRY_SECONDS = 0.5
 DRAIN_SECONDS = 10.0
 """Longest a rejoin for new topics waits for commits in flight under the old generation (and
@@ -78,13 +95,17 @@ at most half the session: no heartbeat goes out meanwhile)."""
 _ASSIGNMENT = messages.encode_data("ConsumerProtocolAssignment", 0, {"assigned_partitions": []})
 
 
-def subscription_metadata(topics: Sequence[str]) -> bytes:
-    """The proxy member's JoinGroup metadata: a consumer subscription naming ``topics``."""
-    return messages.encode_data("ConsumerProtocolSubscription", 0, {"topics": list(topics)})
-
-
 class MembershipRefused(Exception):
     """The broker's group cannot be joined (e.g. it has members of another protocol)."""
+
+
+class ElectionLost(MembershipRefused):
+    """Another sidecar holds the broker's group (it joined first): this one follows it."""
+
+
+class LeaseLost(Exception):
+    """The broker forgot the proxy's member after it held the group: whatever the proxy knew
+    of the group may be stale (another sidecar may have held it meanwhile)."""
 
 
 class CoordinatorUnavailable(Exception):
@@ -119,8 +140,11 @@ class BrokerMembership:
     def __init__(self, group_id: str, pool: LinkPool, bootstrap: Sequence[Address], *,
                  connect_timeout: float,
                  topics: Callable[[], Iterable[str]] = tuple,
-                 session_timeout_ms: int = SESSION_TIMEOUT_MS) -> None:
+                 session_timeout_ms: int = SESSION_TIMEOUT_MS,
+                 card: Card | None = None) -> None:
         self.group_id = group_id
+        self.card = card or Card(None, "")
+        """What the member tells other sidecars (:mod:`proxy.coordination.fleet`)."""
         self.session_timeout_ms = session_timeout_ms
         """Also the member's rebalance timeout: the proxy rejoins as soon as its heartbeat
         hears of a rebalance. Doubled (up to 300 s) while the broker refuses it with
@@ -139,6 +163,13 @@ class BrokerMembership:
         """Rejoining by choice (new topics), not because the broker membership failed."""
         self.on_interrupted: Callable[[bool], None] | None = None
         """Told when :attr:`interrupted` changes."""
+        self.on_lost: Callable[[str], None] | None = None
+        """Told once the lease held earlier is lost for good (the task has ended)."""
+        self.lease_deadline = float("inf")
+        """trio time until which the proxy may act for the group (see :data:`LEASE_FRACTION`)."""
+        self.previous_generation = -1
+        """The broker group's generation before the proxy's first join (0: the group never
+        had members; more: someone held or used it before)."""
         self._pool = pool
         self._bootstrap = tuple(bootstrap)
         self._connect_timeout = connect_timeout
@@ -227,12 +258,37 @@ class BrokerMembership:
         if before != after and self.on_interrupted is not None:
             self.on_interrupted(after)
 
+    def _lose(self, reason: str) -> None:
+        """The lease held earlier is gone for good: stop acting, end, tell the service."""
+        log.warning("group %s: lost the broker's group: %s", self.group_id, reason)
+        metrics.LEASE_EVENTS.labels("lost").inc()
+        self._set_stable(False)
+        self.left = True
+        self.lease_deadline = float("-inf")
+        if self.on_lost is not None:
+            self.on_lost(reason)
+
+    async def _leave_quietly(self) -> None:
+        """LeaveGroup after losing an election (best effort, the task goes on to end)."""
+        if self.member_id and self._link is not None:
+            with trio.move_on_after(5):
+                try:
+                    await self._link.request(ApiKey.LEAVE_GROUP, LEAVE_VERSION, {
+                        "group_id": self.group_id,
+                        "members": [{"member_id": self.member_id, "group_instance_id": None}],
+                    })
+                except UpstreamError as exc:
+                    log.info("group %s: LeaveGroup after the election failed: %s",
+                             self.group_id, exc)
+        self.member_id = ""
+
     async def leave(self) -> None:
         """LeaveGroup at the broker (best effort) and stop the task."""
         self._scope.cancel()
         if self.left:
             return
         self.left = True
+        self.lease_deadline = float("-inf")
         if self.member_id and self._link is not None:
             with trio.CancelScope(shield=True), trio.move_on_after(5):
                 try:
@@ -256,7 +312,20 @@ class BrokerMembership:
             first = True
             while True:
                 try:
-                    await self._join_and_sync()
+                    await self._join_and_sync(first)
+                except LeaseLost as exc:
+                    self._lose(str(exc))
+                    return
+                except ElectionLost as exc:
+                    metrics.LEASE_EVENTS.labels("lost-election").inc()
+                    await self._leave_quietly()
+                    if first:
+                        self.failure = str(exc)
+                        self.settled.set()
+                        self._set_stable(False)
+                    else:
+                        self._lose(str(exc))
+                    return
                 except (MembershipRefused, CoordinatorUnavailable, UpstreamError) as exc:
                     self._planned = False
                     self._set_stable(False)
@@ -270,6 +339,7 @@ class BrokerMembership:
                     continue
                 if first:
                     first = False
+                    metrics.LEASE_EVENTS.labels("won").inc()
                     self.settled.set()
                 await self._heartbeat_until_rejoin()
 
@@ -285,10 +355,11 @@ class BrokerMembership:
             self._link = self._pool.dedicated(self.coordinator, wait + self._connect_timeout)
         return self._link
 
-    async def _join_and_sync(self) -> None:
+    async def _join_and_sync(self, first: bool) -> None:
         self._set_stable(False)
         self._rejoin = trio.Event()
         self._resubscribe = False
+        held_as = "" if first else self.member_id
         for _ in range(10):
             link = await self._connect()
             topics = tuple(sorted(set(self._topics())))
@@ -300,13 +371,17 @@ class BrokerMembership:
                 "group_instance_id": None,
                 "protocol_type": PROTOCOL_TYPE,
                 "protocols": [{"name": PROTOCOL_NAME,
-                               "metadata": subscription_metadata(topics)}],
+                               "metadata": subscription_metadata(topics, self.card)}],
             })
             error = join["error_code"]
             if error == ErrorCode.MEMBER_ID_REQUIRED:
+                if held_as:
+                    raise LeaseLost(f"the broker forgot member {held_as}")
                 self.member_id = join["member_id"]
                 continue
             if error in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
+                if held_as and error == ErrorCode.UNKNOWN_MEMBER_ID:
+                    raise LeaseLost(f"the broker forgot member {held_as}")
                 self.member_id = ""
                 continue
             if error in COORDINATOR_MOVED:
@@ -329,11 +404,15 @@ class BrokerMembership:
             if error != ErrorCode.NONE:
                 raise MembershipRefused(f"JoinGroup for {self.group_id} failed with error {error}")
             self.member_id = join["member_id"]
+            if held_as and self.member_id != held_as:
+                raise LeaseLost(f"the broker gave member {held_as} up")
             generation = join["generation_id"]
-            assignments = []
-            if join["leader"] == self.member_id:
-                assignments = [{"member_id": m["member_id"], "assignment": _ASSIGNMENT}
-                               for m in join["members"]]
+            if join["leader"] != self.member_id:
+                raise ElectionLost(f"another sidecar holds the broker's group {self.group_id}")
+            self._check_members(join["members"])
+            assignments = [{"member_id": m["member_id"], "assignment": _ASSIGNMENT}
+                           for m in join["members"]]
+            sent = trio.current_time()
             sync = await link.request(ApiKey.SYNC_GROUP, SYNC_VERSION, {
                 "group_id": self.group_id,
                 "generation_id": generation,
@@ -343,7 +422,10 @@ class BrokerMembership:
             })
             error = sync["error_code"]
             if error == ErrorCode.NONE:
+                if self.previous_generation < 0:
+                    self.previous_generation = generation - 1
                 self.generation = generation
+                self.lease_deadline = sent + LEASE_FRACTION * self.session_timeout_ms / 1000
                 self.advertised = topics
                 self._planned = False
                 self._set_stable(True)
@@ -353,9 +435,25 @@ class BrokerMembership:
                 return
             if error in COORDINATOR_MOVED:
                 self.coordinator = None
+            elif error == ErrorCode.UNKNOWN_MEMBER_ID and held_as:
+                raise LeaseLost(f"the broker forgot member {held_as}")
             elif error in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
                 self.member_id = ""
         raise CoordinatorUnavailable(f"group {self.group_id}: could not join the broker's group")
+
+    def _check_members(self, members: list[dict[str, object]]) -> None:
+        """As the leader: a member without a card is a groupgate from before the fleet, which
+        coordinates on its own; never act next to it. Members with a card lost the election
+        and leave by themselves."""
+        for member in members:
+            if member["member_id"] == self.member_id:
+                continue
+            metadata = member.get("metadata")
+            if card_of(metadata if isinstance(metadata, bytes | bytearray | memoryview)
+                       else None) is None:
+                raise ElectionLost(
+                    f"a groupgate without fleet support (0.1.0) is a member of the broker's "
+                    f"group {self.group_id}; not coordinating next to it")
 
     async def _drain(self) -> None:
         """Before a rejoin the proxy chose: hold new commits, let those in flight finish."""
@@ -377,20 +475,30 @@ class BrokerMembership:
                     await self._drain()
                 return
             assert self._link is not None
+            sent = trio.current_time()
             try:
-                response = await self._link.request(ApiKey.HEARTBEAT, HEARTBEAT_VERSION, {
-                    "group_id": self.group_id, "generation_id": self.generation,
-                    "member_id": self.member_id, "group_instance_id": None})
+                with trio.move_on_at(self.lease_deadline):
+                    response = await self._link.request(ApiKey.HEARTBEAT, HEARTBEAT_VERSION, {
+                        "group_id": self.group_id, "generation_id": self.generation,
+                        "member_id": self.member_id, "group_instance_id": None})
+                    error = response["error_code"]
+                if trio.current_time() >= self.lease_deadline:
+                    metrics.LEASE_EVENTS.labels("expired").inc()
+                    log.warning("group %s: no heartbeat answered within %.1f s of the last; "
+                                "stopping before the broker can give the group to another "
+                                "sidecar", self.group_id,
+                                LEASE_FRACTION * self.session_timeout_ms / 1000)
+                    self._set_stable(False)
+                    self.coordinator = None
+                    return
             except UpstreamError as exc:
                 log.warning("group %s: broker heartbeat failed: %s", self.group_id, exc)
                 self.coordinator = None
                 return
-            error = response["error_code"]
             if error == ErrorCode.NONE:
+                self.lease_deadline = sent + LEASE_FRACTION * self.session_timeout_ms / 1000
                 continue
             log.info("group %s: broker heartbeat error %d, rejoining", self.group_id, error)
             if error in COORDINATOR_MOVED:
                 self.coordinator = None
-            elif error in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID):
-                self.member_id = ""
             return

@@ -214,6 +214,14 @@ class OffsetFetchHandler(ApiHandler):
 
     api_key = ApiKey.OFFSET_FETCH
 
+    def group_ids(self, request: GroupRequest) -> tuple[str, ...]:
+        """Only the groups whose member is checked (v9+ with a member epoch): offsets are
+        the broker's, any sidecar reads them."""
+        if request.version < 9:
+            return ()
+        return tuple(g["group_id"] for g in request.value["groups"]
+                     if g.get("member_id") and g.get("member_epoch", -1) >= 0)
+
     def decide(self, request: GroupRequest) -> Outcome:
         value = request.value
         if request.version < 8:

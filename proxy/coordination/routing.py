@@ -18,6 +18,14 @@ decodes the request, asks its handler, and turns the outcome into the connection
 forward as is, forward rewritten (the response goes through the handler's filter), or answer
 locally. Whatever goes wrong inside a handler is answered with that API's failure response
 (UNKNOWN_SERVER_ERROR) and a log line; it never reaches the connection or the process.
+
+Several sidecars, one group (:mod:`proxy.coordination.fleet`): before its handler, a request
+naming groups this sidecar does not hold is routed (:class:`~.peers.Routes`): relayed to the
+sidecar that holds them (on this connection's own link to it, :class:`~.peers.ConnectionLinks`,
+with no later request of the connection passing it), looked up at the broker first, refused
+with COORDINATOR_NOT_AVAILABLE (a groupgate without fleet support holds it), or decided here.
+A relayed request arriving from another sidecar is never relayed again: if its groups are not
+held here it is answered NOT_COORDINATOR, and that sidecar looks again.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
+from proxy import metrics
 from proxy.codec import messages
 from proxy.codec.errors import CodecError
 from proxy.codec.header import parse_request_header, response_header_for
@@ -38,6 +47,7 @@ from proxy.connection import (
     Rewrite,
 )
 from proxy.coordination import classic, consumer_group, listing, offsets
+from proxy.coordination.fleet import mark_forwarded, unmark
 from proxy.coordination.handler import (
     ApiHandler,
     GroupRequest,
@@ -47,15 +57,20 @@ from proxy.coordination.handler import (
     Value,
 )
 from proxy.coordination.peek import group_id_of
+from proxy.coordination.peers import LOCAL, LOOKUP, RELAY, FleetSide, Route
 from proxy.coordination.service import CoordinatorService
 from proxy.metrics import RequestCounters
 from proxy.rewrite import AddressMap
 from proxy.router import ForwardingRouter, body_offset
+from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode
 
 log = logging.getLogger("groupgate.coordination")
 
 UNKNOWN_SERVER_ERROR = int(ErrorCode.UNKNOWN_SERVER_ERROR)
+NOT_COORDINATOR = int(ErrorCode.NOT_COORDINATOR)
+COORDINATOR_NOT_AVAILABLE = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+_MOVED = frozenset({NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE})
 
 
 HANDLERS = (*consumer_group.HANDLERS, *classic.HANDLERS, *offsets.HANDLERS, *listing.HANDLERS)
@@ -81,18 +96,26 @@ def served_versions(handlers: dict[int, ApiHandler]) -> dict[int, tuple[int, int
 class CoordinatingRouter(ForwardingRouter):
     """Per-connection routing with the coordinator service behind it."""
 
-    __slots__ = ("_claims", "_client_host", "_handlers", "_node_id")
+    __slots__ = ("_claims", "_client_host", "_fleet", "_handlers", "_node_id")
 
     def __init__(self, address_map: AddressMap, counters: RequestCounters,
                  accepted: dict[int, tuple[int, int]], handlers: dict[int, ApiHandler],
                  node_id: int | None, client_host: str,
-                 claims: Callable[[str], bool] = lambda _group_id: True) -> None:
+                 claims: Callable[[str], bool] = lambda _group_id: True,
+                 fleet: FleetSide | None = None) -> None:
         super().__init__(address_map, counters, accepted, served_versions(handlers))
         self._handlers = handlers
         self._node_id = node_id
         self._client_host = client_host
         self._claims = claims
         """Whether the proxy coordinates (or is taking over) a group."""
+        self._fleet = fleet
+        """This connection's place among several sidecars (None: this proxy decides all)."""
+
+    async def aclose(self) -> None:
+        """The client's connection closed: close the links it opened."""
+        if self._fleet is not None:
+            await self._fleet.links.aclose()
 
     def decide_oversized(self, request: RequestInfo) -> int:
         if request.api_key not in self._handlers:
@@ -102,6 +125,9 @@ class CoordinatingRouter(ForwardingRouter):
             raise RejectRequest("its group cannot be read from its first bytes")
         if self._claims(group_id):
             raise RejectRequest(f"its group {group_id[:100]!r} is coordinated by the proxy")
+        if self._fleet is not None and self._fleet.routes.route([group_id]).kind != LOCAL:
+            raise RejectRequest(f"its group {group_id[:100]!r} is coordinated by another "
+                                "sidecar")
         return FORWARD  # the broker's group: the broker answers, as it would without the proxy
 
     def classify(self, request: RequestInfo) -> int:
@@ -121,17 +147,111 @@ class CoordinatingRouter(ForwardingRouter):
             value, _ = messages.decode_request(key, version, frame, header.header_length)
         except CodecError as exc:
             raise RejectRequest(f"malformed request (api key {key} v{version}): {exc}") from exc
+        fleet = self._fleet
+        client_id, client_host = header.client_id, self._client_host
+        relayed = unmark(client_id) if fleet is not None and fleet.inbound else None
+        if relayed is not None:
+            client_id, client_host = relayed
         group_request = GroupRequest(handler.api_key, version, request.correlation_id,
-                                     header.client_id,
-                                     self._client_host, self._node_id,
+                                     client_id, client_host, self._node_id,
                                      bytes(frame[:header.header_length]), value)
         try:
+            if fleet is not None:
+                groups = handler.group_ids(group_request)
+                if fleet.inbound:
+                    # relayed by another sidecar (or a client sent here by FindCoordinator):
+                    # decided here or refused, never passed on again
+                    if not all(self._claims(g) for g in groups):
+                        return Local(self._encode(handler, group_request, handler.failure(
+                            group_request, NOT_COORDINATOR)))
+                else:
+                    route = fleet.routes.route(groups)
+                    if route.kind != LOCAL:
+                        return Local(self._routed(handler, group_request, groups, route),
+                                     holds_later=True)
             outcome = handler.decide(group_request)
             return self._decision(handler, group_request, outcome)
         except Exception:
             log.exception("deciding api key %d v%d failed", key, version)
             return Local(self._encode(handler, group_request,
                                       handler.failure(group_request, UNKNOWN_SERVER_ERROR)))
+
+    # -- other sidecars -----------------------------------------------------------------------
+
+    async def _routed(self, handler: ApiHandler, request: GroupRequest,
+                      groups: tuple[str, ...], route: Route) -> bytes | Rewrite:
+        """A request of groups this sidecar does not hold: look the holder up if need be,
+        then relay it, refuse it, or decide it here after all."""
+        assert self._fleet is not None
+        if route.kind == LOOKUP:
+            route = await self._fleet.routes.lookup(groups)
+        if route.kind == RELAY:
+            assert route.address is not None
+            return await self._relay(handler, request, groups, route.address)
+        if route.kind != LOCAL:
+            log.info("api key %d for %s: %s", request.api_key, ",".join(groups), route.reason)
+            return self._encode(handler, request,
+                                handler.failure(request, COORDINATOR_NOT_AVAILABLE))
+        outcome = handler.decide(request)
+        if isinstance(outcome, Pass):
+            outcome = Upstream(request.value, _unchanged)
+        if isinstance(outcome, Upstream):
+            return self._rewrite(handler, request, outcome)
+        answer = outcome.value
+        if isinstance(answer, dict):
+            return self._encode(handler, request, answer)
+        return await self._later(handler, request, answer)
+
+    async def _relay(self, handler: ApiHandler, request: GroupRequest,
+                     groups: tuple[str, ...], address: tuple[str, int]) -> bytes:
+        assert self._fleet is not None
+        try:
+            value = await self._fleet.links.request(
+                address, request.api_key, request.version, request.value,
+                mark_forwarded(request.client_id, request.client_host))
+        except UpstreamError as exc:
+            log.info("relaying api key %d for %s to %s:%d failed: %s", request.api_key,
+                     ",".join(groups), *address, exc)
+            self._fleet.routes.forget(groups)
+            metrics.FLEET_RELAYS.labels("failed").inc()
+            value = handler.failure(request, NOT_COORDINATOR)
+        else:
+            if value.get("error_code") in _MOVED:
+                self._fleet.routes.forget(groups)
+            metrics.FLEET_RELAYS.labels("answered").inc()
+        return self._encode(handler, request, value)
+
+    async def _upstream_via_link(self, handler: ApiHandler, request: GroupRequest,
+                                 upstream: Upstream) -> bytes:
+        """On the fleet listener: ``upstream`` goes to the group's broker coordinator on this
+        connection's own link to it (the connection's upstream socket leads to a bootstrap
+        server, which need not be the group's coordinator). Requests of one relayed client
+        connection arrive one at a time, so they reach the broker in the client's order."""
+        assert self._fleet is not None
+        answered = False
+        try:
+            address = self._fleet.broker_of(handler.group_ids(request))
+            if address is None:
+                value = handler.failure(request, NOT_COORDINATOR)
+            else:
+                try:
+                    response = await self._fleet.links.request(
+                        address, request.api_key, request.version, upstream.value,
+                        request.client_id or "")
+                except UpstreamError as exc:
+                    log.info("api key %d to the group's broker %s:%d failed: %s",
+                             request.api_key, *address, exc)
+                    value = handler.failure(request, NOT_COORDINATOR)
+                else:
+                    answered = True
+                    value = upstream.on_response(response)
+        except Exception:
+            log.exception("answering api key %d v%d failed", request.api_key, request.version)
+            value = handler.failure(request, UNKNOWN_SERVER_ERROR)
+        finally:
+            if not answered and upstream.release is not None:
+                upstream.release()
+        return self._encode(handler, request, value)
 
     # -- outcomes to decisions ----------------------------------------------------------------
 
@@ -140,6 +260,9 @@ class CoordinatingRouter(ForwardingRouter):
         if isinstance(outcome, Pass):
             return FORWARD
         if isinstance(outcome, Upstream):
+            if self._fleet is not None and self._fleet.inbound:
+                return Local(self._upstream_via_link(handler, request, outcome),
+                             holds_later=True)
             return self._rewrite(handler, request, outcome)
         answer = outcome.value
         if isinstance(answer, dict):
@@ -152,6 +275,8 @@ class CoordinatingRouter(ForwardingRouter):
         try:
             result = await answer
             if isinstance(result, Upstream):
+                if self._fleet is not None and self._fleet.inbound:
+                    return await self._upstream_via_link(handler, request, result)
                 return self._rewrite(handler, request, result)
         except Exception:  # answer with an error rather than leave the client waiting
             log.exception("answering api key %d v%d failed", request.api_key, request.version)
@@ -190,3 +315,7 @@ class CoordinatingRouter(ForwardingRouter):
             failure = handler.failure(request, UNKNOWN_SERVER_ERROR)
             return header + messages.encode_response(key, version, failure)
 
+
+
+def _unchanged(value: Value) -> Value:
+    return value

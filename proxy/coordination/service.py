@@ -43,16 +43,19 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Generic, TypeVar
 
 import trio
 from cachetools import TTLCache
 
+from proxy import __version__, metrics
 from proxy.config import ProxyConfig
+from proxy.coordination.fleet import Card
 from proxy.coordination.handoff import HandOff
 from proxy.coordination.links import Address, LinkPool
 from proxy.coordination.membership import BrokerMembership
+from proxy.coordination.peers import Directory, Routes
 from proxy.coordination.topics import TopicWatcher
 from translation.assignors import BUILTIN_ASSIGNORS
 from translation.classic.coordinator import ClassicGroupCoordinator
@@ -77,6 +80,7 @@ from translation.effects import (
     GroupEpochBumped,
     GroupExpired,
     GroupHandedBack,
+    GroupLost,
     JoinCompleted,
     MemberFenced,
     MemberJoined,
@@ -196,6 +200,15 @@ class CoordinatorService:
         self._timer_wake = trio.Event()
         self._nursery: trio.Nursery | None = None
         self.hand_off = HandOff()
+        self.card = Card(config.advertised_fleet_address, __version__)
+        """What this sidecar tells the others in the broker's groups it holds."""
+        self.directory = Directory(lambda: self.pool, config.upstream)
+        self.routes = Routes(self.claims, self.directory, config.advertised_fleet_address)
+        metrics.GROUPS_HELD.set_function(
+            lambda: sum(1 for m in self.memberships.values() if m.established and not m.left))
+        self._loading: dict[str, float] = {}
+        """Groups taken over from another coordinator: trio time until which their joins are
+        answered COORDINATOR_LOAD_IN_PROGRESS (``takeover-wait-ms``)."""
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -285,6 +298,15 @@ class CoordinatorService:
         membership = self.memberships.get(group_id)
         return membership is not None and membership.established
 
+    def broker_of(self, group_ids: Sequence[str]) -> Address | None:
+        """The broker coordinating the first of ``group_ids`` whose broker group this proxy
+        holds (None: it holds none of them)."""
+        for group_id in group_ids:
+            membership = self.membership(group_id)
+            if membership is not None and membership.coordinator is not None:
+                return membership.coordinator
+        return None
+
     def membership(self, group_id: str) -> BrokerMembership | None:
         membership = self.memberships.get(group_id)
         return membership if membership is not None and membership.established else None
@@ -328,6 +350,11 @@ class CoordinatorService:
                 return ConsumerGroupHeartbeatResponse(
                     error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                     error_message=f"groupgate cannot coordinate group {group_id}: {failure}")
+            if left := self.loading(group_id):
+                return ConsumerGroupHeartbeatResponse(
+                    error_code=int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
+                    error_message=f"group {group_id} was taken over from another "
+                                  f"coordinator; assigning in {left:.1f} s")
             await self._await_topics(request)
             if self.hand_off.active:  # the proxy began to stop while this join waited
                 return ConsumerGroupHeartbeatResponse(
@@ -374,15 +401,50 @@ class CoordinatorService:
                 group_id, self.pool, self.config.upstream,
                 connect_timeout=self.config.connect_timeout,
                 topics=lambda: self.group_topics(group_id) or first,
-                session_timeout_ms=self.config.broker_session_timeout_ms)
+                session_timeout_ms=self.config.broker_session_timeout_ms,
+                card=self.card)
             self.adopt(membership)
             self._nursery.start_soon(self._run_membership, membership)
+            await membership.settled.wait()
+            if membership.failure is None:
+                self._start_loading(membership)
         await membership.settled.wait()
         if membership.failure is not None:
             if self.memberships.get(group_id) is membership:
                 del self.memberships[group_id]
+            self.directory.forget(group_id)
             return membership.failure
         return None
+
+    def _start_loading(self, membership: BrokerMembership) -> None:
+        """A group just taken over: if another groupgate may have coordinated it until
+        moments ago, its members may still consume what it assigned them, and nothing here
+        says what that was. Joins wait ``takeover-wait-ms`` (by default one session timeout,
+        after which Kafka too gives a silent member's partitions away); members of the old
+        coordinator meanwhile hear UNKNOWN_MEMBER_ID and let go. Not needed for a group that
+        never had members (its broker generation was 0), or whose last holder this sidecar
+        saw was the broker's own coordinator (direct classic members, rolled onto the proxy)."""
+        group_id = membership.group_id
+        wait = self.config.takeover_wait_seconds
+        if membership.previous_generation <= 0 or wait <= 0:
+            return
+        if self.directory.last_kind(group_id) == "broker":
+            return
+        self._loading[group_id] = trio.current_time() + wait
+        log.warning("group %s: taken over (broker generation %d before); joins wait %.1f s "
+                    "(takeover-wait-ms) for members of an earlier coordinator to let go",
+                    group_id, membership.previous_generation, wait)
+
+    def loading(self, group_id: str) -> float:
+        """Seconds joins of ``group_id`` still wait after a takeover (0: none)."""
+        until = self._loading.get(group_id)
+        if until is None:
+            return 0.0
+        left = until - trio.current_time()
+        if left <= 0:
+            del self._loading[group_id]
+            return 0.0
+        return left
 
     def adopt(self, membership: BrokerMembership) -> None:
         """Keep ``membership`` as the proxy's hold on its group, and follow its
@@ -390,7 +452,19 @@ class CoordinatorService:
         group_id = membership.group_id
         membership.on_interrupted = (
             lambda interrupted: self._membership_interrupted(group_id, interrupted))
+        membership.on_lost = lambda reason: self._membership_lost(membership, reason)
         self.memberships[group_id] = membership
+
+    def _membership_lost(self, membership: BrokerMembership, reason: str) -> None:
+        """The lease on the broker's group is gone for good (another sidecar won it, or the
+        broker dropped the proxy's member): forget the group at once; its members' next
+        requests find the group's holder and rejoin there."""
+        group_id = membership.group_id
+        if self.memberships.get(group_id) is membership:
+            del self.memberships[group_id]
+        self._loading.pop(group_id, None)
+        self.directory.forget(group_id)
+        self.apply(self.engine.forget(group_id, reason))
 
     def _membership_interrupted(self, group_id: str, interrupted: bool) -> None:
         """The proxy lost (or regained) its hold on the broker's group: while it does not
@@ -544,6 +618,12 @@ class CoordinatorService:
                     error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                     member_id=request.member_id,
                     error_message=f"groupgate cannot coordinate group {group_id}: {failure}")
+        if left := self.loading(group_id):
+            return JoinGroupResponse(
+                error_code=int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
+                member_id=request.member_id,
+                error_message=f"group {group_id} was taken over from another coordinator; "
+                              f"assigning in {left:.1f} s")
         subscription = request.protocols[0].subscription if request.protocols else None
         topics = subscription.topics if subscription is not None else ()
         await self._await_subscription(group_id, topics, None)
@@ -649,6 +729,9 @@ class CoordinatorService:
                 membership = self.memberships.pop(effect.group_id, None)
                 if membership is not None and self._nursery is not None:
                     self._nursery.start_soon(membership.leave)
+            elif isinstance(effect, GroupLost):
+                log.warning("group %s: forgotten: %s", effect.group_id, effect.reason)
+                self._answer_held(effect.group_id, ErrorCode.NOT_COORDINATOR)
             elif isinstance(effect, GroupExpired):
                 log.info("group %s: expired after staying empty", effect.group_id)
                 membership = self.memberships.pop(effect.group_id, None)
@@ -657,6 +740,15 @@ class CoordinatorService:
             elif isinstance(effect, GroupCreated | MemberJoined | MemberLeft | MemberFenced
                             | TargetAssignmentComputed | TargetAssignmentFailed):
                 log.info("%s", effect)
+
+    def _answer_held(self, group_id: str, error: ErrorCode) -> None:
+        """Answer every held JoinGroup / SyncGroup of ``group_id`` with ``error``."""
+        for (held_group, member_id), held in list(self.held_joins.items()):
+            if held_group == group_id:
+                held.resolve(JoinGroupResponse(error_code=int(error), member_id=member_id))
+        for (held_group, _member_id), held_sync in list(self.held_syncs.items()):
+            if held_group == group_id:
+                held_sync.resolve(SyncGroupResponse(error_code=int(error)))
 
     async def _timers(self) -> None:
         while True:

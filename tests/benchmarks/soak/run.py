@@ -48,6 +48,8 @@ HOST = "host"
 """Where the proxy runs without pods: this machine's loopback."""
 SIDECAR = "127.0.0.1:9092"
 """Where a pod's sidecar listens, in the pod's own network namespace."""
+FLEET_PORT = 9191
+"""Where each pod's sidecar listens for the others (on the pod's address)."""
 EVENT_KINDS = ("join", "leave", "kill", "stall", "proxy-restart", "proxy-kill",
                "broker-restart")
 
@@ -362,7 +364,8 @@ class Soak:
         else:
             pod = next(p for p in self.pods if p.name == where)
             self.proxies[where] = ProxyProcess.start(
-                self.broker_bootstrap, log, listen=SIDECAR, args=args,
+                self.broker_bootstrap, log, listen=SIDECAR,
+                args=[*args, "--fleet-listen", f"{pod.ip}:{FLEET_PORT}"],
                 wrapper=pod.command([]), timeout=60)
 
     @property

@@ -21,6 +21,7 @@ from proxy.connection import EXAMINE, FORWARD, Local, RequestInfo, Rewrite
 from proxy.coordination import convert
 from proxy.coordination.links import LinkPool
 from proxy.coordination.membership import BrokerMembership
+from proxy.coordination.peers import ConnectionLinks, FleetSide
 from proxy.coordination.routing import CoordinatingRouter, handler_table
 from proxy.coordination.service import CoordinatorService
 from proxy.metrics import RequestCounters
@@ -66,10 +67,13 @@ class FakeLink:
     def __init__(self, answer: Answer) -> None:
         self.answer = answer
         self.requests: list[tuple[int, int, dict[str, Any]]] = []
+        self.client_ids: list[str | None] = []
 
     async def request(self, api_key: int, version: int, value: dict[str, Any], *,
-                      timeout: float | None = None) -> dict[str, Any]:
+                      timeout: float | None = None, client_id: str | None = None
+                      ) -> dict[str, Any]:
         self.requests.append((api_key, version, value))
+        self.client_ids.append(client_id)
         if api_key == 12:  # a broker membership's heartbeat: paced like a broker's answers
             await trio.sleep(0.001)
         return self.answer(api_key, version, value)
@@ -111,17 +115,24 @@ def coordinate(service: CoordinatorService, group_id: str) -> FakeMembership:
 # -- driving the router the way a connection does -------------------------------------------
 
 
-def request(key: int, version: int, value: dict[str, Any], correlation: int = 7) -> RequestInfo:
+def request(key: int, version: int, value: dict[str, Any], correlation: int = 7,
+            client_id: str = "client-1") -> RequestInfo:
     """A request frame (header and body) as a client would send it."""
-    payload = (encode_request_header(key, version, correlation, "client-1")
+    payload = (encode_request_header(key, version, correlation, client_id)
                + messages.encode_request(key, version, value))
     return RequestInfo(key, version, correlation, memoryview(payload))
 
 
-def router(service: CoordinatorService, node_id: int | None = 1) -> CoordinatingRouter:
+def router(service: CoordinatorService, node_id: int | None = 1, *,
+           fleet: bool = False, inbound: bool = False) -> CoordinatingRouter:
+    """A connection's router; ``fleet``: routing between sidecars on, as ``groupgate run``
+    builds it (relays go through the service's pool); ``inbound``: a connection on the fleet
+    listener."""
+    side = (FleetSide(service.routes, ConnectionLinks(service.pool), inbound, service.broker_of)
+            if fleet or inbound else None)
     return CoordinatingRouter(DictAddressMap({}), RequestCounters("test"), parse_table(),
                               handler_table(service), node_id, "/10.0.0.7",
-                              claims=service.claims)
+                              claims=service.claims, fleet=side)
 
 
 @dataclass

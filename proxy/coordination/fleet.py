@@ -1,0 +1,158 @@
+"""Several sidecars, one group: which sidecar coordinates a group, and how the others reach it.
+
+Every application pod runs its own groupgate, so the members of one group sit behind several
+sidecars. Exactly one of them may coordinate the group. The only thing the sidecars share is
+the Kafka cluster, and the lock is the one the proxy already holds: its member in the broker's
+classic group of the same id (:mod:`proxy.coordination.membership`).
+
+* **Election.** A sidecar that needs a group nobody holds joins the broker's group. The broker
+  makes whoever joined first the leader; a sidecar that finds itself a non-leader leaves at
+  once and follows the leader. Every JoinGroup carries the sidecar's :class:`Card` in the
+  subscription's user data (the broker keeps it and shows it in DescribeGroups): the fleet
+  protocol it speaks, its version, and the address of its fleet listener.
+* **Discovery.** A sidecar that gets a request for a group it does not hold asks the broker
+  (DescribeGroups) who holds it: :func:`read_holder` turns the answer into a :class:`Holder`.
+  The view is cached (:data:`VIEW_SECONDS` for a free group, :data:`SETTLED_VIEW_SECONDS` for
+  a held one) and dropped when a relay fails or is refused.
+* **Forwarding.** Group requests of a group another sidecar holds are relayed to that
+  sidecar's fleet listener, marked (:func:`mark_forwarded`) with the application's client id
+  and address, and the answer goes back to the application on its own connection. The
+  coordinating sidecar never relays a marked request again: if it does not hold the group
+  (any more), it answers NOT_COORDINATOR and the follower looks again.
+* **Version skew.** A holder without a card is a groupgate from before the fleet (0.1.0),
+  which coordinates on its own: a fleet sidecar never joins next to it and never forwards to
+  it; its members are answered COORDINATOR_NOT_AVAILABLE until it is gone (docs/operations.md,
+  "Upgrading from 0.1.0").
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, Final
+
+from proxy.codec import messages
+from proxy.coordination.convert import parse_subscription
+
+log = logging.getLogger("groupgate.coordination")
+
+Address = tuple[str, int]
+
+FLEET_PROTOCOL: Final = 1
+"""The version of what sidecars tell each other (the card, the forwarding marker)."""
+CARD_MAGIC: Final = b"groupgate-fleet:"
+FORWARD_MARK: Final = "groupgate-fleet|"
+"""Client ids of relayed requests open with this, then the application's host and client id."""
+VIEW_SECONDS: Final = 3.0
+"""How long a follower trusts DescribeGroups saying that nobody holds a group."""
+SETTLED_VIEW_SECONDS: Final = 30.0
+"""How long it trusts what DescribeGroups said of a group's holder (a sidecar, or the broker's
+own members); a relay that fails or is answered NOT_COORDINATOR drops the view at once."""
+PROTOCOL_TYPE: Final = "consumer"
+PROTOCOL_NAME: Final = "groupgate-coordinated"
+"""The classic protocol name the proxy's member offers; no client library uses it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Card:
+    """What a sidecar tells the others through its member in the broker's group."""
+
+    address: Address | None
+    """Where peers reach its fleet listener (None: it has none; it cannot be followed)."""
+    version: str
+    protocol: int = FLEET_PROTOCOL
+
+    def encode(self) -> bytes:
+        body: dict[str, Any] = {"protocol": self.protocol, "version": self.version,
+                                "address": (f"{self.address[0]}:{self.address[1]}"
+                                            if self.address is not None else None)}
+        return CARD_MAGIC + json.dumps(body, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, data: bytes | None) -> Card | None:
+        """The card in ``data`` (a subscription's user data), or None if there is none."""
+        if not data or not data.startswith(CARD_MAGIC):
+            return None
+        try:
+            body = json.loads(data[len(CARD_MAGIC):])
+            address = body.get("address")
+            parsed: Address | None = None
+            if address:
+                host, _, port = str(address).rpartition(":")
+                parsed = (host, int(port))
+            return cls(parsed, str(body.get("version", "")), int(body["protocol"]))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+
+def subscription_metadata(topics: list[str] | tuple[str, ...], card: Card) -> bytes:
+    """The proxy member's JoinGroup metadata: a consumer subscription naming ``topics`` (so
+    that the broker keeps their offsets, KIP-211) with the sidecar's card as user data."""
+    return messages.encode_data("ConsumerProtocolSubscription", 0,
+                                {"topics": list(topics), "user_data": card.encode()})
+
+
+def card_of(metadata: bytes | bytearray | memoryview | None) -> Card | None:
+    """The card in a member's JoinGroup metadata (None: none, or not a subscription)."""
+    subscription = parse_subscription(metadata) if metadata else None
+    return Card.decode(subscription.user_data) if subscription is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """Who holds a group at the broker, as DescribeGroups shows it."""
+
+    kind: str
+    """``free`` (no members: Empty or Dead), ``sidecar`` (a fleet sidecar: ``card``),
+    ``legacy`` (a groupgate without a card: 0.1.0), ``broker`` (members of another protocol:
+    the broker's own group), ``unknown`` (the broker could not say: retry)."""
+    card: Card | None = None
+    member_id: str = ""
+    detail: str = ""
+
+    @property
+    def followable(self) -> bool:
+        return self.kind == "sidecar" and self.card is not None and self.card.address is not None
+
+
+FREE: Final = Holder("free")
+
+
+def read_holder(described: dict[str, Any], own_member_ids: frozenset[str] = frozenset()
+                ) -> Holder:
+    """The holder of one group from its DescribeGroups entry (any version)."""
+    error = described.get("error_code", 0)
+    if error:
+        return Holder("unknown", detail=f"DescribeGroups error {error}")
+    members = described.get("members") or []
+    if not members:
+        return FREE
+    if (described.get("protocol_type") != PROTOCOL_TYPE
+            or described.get("protocol_data") not in (PROTOCOL_NAME, "")):
+        return Holder("broker", detail=f"{len(members)} member(s) of protocol "
+                                       f"{described.get('protocol_data') or '-'}")
+    cards: list[tuple[str, Card | None]] = [
+        (m["member_id"], card_of(m.get("member_metadata"))) for m in members
+        if m["member_id"] not in own_member_ids]
+    if any(card is None for _, card in cards):
+        return Holder("legacy", detail="a groupgate without fleet support (0.1.0) holds it")
+    if not cards:
+        return FREE
+    # Several cards: an election is being settled (non-leaders leave); any of them forwards
+    # correctly or answers NOT_COORDINATOR, after which the follower looks again.
+    member_id, card = cards[0]
+    return Holder("sidecar", card=card, member_id=member_id)
+
+
+def mark_forwarded(client_id: str | None, client_host: str) -> str:
+    """The client id a relayed request carries: the mark, the application's host and id."""
+    return f"{FORWARD_MARK}{client_host}|{client_id or ''}"
+
+
+def unmark(client_id: str | None) -> tuple[str, str] | None:
+    """(application client id, application host) of a relayed request, None for others."""
+    if client_id is None or not client_id.startswith(FORWARD_MARK):
+        return None
+    host, _, original = client_id[len(FORWARD_MARK):].partition("|")
+    return original, host

@@ -1,0 +1,243 @@
+"""Finding a group's coordinating sidecar and relaying requests to it.
+
+:class:`Directory` answers "who holds group G at the broker" (:class:`~.fleet.Holder`) from a
+DescribeGroups at the group's broker coordinator, cached for :data:`~.fleet.VIEW_SECONDS`;
+concurrent lookups of one group share one request. :class:`ConnectionLinks` belongs to one client
+connection and keeps one connection per coordinating sidecar it relays to (and, on the fleet
+listener, per broker it sends relayed commits to), so that a client's group requests reach the
+coordinator in the order the client sent them (the router lets no later request of the
+connection pass a relayed one), and a JoinGroup held there for seconds holds nobody else's.
+:class:`Routes` decides where a request goes; :class:`FleetSide` is what a connection's router
+holds of all this.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import trio
+from cachetools import TLRUCache, TTLCache
+
+from proxy.codec.api_keys import ApiKey
+from proxy.coordination.fleet import (
+    SETTLED_VIEW_SECONDS,
+    VIEW_SECONDS,
+    Address,
+    Holder,
+    read_holder,
+)
+from proxy.coordination.links import BrokerLink, LinkPool
+from proxy.coordination.membership import CoordinatorUnavailable, find_coordinator
+from proxy.upstream import UpstreamError
+
+log = logging.getLogger("groupgate.coordination")
+
+DESCRIBE_VERSION = 3
+LOOKUP_SECONDS = 5.0
+"""Longest a lookup waits for the broker before the group's holder counts as unknown."""
+REMEMBERED_MAX = 10_000
+HISTORY_SECONDS = 3600.0
+"""How long the kind of a group's last holder is remembered (see
+:meth:`Directory.last_kind`)."""
+RELAY_TIMEOUT_SECONDS = 330.0
+"""Longest a relayed request waits for the coordinating sidecar (a JoinGroup may be held for
+the member's rebalance timeout, Kafka's default being 300 s)."""
+
+
+def _view_expiry(_group_id: str, holder: Holder, now: float) -> float:
+    """A free group is looked at again soon (acting on a stale "free" means joining the
+    broker's group, which disturbs the holder); a held one later (a stale view corrects itself:
+    the relay fails or is answered NOT_COORDINATOR, and the view is dropped)."""
+    return now + (VIEW_SECONDS if holder.kind == "free" else SETTLED_VIEW_SECONDS)
+
+
+class Directory:
+    """Cached answers to "who holds this group at the broker"."""
+
+    def __init__(self, pool: Callable[[], LinkPool], bootstrap: Sequence[Address]) -> None:
+        self._pool = pool
+        """The service's pool of broker links (read at each lookup)."""
+        self._bootstrap = tuple(bootstrap)
+        self._views: TLRUCache[str, Holder] = TLRUCache(
+            maxsize=REMEMBERED_MAX, ttu=_view_expiry, timer=trio.current_time)
+        self._lookups: dict[str, trio.Event] = {}
+        self._last_kind: TTLCache[str, str] = TTLCache(
+            maxsize=REMEMBERED_MAX, ttl=HISTORY_SECONDS, timer=trio.current_time)
+
+    def last_kind(self, group_id: str) -> str | None:
+        """The kind of holder last seen for ``group_id`` (within :data:`HISTORY_SECONDS`)."""
+        return self._last_kind.get(group_id)
+
+    def view(self, group_id: str) -> Holder | None:
+        """The holder seen less than :data:`VIEW_SECONDS` ago, or None."""
+        return self._views.get(group_id)
+
+    def forget(self, group_id: str) -> None:
+        self._views.pop(group_id, None)
+
+    async def lookup(self, group_id: str, own_member_ids: frozenset[str] = frozenset()
+                     ) -> Holder:
+        """Ask the broker (once for all who ask at the same time)."""
+        pending = self._lookups.get(group_id)
+        if pending is not None:
+            await pending.wait()
+            return self._views.get(group_id) or Holder("unknown", detail="lookup failed")
+        self._lookups[group_id] = done = trio.Event()
+        try:
+            holder = await self._describe(group_id, own_member_ids)
+            if holder.kind != "unknown":
+                self._views[group_id] = holder
+                if holder.kind != "free":
+                    self._last_kind[group_id] = holder.kind
+            return holder
+        finally:
+            del self._lookups[group_id]
+            done.set()
+
+    async def _describe(self, group_id: str, own_member_ids: frozenset[str]) -> Holder:
+        deadline = trio.current_time() + LOOKUP_SECONDS
+        try:
+            pool = self._pool()
+            _node, address = await find_coordinator(pool, self._bootstrap, group_id, deadline)
+            with trio.fail_after(max(deadline - trio.current_time(), 0.5)):
+                response = await pool.link(address).request(
+                    ApiKey.DESCRIBE_GROUPS, DESCRIBE_VERSION,
+                    {"groups": [group_id], "include_authorized_operations": False})
+        except (CoordinatorUnavailable, UpstreamError, trio.TooSlowError) as exc:
+            log.info("group %s: could not ask the broker who holds it: %s", group_id, exc)
+            return Holder("unknown", detail=str(exc))
+        groups = response.get("groups") or []
+        if len(groups) != 1:
+            return Holder("unknown", detail="DescribeGroups answered no group")
+        return read_holder(groups[0], own_member_ids)
+
+
+class ConnectionLinks:
+    """One client connection's own links to other sidecars and to brokers, one per address.
+
+    A follower relays a client connection's requests to the coordinating sidecar on a link of
+    that connection alone, so they arrive in the order the client sent them and a JoinGroup
+    held there for seconds holds nobody else's; on the fleet listener the coordinating sidecar
+    sends that connection's commits to the group's broker coordinator the same way.
+    """
+
+    __slots__ = ("_links", "_pool")
+
+    def __init__(self, pool: LinkPool) -> None:
+        self._pool = pool
+        self._links: dict[Address, BrokerLink] = {}
+
+    async def request(self, address: Address, api_key: int, version: int,
+                      value: dict[str, Any], client_id: str) -> dict[str, Any]:
+        """Send ``value`` to ``address`` and return its answer (UpstreamError if it cannot be
+        reached or does not answer within :data:`RELAY_TIMEOUT_SECONDS`)."""
+        link = self._links.get(address)
+        if link is None:
+            link = self._links[address] = self._pool.dedicated(address, RELAY_TIMEOUT_SECONDS)
+        return await link.request(api_key, version, value, client_id=client_id)
+
+    async def aclose(self) -> None:
+        links, self._links = self._links, {}
+        for link in links.values():
+            await link.aclose()
+
+
+LOCAL: Final = "local"
+RELAY: Final = "relay"
+REFUSE: Final = "refuse"
+LOOKUP: Final = "lookup"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where the requests of a set of groups go from this sidecar."""
+
+    kind: str
+    """:data:`LOCAL` (this sidecar decides: it holds the group, is taking it over, or nobody
+    or the broker's own coordinator holds it), :data:`RELAY` (to ``address``), :data:`REFUSE`
+    (answer COORDINATOR_NOT_AVAILABLE: ``reason``) or :data:`LOOKUP` (ask the broker first)."""
+    address: Address | None = None
+    reason: str = ""
+
+
+LOCAL_ROUTE: Final = Route(LOCAL)
+LOOKUP_ROUTE: Final = Route(LOOKUP)
+
+
+class Routes:
+    """The routing decision for group requests, from what this sidecar holds and what the
+    :class:`Directory` saw."""
+
+    def __init__(self, claims: Callable[[str], bool], directory: Directory,
+                 own_address: Address | None) -> None:
+        self.claims = claims
+        self.directory = directory
+        self.own_address = own_address
+
+    def route(self, group_ids: Sequence[str]) -> Route:
+        routes = {self._route_one(g) for g in group_ids}
+        if not routes:
+            return LOCAL_ROUTE
+        if len(routes) == 1:
+            return routes.pop()
+        if LOOKUP_ROUTE in routes:
+            return LOOKUP_ROUTE
+        refused = [r for r in routes if r.kind == REFUSE]
+        # groups held in different places: each group is answered by what this sidecar
+        # knows (DescribeGroups and the like); never a reason to hold the request up
+        return refused[0] if refused else LOCAL_ROUTE
+
+    def _route_one(self, group_id: str) -> Route:
+        if not group_id.strip() or self.claims(group_id):
+            return LOCAL_ROUTE
+        holder = self.directory.view(group_id)
+        if holder is None:
+            return LOOKUP_ROUTE
+        return self.route_for(holder)
+
+    def route_for(self, holder: Holder) -> Route:
+        if holder.kind in ("free", "broker"):
+            return LOCAL_ROUTE
+        if holder.kind == "sidecar" and holder.card is not None:
+            address = holder.card.address
+            if address is not None and address == self.own_address:
+                # this sidecar before a restart: taking over waits for the broker to drop it
+                return LOCAL_ROUTE
+            if address is not None:
+                return Route(RELAY, address)
+            return Route(REFUSE, reason="the sidecar coordinating it has no fleet listener "
+                                        "(fleet-listen)")
+        if holder.kind == "legacy":
+            return Route(REFUSE, reason=holder.detail)
+        return Route(REFUSE, reason=f"cannot tell who coordinates it: {holder.detail}")
+
+    async def lookup(self, group_ids: Sequence[str]) -> Route:
+        """Ask the broker about every group not known yet, then route."""
+        for group_id in group_ids:
+            if self._route_one(group_id) == LOOKUP_ROUTE:
+                holder = await self.directory.lookup(group_id)
+                if holder.kind == "unknown":
+                    return self.route_for(holder)
+        route = self.route(group_ids)
+        return route if route.kind != LOOKUP else Route(REFUSE, reason="lookup failed")
+
+    def forget(self, group_ids: Sequence[str]) -> None:
+        for group_id in group_ids:
+            self.directory.forget(group_id)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSide:
+    """What one client connection's router needs to work among several sidecars."""
+
+    routes: Routes
+    links: ConnectionLinks
+    inbound: bool
+    """A connection on the fleet listener: its group requests are decided here or refused
+    with NOT_COORDINATOR, never relayed again."""
+    broker_of: Callable[[Sequence[str]], Address | None]
+    """The broker coordinating the first of these groups that this sidecar holds (where an
+    inbound connection sends their commits), None if it holds none."""

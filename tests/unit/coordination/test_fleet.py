@@ -1,0 +1,414 @@
+"""Several sidecars, one group: the card in the broker's group, who holds a group, where its
+requests go, and the broker membership as an election and a lease."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from proxy.codec.api_keys import ApiKey
+from proxy.coordination.convert import parse_subscription
+from proxy.coordination.fleet import (
+    PROTOCOL_NAME,
+    Card,
+    Holder,
+    card_of,
+    mark_forwarded,
+    read_holder,
+    subscription_metadata,
+    unmark,
+)
+from proxy.coordination.membership import LEASE_FRACTION, BrokerMembership
+from proxy.coordination.peers import LOCAL, LOOKUP, REFUSE, RELAY, Directory, Routes
+from tests.unit.coordination.test_fuzz_requests import stub_broker
+
+from .helpers import COORDINATOR, FakePool, coordinate, exchange, make_service, request, router
+
+PEER = ("10.233.0.3", 9191)
+SELF = ("10.233.0.2", 9191)
+NOT_COORDINATOR = 16
+COORDINATOR_NOT_AVAILABLE = 15
+UNKNOWN_MEMBER_ID = 25
+REBALANCE_IN_PROGRESS = 27
+
+
+def member(member_id: str, metadata: bytes | None) -> dict[str, Any]:
+    return {"member_id": member_id, "group_instance_id": None, "client_id": "groupgate",
+            "client_host": "/10.233.0.3", "member_metadata": metadata, "member_assignment": b""}
+
+
+def described(*members: dict[str, Any], protocol: str = PROTOCOL_NAME) -> dict[str, Any]:
+    return {"error_code": 0, "group_id": "g", "group_state": "Stable" if members else "Empty",
+            "protocol_type": "consumer", "protocol_data": protocol if members else "",
+            "members": list(members), "authorized_operations": -2147483648}
+
+
+# -- the card ------------------------------------------------------------------------------
+
+
+def test_the_card_rides_in_a_subscription_the_broker_still_reads_as_one() -> None:
+    card = Card(PEER, "0.2.0")
+    metadata = subscription_metadata(["orders", "payments"], card)
+    subscription = parse_subscription(metadata)
+    assert subscription is not None and subscription.topics == ("orders", "payments")
+    assert card_of(metadata) == card
+    assert card_of(subscription_metadata([], Card(None, "0.2.0"))) == Card(None, "0.2.0")
+
+
+def test_anything_else_is_no_card() -> None:
+    assert card_of(None) is None and card_of(b"") is None and card_of(b"\x00\x00junk") is None
+    assert Card.decode(b"groupgate-fleet:{not json") is None
+    assert Card.decode(b"groupgate-fleet:{\"address\":\"h:1\"}") is None  # no protocol
+
+
+def test_who_holds_a_group() -> None:
+    ours = subscription_metadata(["t"], Card(PEER, "0.2.0"))
+    legacy = subscription_metadata(["t"], Card(None, "x"))[:-1]  # garbled user data
+    assert read_holder(described()).kind == "free"
+    holder = read_holder(described(member("m1", ours)))
+    assert holder.kind == "sidecar" and holder.card == Card(PEER, "0.2.0") and holder.followable
+    assert read_holder(described(member("m1", b"\x00\x00\x00\x00\x00\x00"))).kind == "legacy"
+    assert read_holder(described(member("m1", legacy))).kind == "legacy"
+    assert read_holder(described(member("c1", b"..."), protocol="range")).kind == "broker"
+    assert read_holder(described(member("m1", ours)), frozenset({"m1"})).kind == "free"
+    assert read_holder({"error_code": 15, "group_id": "g"}).kind == "unknown"
+
+
+def test_relayed_requests_carry_the_application_s_client_id_and_host() -> None:
+    marked = mark_forwarded("app-1", "/10.233.0.4")
+    assert unmark(marked) == ("app-1", "/10.233.0.4")
+    assert unmark(mark_forwarded(None, "/h")) == ("", "/h")
+    assert unmark("app-1") is None and unmark(None) is None
+
+
+# -- routes ----------------------------------------------------------------------------------
+
+
+def routes(held: set[str], views: dict[str, Holder]) -> Routes:
+    directory = Directory(lambda: FakePool(stub_broker), [("b", 1)])
+    for group_id, holder in views.items():
+        directory._views[group_id] = holder
+    return Routes(held.__contains__, directory, SELF)
+
+
+async def test_where_a_group_s_requests_go() -> None:
+    peer = Holder("sidecar", Card(PEER, "0.2.0"), "m1")
+    table = routes({"mine"}, {
+        "peer": peer, "free": Holder("free"), "direct": Holder("broker"),
+        "restarted": Holder("sidecar", Card(SELF, "0.2.0"), "m0"),
+        "old": Holder("legacy", detail="0.1.0"),
+        "unlistened": Holder("sidecar", Card(None, "0.2.0"), "m2")})
+    assert table.route(["mine"]).kind == LOCAL
+    assert table.route(["peer"]).kind == RELAY and table.route(["peer"]).address == PEER
+    assert table.route(["free"]).kind == LOCAL and table.route(["direct"]).kind == LOCAL
+    assert table.route(["restarted"]).kind == LOCAL  # its own old member: take over
+    assert table.route(["old"]).kind == REFUSE and table.route(["unlistened"]).kind == REFUSE
+    assert table.route(["never-seen"]).kind == LOOKUP
+    assert table.route(["", " "]).kind == LOCAL  # the handlers answer INVALID_GROUP_ID
+    assert table.route([]).kind == LOCAL
+    assert table.route(["mine", "never-seen"]).kind == LOOKUP
+    assert table.route(["mine", "peer"]).kind == LOCAL  # a describe of both: answered here
+
+
+async def test_a_lookup_asks_the_group_s_broker_coordinator_and_is_remembered(
+        autojump_clock: trio.abc.Clock) -> None:
+    card = subscription_metadata(["t"], Card(PEER, "0.2.0"))
+
+    def broker(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
+        if key == ApiKey.DESCRIBE_GROUPS:
+            return {"throttle_time_ms": 0, "groups": [described(member("m1", card))]}
+        return stub_broker(key, version, value)
+
+    pool = FakePool(broker)
+    table = Routes(lambda _g: False, Directory(lambda: pool, [("b", 1)]), SELF)
+    route = await table.lookup(["g"])
+    assert route.kind == RELAY and route.address == PEER
+    assert table.route(["g"]).kind == RELAY
+    assert table.directory.last_kind("g") == "sidecar"
+    described_ = [k for k, _v, _ in pool.fake.requests if k == ApiKey.DESCRIBE_GROUPS]
+    assert len(described_) == 1
+    await trio.sleep(5)  # a held group's view lasts longer than a free one's
+    assert table.route(["g"]).kind == RELAY
+    await trio.sleep(30)  # then it ages out; the memory of the holder's kind does not
+    assert table.route(["g"]).kind == LOOKUP and table.directory.last_kind("g") == "sidecar"
+
+
+async def test_a_free_group_is_looked_at_again_soon(autojump_clock: trio.abc.Clock) -> None:
+    def broker(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
+        if key == ApiKey.DESCRIBE_GROUPS:
+            return {"throttle_time_ms": 0, "groups": [described()]}
+        return stub_broker(key, version, value)
+
+    table = Routes(lambda _g: False, Directory(lambda: FakePool(broker), [("b", 1)]), SELF)
+    assert (await table.lookup(["g"])).kind == LOCAL
+    await trio.sleep(5)
+    assert table.route(["g"]).kind == LOOKUP
+
+
+# -- the router ------------------------------------------------------------------------------
+
+HEARTBEAT_V0 = {"group_id": "g", "member_id": "m-1", "member_epoch": 3, "instance_id": None,
+                "rack_id": None, "rebalance_timeout_ms": -1, "subscribed_topic_names": None,
+                "server_assignor": None, "topic_partitions": None}
+
+
+async def test_a_follower_relays_a_held_group_s_request_marked_and_answers_with_the_reply(
+) -> None:
+    answered = {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
+                "member_id": "m-1", "member_epoch": 3, "heartbeat_interval_ms": 5000,
+                "assignment": None}
+
+    def peer(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
+        assert key == ApiKey.CONSUMER_GROUP_HEARTBEAT and value["member_id"] == "m-1"
+        return answered
+
+    service = make_service(peer)
+    service.directory._views["g"] = Holder("sidecar", Card(PEER, "0.2.0"), "m1")
+    result = await exchange(router(service, fleet=True),
+                            request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, HEARTBEAT_V0))
+    assert result.action == "local" and result.response == answered
+    assert service.pool.addresses == [PEER]  # type: ignore[attr-defined]
+    assert service.pool.fake.client_ids == [  # type: ignore[attr-defined]
+        mark_forwarded("client-1", "/10.0.0.7")]
+
+
+async def test_a_relay_that_fails_answers_not_coordinator_and_looks_again() -> None:
+    def unreachable(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
+        from proxy.upstream import UpstreamError
+        raise UpstreamError("connection refused")
+
+    service = make_service(unreachable)
+    service.directory._views["g"] = Holder("sidecar", Card(PEER, "0.2.0"), "m1")
+    result = await exchange(router(service, fleet=True),
+                            request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, HEARTBEAT_V0))
+    assert result.response is not None and result.response["error_code"] == NOT_COORDINATOR
+    assert service.directory.view("g") is None
+
+
+async def test_a_relayed_request_for_a_group_not_held_here_is_not_relayed_again() -> None:
+    service = make_service(stub_broker)
+    service.directory._views["g"] = Holder("sidecar", Card(PEER, "0.2.0"), "m1")
+    info = request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, HEARTBEAT_V0,
+                   client_id=mark_forwarded("app", "/10.233.0.9"))
+    result = await exchange(router(service, inbound=True), info)
+    assert result.response is not None and result.response["error_code"] == NOT_COORDINATOR
+    assert service.pool.fake.requests == []  # type: ignore[attr-defined]
+
+
+async def test_a_relayed_request_for_a_group_held_here_is_served_as_the_application_s(
+) -> None:
+    service = make_service(stub_broker)
+    coordinate(service, "g")
+    info = request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0,
+                   dict(HEARTBEAT_V0, member_id="", member_epoch=0, rebalance_timeout_ms=30000,
+                        subscribed_topic_names=["orders"], topic_partitions=[]),
+                   client_id=mark_forwarded("app-7", "/10.233.0.9"))
+    result = await exchange(router(service, inbound=True), info)
+    assert result.response is not None and result.response["error_code"] == 0
+    group = service.engine.group("g")
+    assert group is not None
+    (engine_member,) = group.members.values()
+    assert (engine_member.client_id, engine_member.client_host) == ("app-7", "/10.233.0.9")
+
+
+async def test_only_the_fleet_listener_trusts_the_relay_mark() -> None:
+    """An application cannot pass itself off as another sidecar's relay: on a client listener
+    a marked client id is just a client id."""
+    service = make_service(stub_broker)
+    coordinate(service, "g")
+    info = request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0,
+                   dict(HEARTBEAT_V0, member_id="", member_epoch=0, rebalance_timeout_ms=30000,
+                        subscribed_topic_names=["orders"], topic_partitions=[]),
+                   client_id=mark_forwarded("app-7", "/10.233.0.9"))
+    result = await exchange(router(service, fleet=True), info)
+    assert result.response is not None and result.response["error_code"] == 0
+    group = service.engine.group("g")
+    assert group is not None
+    (engine_member,) = group.members.values()
+    assert engine_member.client_host == "/10.0.0.7"
+
+
+COMMIT_V9 = {"group_id": "g", "generation_id_or_member_epoch": 1, "member_id": "",
+             "group_instance_id": None, "retention_time_ms": -1, "topics": [
+                 {"name": "orders", "partitions": [
+                     {"partition_index": 0, "committed_offset": 42,
+                      "committed_leader_epoch": -1, "committed_metadata": None}]}]}
+
+
+async def test_a_relayed_commit_goes_to_the_group_s_broker_coordinator_stamped() -> None:
+    """On the fleet listener, the connection's own upstream leads to a bootstrap server; the
+    commit must go to the broker that coordinates the group, under the proxy's membership."""
+    commits: list[dict[str, Any]] = []
+
+    def broker(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
+        if key == ApiKey.OFFSET_COMMIT:
+            commits.append(value)
+            return {"throttle_time_ms": 0, "topics": [
+                {"name": t["name"], "partitions": [
+                    {"partition_index": p["partition_index"], "error_code": 0}
+                    for p in t["partitions"]]} for t in value["topics"]]}
+        return stub_broker(key, version, value)
+
+    service = make_service(broker)
+    coordinate(service, "g")
+    join = dict(HEARTBEAT_V0, member_id="", member_epoch=0, rebalance_timeout_ms=30000,
+                subscribed_topic_names=["orders"], topic_partitions=[])
+    fleet_router = router(service, None, inbound=True)
+    joined = await exchange(fleet_router, request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, join,
+                                                  client_id=mark_forwarded("app", "/h")))
+    assert joined.response is not None and joined.response["error_code"] == 0
+    member_id, epoch = joined.response["member_id"], joined.response["member_epoch"]
+    commit = dict(COMMIT_V9, member_id=member_id, generation_id_or_member_epoch=epoch)
+    service.pool.addresses.clear()  # type: ignore[attr-defined]
+    result = await exchange(fleet_router, request(ApiKey.OFFSET_COMMIT, 9, commit, 9,
+                                                  client_id=mark_forwarded("app", "/h")))
+    assert result.action == "local" and result.response is not None
+    assert result.response["topics"][0]["partitions"][0]["error_code"] == 0
+    assert service.pool.addresses == [COORDINATOR]  # type: ignore[attr-defined]
+    assert [(c["member_id"], c["generation_id_or_member_epoch"]) for c in commits] == [
+        ("proxy-member", 7)]
+    membership = service.memberships["g"]
+    assert membership.in_flight == 0  # released once answered
+
+
+async def test_a_relayed_commit_for_a_group_no_longer_held_is_refused() -> None:
+    service = make_service(stub_broker)
+    result = await exchange(router(service, None, inbound=True),
+                            request(ApiKey.OFFSET_COMMIT, 9, COMMIT_V9,
+                                    client_id=mark_forwarded("app", "/h")))
+    assert result.response is not None
+    assert result.response["topics"][0]["partitions"][0]["error_code"] == NOT_COORDINATOR
+    assert service.pool.fake.requests == []  # type: ignore[attr-defined]
+
+
+async def test_a_group_an_old_groupgate_holds_is_refused_retriably() -> None:
+    service = make_service(stub_broker)
+    service.directory._views["g"] = Holder("legacy", detail="0.1.0")
+    result = await exchange(router(service, fleet=True),
+                            request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, HEARTBEAT_V0))
+    assert result.response is not None
+    assert result.response["error_code"] == COORDINATOR_NOT_AVAILABLE
+
+
+# -- the membership: an election and a lease -------------------------------------------------
+
+
+def contested(leader: str, others: list[dict[str, Any]] | None = None,
+              sent: list[tuple[int, dict[str, Any]]] | None = None) -> Any:
+    """A broker whose group already has ``leader`` (another sidecar) when the proxy joins."""
+    def answer(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
+        if sent is not None:
+            sent.append((key, value))
+        reply = stub_broker(key, version, value)
+        if key == ApiKey.JOIN_GROUP:
+            reply["leader"] = leader
+            if leader == reply["member_id"]:
+                reply["members"] = reply["members"] + (others or [])
+            else:
+                reply["members"] = []
+        return reply
+    return answer
+
+
+async def test_a_sidecar_that_joined_second_leaves_and_does_not_coordinate(
+        autojump_clock: trio.abc.Clock) -> None:
+    sent: list[tuple[int, dict[str, Any]]] = []
+    membership = BrokerMembership("g", FakePool(contested("other", sent=sent)), [("b", 1)],
+                                  connect_timeout=5, card=Card(SELF, "0.2.0"))
+    await membership.run()
+    assert membership.failure is not None and "another sidecar" in membership.failure
+    assert not membership.stable and not membership.established
+    assert [k for k, _ in sent].count(ApiKey.LEAVE_GROUP) == 1
+    assert not any(k == ApiKey.SYNC_GROUP for k, _ in sent)
+
+
+async def test_the_leader_never_coordinates_next_to_a_groupgate_without_a_card(
+        autojump_clock: trio.abc.Clock) -> None:
+    old = {"member_id": "old", "group_instance_id": None,
+           "metadata": b"\x00\x00\x00\x00\x00\x01t\xff\xff\xff\xff"}
+    membership = BrokerMembership("g", FakePool(contested("proxy-member-1", [old])),
+                                  [("b", 1)], connect_timeout=5, card=Card(SELF, "0.2.0"))
+    await membership.run()
+    assert membership.failure is not None and "0.1.0" in membership.failure
+
+
+async def test_the_lease_ends_before_the_broker_can_give_the_group_away(
+        autojump_clock: trio.abc.Clock) -> None:
+    silent = trio.Event()
+
+    def broker(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
+        return stub_broker(key, version, value)
+
+    pool = FakePool(broker)
+    original = pool.fake.request
+
+    async def request_(api_key: int, version: int, value: dict[str, Any], **kw: Any
+                       ) -> dict[str, Any]:
+        if api_key == ApiKey.HEARTBEAT and silent.is_set():
+            await trio.sleep_forever()  # the broker stopped answering
+        return await original(api_key, version, value, **kw)
+
+    pool.fake.request = request_  # type: ignore[method-assign]
+    membership = BrokerMembership("g", pool, [("b", 1)], connect_timeout=5,
+                                  session_timeout_ms=6000, card=Card(SELF, "0.2.0"))
+    changes: list[tuple[float, bool]] = []
+    membership.on_interrupted = lambda on: changes.append((trio.current_time(), on))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(membership.run)
+        await membership.settled.wait()
+        await trio.sleep(3)
+        assert membership.stable
+        last_answered = trio.current_time() - 1  # heartbeats at 2 s, 4 s...
+        silent.set()
+        await trio.sleep(10)
+        nursery.cancel_scope.cancel()
+    stopped = [t for t, on in changes if on]
+    assert stopped, "the proxy kept acting without its lease"
+    # the broker drops the member 6 s after the last heartbeat it received
+    assert stopped[0] <= last_answered + LEASE_FRACTION * 6 + 0.01 < last_answered + 6
+
+
+async def test_a_membership_the_broker_forgot_is_lost_not_joined_again(
+        autojump_clock: trio.abc.Clock) -> None:
+    forgotten = trio.Event()
+
+    def broker(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
+        if forgotten.is_set() and key == ApiKey.HEARTBEAT:
+            return {"throttle_time_ms": 0, "error_code": UNKNOWN_MEMBER_ID}
+        if forgotten.is_set() and key == ApiKey.JOIN_GROUP and value.get("member_id"):
+            return dict(stub_broker(key, version, value), error_code=UNKNOWN_MEMBER_ID)
+        return stub_broker(key, version, value)
+
+    membership = BrokerMembership("g", FakePool(broker), [("b", 1)], connect_timeout=5,
+                                  card=Card(SELF, "0.2.0"))
+    lost: list[str] = []
+    membership.on_lost = lost.append
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(membership.run)
+        await membership.settled.wait()
+        forgotten.set()
+        await trio.sleep(10)
+        nursery.cancel_scope.cancel()
+    assert len(lost) == 1 and not membership.stable and membership.left
+
+
+async def test_losing_the_lease_forgets_the_group_and_answers_its_held_requests() -> None:
+    service = make_service(stub_broker)
+    membership = coordinate(service, "g")
+    service.apply(service.engine.heartbeat(
+        __import__("tests.unit.coordination.helpers", fromlist=["consumer_heartbeat"])
+        .consumer_heartbeat(dict(HEARTBEAT_V0, member_id="", member_epoch=0,
+                                 rebalance_timeout_ms=30000, subscribed_topic_names=["orders"],
+                                 topic_partitions=[]),
+                            client_id="c", client_host="/h", api_version=0), 0)[1])
+    assert service.engine.group("g") is not None
+    assert membership.on_lost is not None
+    membership.on_lost("another sidecar holds it")
+    assert service.engine.group("g") is None and "g" not in service.memberships
+
+
+def test_a_takeover_after_another_holder_waits_one_session_for_its_members() -> None:
+    service = make_service(stub_broker, takeover_wait_ms=9000)
+    assert service.config.takeover_wait_seconds == 9.0
+    assert make_service(stub_broker).config.takeover_wait_seconds == 6.0  # the session
