@@ -241,6 +241,12 @@ class BrokerMembership:
                 await self._stable_changed.wait()
         return self.stable
 
+    def lease_expired(self) -> bool:
+        """Whether the lease has run out without the task noticing yet (the process was frozen
+        or starved past it): the proxy must not act for the group, whatever :attr:`stable`
+        still says, until a heartbeat is answered again."""
+        return self.established and trio.current_time() >= self.lease_deadline
+
     @property
     def interrupted(self) -> bool:
         """Established once, but not holding the broker's group right now for a reason other

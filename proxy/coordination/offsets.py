@@ -107,7 +107,8 @@ class OffsetCommitHandler(ApiHandler):
         error = self._validate(request)
         if error != ErrorCode.NONE:
             return Answer(commit_error(request.value, int(error)))
-        if membership.stable and membership.coordinator is not None:
+        if (membership.stable and membership.coordinator is not None
+                and not membership.lease_expired()):
             return self._stamped(request, membership)
         return Answer(self._when_stable(request, membership))
 

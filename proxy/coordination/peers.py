@@ -13,6 +13,7 @@ holds of all this.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -101,7 +102,7 @@ class Directory:
         deadline = trio.current_time() + LOOKUP_SECONDS
         try:
             pool = self._pool()
-            _node, address = await find_coordinator(pool, self._bootstrap, group_id, deadline)
+            node, address = await find_coordinator(pool, self._bootstrap, group_id, deadline)
             with trio.fail_after(max(deadline - trio.current_time(), 0.5)):
                 response = await pool.link(address).request(
                     ApiKey.DESCRIBE_GROUPS, DESCRIBE_VERSION,
@@ -112,7 +113,8 @@ class Directory:
         groups = response.get("groups") or []
         if len(groups) != 1:
             return Holder("unknown", detail="DescribeGroups answered no group")
-        return read_holder(groups[0], own_member_ids)
+        return dataclasses.replace(read_holder(groups[0], own_member_ids),
+                                   coordinator=(node, address))
 
 
 class ConnectionLinks:
@@ -161,6 +163,9 @@ class Route:
     (answer COORDINATOR_NOT_AVAILABLE: ``reason``) or :data:`LOOKUP` (ask the broker first)."""
     address: Address | None = None
     reason: str = ""
+    let_go: bool = False
+    """REFUSE only: members must also drop their partitions (answered UNKNOWN_MEMBER_ID, joins
+    COORDINATOR_NOT_AVAILABLE): a coordinator this sidecar cannot follow is handing them out."""
 
 
 LOCAL_ROUTE: Final = Route(LOCAL)
@@ -211,7 +216,7 @@ class Routes:
             return Route(REFUSE, reason="the sidecar coordinating it has no fleet listener "
                                         "(fleet-listen)")
         if holder.kind == "legacy":
-            return Route(REFUSE, reason=holder.detail)
+            return Route(REFUSE, reason=holder.detail, let_go=True)
         return Route(REFUSE, reason=f"cannot tell who coordinates it: {holder.detail}")
 
     async def lookup(self, group_ids: Sequence[str]) -> Route:

@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable
 
 from proxy import metrics
 from proxy.codec import messages
+from proxy.codec.api_keys import ApiKey
 from proxy.codec.errors import CodecError
 from proxy.codec.header import parse_request_header, response_header_for
 from proxy.connection import (
@@ -46,7 +47,7 @@ from proxy.connection import (
     RequestInfo,
     Rewrite,
 )
-from proxy.coordination import classic, consumer_group, listing, offsets
+from proxy.coordination import classic, consumer_group, find_coordinator, listing, offsets
 from proxy.coordination.fleet import mark_forwarded, unmark
 from proxy.coordination.handler import (
     ApiHandler,
@@ -69,6 +70,7 @@ log = logging.getLogger("groupgate.coordination")
 
 UNKNOWN_SERVER_ERROR = int(ErrorCode.UNKNOWN_SERVER_ERROR)
 NOT_COORDINATOR = int(ErrorCode.NOT_COORDINATOR)
+UNKNOWN_MEMBER_ID = int(ErrorCode.UNKNOWN_MEMBER_ID)
 COORDINATOR_NOT_AVAILABLE = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
 _MOVED = frozenset({NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE})
 
@@ -78,9 +80,13 @@ HANDLERS = (*consumer_group.HANDLERS, *classic.HANDLERS, *offsets.HANDLERS, *lis
 
 
 def handler_table(service: CoordinatorService) -> dict[int, ApiHandler]:
-    """One handler per examined API key."""
+    """One handler per examined API key (FindCoordinator only with ``fleet-routing``
+    ``redirect``: otherwise it is forwarded and its answer rewritten like any address)."""
     table: dict[int, ApiHandler] = {}
-    for make in HANDLERS:
+    makers = list(HANDLERS)
+    if service.config.fleet_routing == "redirect":
+        makers += find_coordinator.HANDLERS
+    for make in makers:
         handler = make(service)
         assert handler.api_key not in table, handler.api_key
         table[handler.api_key] = handler
@@ -125,10 +131,13 @@ class CoordinatingRouter(ForwardingRouter):
             raise RejectRequest("its group cannot be read from its first bytes")
         if self._claims(group_id):
             raise RejectRequest(f"its group {group_id[:100]!r} is coordinated by the proxy")
-        if self._fleet is not None and self._fleet.routes.route([group_id]).kind != LOCAL:
+        if self._fleet is not None and self._fleet.routes.route([group_id]).kind == RELAY:
             raise RejectRequest(f"its group {group_id[:100]!r} is coordinated by another "
                                 "sidecar")
-        return FORWARD  # the broker's group: the broker answers, as it would without the proxy
+        # The broker's group, or one whose holder is not known yet: the broker answers, as it
+        # would without the proxy (a commit for a group a sidecar holds carries no member of
+        # the broker's group and is refused there).
+        return FORWARD
 
     def classify(self, request: RequestInfo) -> int:
         action = super().classify(request)
@@ -190,8 +199,9 @@ class CoordinatingRouter(ForwardingRouter):
             return await self._relay(handler, request, groups, route.address)
         if route.kind != LOCAL:
             log.info("api key %d for %s: %s", request.api_key, ",".join(groups), route.reason)
-            return self._encode(handler, request,
-                                handler.failure(request, COORDINATOR_NOT_AVAILABLE))
+            error = (UNKNOWN_MEMBER_ID if route.let_go and not _is_join(request)
+                     else COORDINATOR_NOT_AVAILABLE)
+            return self._encode(handler, request, handler.failure(request, error))
         outcome = handler.decide(request)
         if isinstance(outcome, Pass):
             outcome = Upstream(request.value, _unchanged)
@@ -319,3 +329,13 @@ class CoordinatingRouter(ForwardingRouter):
 
 def _unchanged(value: Value) -> Value:
     return value
+
+
+def _is_join(request: GroupRequest) -> bool:
+    """A member asking to join (it holds nothing of the group yet)."""
+    value = request.value
+    if request.api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT:
+        return bool(value.get("member_epoch", 0) == 0)
+    if request.api_key == ApiKey.JOIN_GROUP:
+        return not value.get("member_id")
+    return False

@@ -57,6 +57,7 @@ from proxy.coordination.links import Address, LinkPool
 from proxy.coordination.membership import BrokerMembership
 from proxy.coordination.peers import Directory, Routes
 from proxy.coordination.topics import TopicWatcher
+from proxy.rewrite import AddressMap
 from translation.assignors import BUILTIN_ASSIGNORS
 from translation.classic.coordinator import ClassicGroupCoordinator
 from translation.classic.messages import (
@@ -185,6 +186,8 @@ class CoordinatorService:
                                    self._install_topics)
         self.node_address: Callable[[int | None], Address] = lambda _node: config.upstream[0]
         """Upstream address of a broker node (the server's directory; set by the app)."""
+        self.address_map: AddressMap | None = None
+        """The proxy's listener for each broker (the server; set by the app)."""
         self._pending_names: dict[str, int] = {}
         self._pending_regex = 0
         self.classic: ClassicGroupCoordinator | None = (
@@ -480,9 +483,10 @@ class CoordinatorService:
             self.apply(self.engine.resume(group_id, self.now_ms()))
 
     def _not_coordinating(self, group_id: str) -> bool:
-        """Whether requests of ``group_id`` must wait: its broker membership is interrupted."""
+        """Whether requests of ``group_id`` must wait: its broker membership is interrupted, or
+        its lease ran out before the membership's task could notice."""
         membership = self.memberships.get(group_id)
-        return membership is not None and membership.interrupted
+        return membership is not None and (membership.interrupted or membership.lease_expired())
 
     def group_topics(self, group_id: str) -> set[str]:
         """The topic names group ``group_id`` subscribes to (names and regex matches)."""

@@ -14,6 +14,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
              "real clients under random failures; offsets and ownership checked"),
     "engine": ("tests.benchmarks.engine",
                "assignor and heartbeat throughput of the engine vs Kafka's"),
+    "fleet": ("tests.benchmarks.fleet",
+              "several sidecars, one group: forward and redirect routing side by side"),
     "restart": ("tests.benchmarks.restart",
                 "how long a mixed group waits after its proxy is SIGKILLed and restarted"),
     "routing": ("tests.benchmarks.routing",

@@ -9,6 +9,9 @@
   synchronous commit that held it while the coordinator was unreachable): a zombie the
   coordinator had fenced. Such a member must not have had a commit of the partition accepted
   that it sent after the overlap began (:func:`zombie_commits`).
+* :func:`rewinds`: no member given a partition started below an offset whose commit had been
+  acknowledged before it was given the partition (so duplicates are only records whose commit
+  had not landed).
 * :func:`rss_growth`: the proxy's resident memory after warm-up, per process incarnation.
 """
 
@@ -156,6 +159,53 @@ def zombie_commits(explained: Iterable[Overlap], stuck: Sequence[Stuck],
     return [c for c in commits
             if any(c.member == m and c.partition == p and start < c.sent_at <= noticed
                    for m, p, start, noticed in windows)]
+
+
+@dataclass(frozen=True)
+class Start:
+    """A member given ``partition`` at ``t`` first consumed it from ``offset``."""
+
+    t: float
+    member: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class Rewind:
+    """A member started a partition below an offset whose commit had been acknowledged before
+    the member was given the partition: records consumed again although their commit had
+    landed (a committed offset rolled back, or a stale one handed out)."""
+
+    member: str
+    partition: int
+    t: float
+    started_at: int
+    committed: int
+    committed_at: float
+
+
+def rewinds(starts: Iterable[Start], commits: Sequence[Commit]) -> list[Rewind]:
+    """Every :class:`Start` below the highest offset committed (and acknowledged to its
+    committer) for the partition before the start. Duplicates that remain are records whose
+    commit had not landed when their partition moved."""
+    by_partition: dict[int, list[Commit]] = {}
+    for c in commits:
+        by_partition.setdefault(c.partition, []).append(c)
+    for listed in by_partition.values():
+        listed.sort(key=lambda c: c.t)
+    out = []
+    for start in starts:
+        best: Commit | None = None
+        for c in by_partition.get(start.partition, ()):
+            if c.t >= start.t:
+                break
+            if best is None or c.offset > best.offset:
+                best = c
+        if best is not None and start.offset < best.offset:
+            out.append(Rewind(start.member, start.partition, start.t, start.offset,
+                              best.offset, best.t))
+    return out
 
 
 @dataclass(frozen=True)

@@ -22,13 +22,24 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="seconds of random events (production and checks run longer)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--events", default=",".join(soak.EVENT_KINDS),
-                        help=f"comma separated among {', '.join(soak.EVENT_KINDS)}")
+                        help=f"comma separated among {', '.join(soak.EVENT_KINDS)}; with "
+                             f"--pods also {', '.join(soak.FLEET_EVENT_KINDS)}")
     parser.add_argument("--gap", default="5,10",
                         help="seconds between events: MIN,MAX (drawn uniformly)")
     parser.add_argument("--pods", type=int, default=0,
                         help="run the members in N pods (network namespaces), each behind its "
                              "own sidecar, as in the Kubernetes deployment (root; default 0: "
                              "one proxy for every member)")
+    parser.add_argument("--brokers", type=int, default=1,
+                        help="Kafka nodes (3: the broker side fails over too, broker-kill)")
+    parser.add_argument("--groups", default=",".join(soak.GROUPS),
+                        help=f"comma separated among {', '.join(soak.GROUPS)}")
+    parser.add_argument("--member", action="append", default=[], metavar="SPEC",
+                        help="a member at the start, GROUP:LIBRARY/PROTOCOL/COMMIT[@POD] "
+                             "(repeat; default: two random kinds per group)")
+    parser.add_argument("--script", action="append", default=[], metavar="SECONDS:KIND[:GROUP]",
+                        help="an event at a fixed time instead of random ones (repeat)")
+    parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--json", metavar="FILE", type=Path)
     parser.add_argument("--workdir", type=Path, default=None,
                         help="keep logs here (default: a temporary directory, kept on failure)")
@@ -39,7 +50,10 @@ def run(args: argparse.Namespace) -> int:
     settings = soak.Settings(duration_s=args.duration, seed=args.seed,
                              min_event_gap_s=low, max_event_gap_s=high,
                              events=tuple(e for e in args.events.split(",") if e),
-                             pods=args.pods)
+                             pods=args.pods, brokers=args.brokers,
+                             groups=tuple(g for g in args.groups.split(",") if g),
+                             initial=tuple(args.member), script=tuple(args.script),
+                             partitions=args.partitions)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="groupgate-soak-"))
     result = soak.Soak(settings, workdir).run()
     print(soak.summary(result))

@@ -37,10 +37,10 @@ from typing import Any
 
 from proxy.commands import machine
 from proxy.process import ProxyProcess
-from tests.benchmarks.rebalance.timeline import Event
+from tests.benchmarks.rebalance.timeline import Event, compute
 from tests.benchmarks.soak import checks
 from tests.testbed.artifacts import java_executable
-from tests.testbed.broker import KafkaBroker, free_ports
+from tests.testbed.broker import KafkaBroker, KafkaCluster, free_ports
 from tests.testbed.pods import Pod, PodNetwork
 from tests.testbed.tools import CommitConsumer
 
@@ -52,6 +52,16 @@ FLEET_PORT = 9191
 """Where each pod's sidecar listens for the others (on the pod's address)."""
 EVENT_KINDS = ("join", "leave", "kill", "stall", "proxy-restart", "proxy-kill",
                "broker-restart")
+FLEET_EVENT_KINDS = ("coordinator-kill", "coordinator-restart", "join-coordinator-kill",
+                     "sidecar-roll", "broker-kill")
+"""Events of the sidecar topology (``--pods``): SIGKILL or graceful restart of the sidecar
+that coordinates a group (started again at once, as Kubernetes restarts a container); a
+member joining and, a second later, its group's coordinating sidecar SIGKILLed; every pod's
+sidecar restarted one at a time (a rollout); with 3 brokers, SIGKILL of the broker that
+coordinates the group at the broker (started again 10 s later)."""
+SERVED_EVENTS = frozenset({"coordinator-kill", "coordinator-restart", "join-coordinator-kill",
+                           "sidecar-roll", "broker-kill", "proxy-kill", "proxy-restart"})
+"""Events after which the report says how long until the group was served again."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +123,23 @@ class Settings:
     (network namespaces, :mod:`tests.testbed.pods`), each with its own sidecar on
     ``127.0.0.1:9092``, the members spread over them in turn, the broker on the pods' bridge:
     several sidecars serving one group, as in the Kubernetes deployment."""
+    brokers: int = 1
+    """Kafka nodes (KRaft, combined); with 3 the broker side fails over too (``broker-kill``)."""
+    groups: tuple[str, ...] = tuple(GROUPS)
+    """The groups that run (a subset of :data:`GROUPS`)."""
+    initial: tuple[str, ...] = ()
+    """The members at the start, each ``GROUP:LIBRARY/PROTOCOL/COMMIT[@POD]`` (POD: 1-based,
+    else the pods in turn); empty: two random kinds per group."""
+    script: tuple[str, ...] = ()
+    """Events at fixed times instead of random ones, each ``SECONDS:KIND[:GROUP]``."""
+    restart_delay_s: float = 1.0
+    """After a sidecar is SIGKILLed, how long until it is started again (Kubernetes restarts
+    a crashed container at once, then with back-off)."""
+    fleet_routing: str = "forward"
+    """How members reach a group another pod's sidecar coordinates (``--fleet-routing``)."""
+    roll_gap_s: float = 10.0
+    """``sidecar-roll``: seconds between one pod's sidecar being ready and the next one's
+    stop (a Deployment's ``minReadySeconds``)."""
 
 
 class Member:
@@ -263,6 +290,10 @@ class GroupRecord:
     kinds: dict[str, str] = field(default_factory=dict)
     exits: list[dict[str, Any]] = field(default_factory=list)
     """Members whose process ended on its own (the client library gave up)."""
+    starts: list[checks.Start] = field(default_factory=list)
+    """The first offset each member consumed of a partition after being given it."""
+    awaiting: dict[tuple[str, int], float] = field(default_factory=dict)
+    """(member, partition) given to the member at this time, not consumed from since."""
 
 
 class Soak:
@@ -273,15 +304,19 @@ class Soak:
         self.out = out
         self.rng = random.Random(settings.seed)
         self.lock = threading.Lock()
-        self.groups = {name: GroupRecord(name) for name in GROUPS}
+        self.groups = {name: GroupRecord(name) for name in settings.groups}
         self.members: dict[str, Member] = {}
         self.member_count = 0
-        self.produced: dict[str, dict[int, int]] = {name: {} for name in GROUPS}
+        self.produced: dict[str, dict[int, int]] = {name: {} for name in settings.groups}
         self.offsets = checks.OffsetWatch()
         self.rss: list[tuple[float, int, float]] = []
+        self.cpu: dict[int, tuple[str, float]] = {}
+        """Proxy incarnation -> (where it ran, CPU seconds it had used when last sampled)."""
+        self.holders: list[tuple[float, str, str]] = []
+        """(t, group, pod) whenever the pod whose sidecar holds a group was seen to change."""
         self.applied: list[dict[str, Any]] = []
         self.incarnation = 0
-        self.broker: KafkaBroker | None = None
+        self.broker: KafkaCluster | None = None
         self.network: PodNetwork | None = None
         self.pods: list[Pod] = []
         self.proxies: dict[str, ProxyProcess] = {}
@@ -314,8 +349,14 @@ class Soak:
         with self.lock:
             if kind in ("join", "assign", "revoke", "lost", "stall", "resume", "leave"):
                 g.events.append(Event(t, member.name, kind, tuple(event.get("p", ()))))
+                if kind == "assign":
+                    for partition in event.get("p", ()):
+                        g.awaiting[(member.name, int(partition))] = t
             elif kind == "c":
                 for partition, first, last in event["r"]:
+                    given = g.awaiting.pop((member.name, partition), None)
+                    if given is not None:
+                        g.starts.append(checks.Start(given, member.name, partition, first))
                     runs = g.consumed.get(partition, [])
                     g.consumed[partition] = checks.add_run(runs, first, last)
                     g.records_consumed += last - first + 1
@@ -365,7 +406,8 @@ class Soak:
             pod = next(p for p in self.pods if p.name == where)
             self.proxies[where] = ProxyProcess.start(
                 self.broker_bootstrap, log, listen=SIDECAR,
-                args=[*args, "--fleet-listen", f"{pod.ip}:{FLEET_PORT}"],
+                args=[*args, "--fleet-listen", f"{pod.ip}:{FLEET_PORT}",
+                      "--fleet-routing", s.fleet_routing],
                 wrapper=pod.command([]), timeout=60)
 
     @property
@@ -374,7 +416,7 @@ class Soak:
         return self.broker.bootstrap
 
     def start_producers(self) -> None:
-        for group in GROUPS:
+        for group in self.settings.groups:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "tests.benchmarks.rebalance.members", "producer",
                  "--bootstrap", self.bootstrap if not self.pods else self.broker_bootstrap,
@@ -410,10 +452,16 @@ class Soak:
             except subprocess.TimeoutExpired:
                 proc.kill()
 
-    def new_member(self, group: str, kind: Kind | None = None) -> Member:
+    def new_member(self, group: str, kind: Kind | None = None, pod_index: int | None = None
+                   ) -> Member:
+        """A new member of ``group`` (a random kind of the group unless given), in pod
+        ``pod_index`` (1-based) or the pods in turn."""
         kind = kind or self.rng.choice(GROUPS[group])
         self.member_count += 1
-        pod = self.pods[self.member_count % len(self.pods)] if self.pods else None
+        pod = None
+        if self.pods:
+            pod = (self.pods[(pod_index - 1) % len(self.pods)] if pod_index is not None
+                   else self.pods[self.member_count % len(self.pods)])
         name = f"{group}-{self.member_count}-{kind.library}-{kind.protocol}-{kind.commit}"
         if pod is not None:
             name += f"@{pod.name}"
@@ -441,7 +489,8 @@ class Soak:
                 if admin is None:
                     admin = KafkaAdminClient(bootstrap_servers=self.broker_bootstrap,
                                              request_timeout_ms=5000)
-                listed = admin.list_group_offsets([self.group_id(g) for g in GROUPS])
+                listed = admin.list_group_offsets([self.group_id(g)
+                                                   for g in self.settings.groups])
             except Exception:  # the broker is restarting: poll again later
                 if admin is not None:
                     with contextlib.suppress(Exception):
@@ -451,7 +500,7 @@ class Soak:
                 continue
             now = time.monotonic()
             with self.lock:
-                for group in GROUPS:
+                for group in self.settings.groups:
                     offsets = listed.get(self.group_id(group)) or {}
                     self.offsets.observe(now, group, {tp.partition: om.offset
                                                       for tp, om in offsets.items()
@@ -462,21 +511,33 @@ class Soak:
                 admin.close()
 
     def sample_rss(self) -> None:
+        """Each proxy's RSS and CPU time every two seconds; with pods, who holds each group."""
         while not self.stopping.is_set():
             for where, proxy in list(self.proxies.items()):
                 if proxy.process is not None:
                     mib = _rss_mib(proxy.process.pid)
-                    if mib is not None:
-                        with self.lock:
-                            self.rss.append((time.monotonic(),
-                                             self.proxy_incarnation[where], mib))
+                    cpu = _cpu_seconds(proxy.process.pid)
+                    incarnation = self.proxy_incarnation[where]
+                    with self.lock:
+                        if mib is not None:
+                            self.rss.append((time.monotonic(), incarnation, mib))
+                        if cpu is not None:
+                            self.cpu[incarnation] = (where, cpu)
+            if self.pods:
+                for group in self.settings.groups:
+                    holder = self.coordinating_pod(group, quiet=True)
+                    with self.lock:
+                        last = next((h for t, g, h in reversed(self.holders) if g == group),
+                                    None)
+                        if holder is not None and holder != last:
+                            self.holders.append((time.monotonic(), group, holder))
             self.stopping.wait(2.0)
 
     # -- events -------------------------------------------------------------------------------
 
-    def apply_event(self, kind: str) -> dict[str, Any]:
+    def apply_event(self, kind: str, chosen: str | None = None) -> dict[str, Any]:
         s = self.settings
-        group = self.rng.choice(list(GROUPS))
+        group = chosen or self.rng.choice(list(s.groups))
         live = self.live(group)
         note: dict[str, Any] = {"t": time.monotonic(), "event": kind, "group": group}
         if kind == "join" and len(live) < s.max_members:
@@ -496,23 +557,93 @@ class Soak:
                 member.send(f"stall {seconds}")
         elif kind in ("proxy-restart", "proxy-kill") and self.proxies:
             where = self.rng.choice(sorted(self.proxies))
-            proxy = self.proxies[where]
             note["proxy"] = where
-            if kind == "proxy-kill":
-                proxy.signal(signal.SIGKILL)
-                assert proxy.process is not None
-                proxy.process.wait(10)
+            self.restart_proxy(where, hard=kind == "proxy-kill")
+        elif kind in ("coordinator-kill", "coordinator-restart", "join-coordinator-kill"):
+            if kind == "join-coordinator-kill":
+                note["member"] = self.new_member(group).name
+                time.sleep(1.0)  # its join is under way
+            holder = self.coordinating_pod(group)
+            if holder is None:
+                note["skipped"] = True
             else:
-                proxy.stop(timeout=60)
-            self.start_proxy(where)
-        elif kind == "broker-restart" and self.broker is not None:
+                note["proxy"] = holder
+                note["t"] = time.monotonic()
+                self.restart_proxy(holder, hard=kind != "coordinator-restart")
+        elif kind == "sidecar-roll" and self.pods:
+            note["proxies"] = []
+            for pod in self.pods:  # a rollout: one at a time, the next once it is ready
+                self.restart_proxy(pod.name, hard=False)
+                note["proxies"].append(pod.name)
+                time.sleep(s.roll_gap_s)
+        elif kind == "broker-restart" and isinstance(self.broker, KafkaBroker):
             self.broker.restart(timeout=120)
+        elif kind == "broker-kill" and self.broker is not None and s.brokers > 1:
+            node = self.coordinating_broker(group)
+            if node is None:
+                note["skipped"] = True
+            else:
+                note["broker"] = node
+                note["t"] = time.monotonic()
+                self.broker.kill_broker(node)
+                time.sleep(10.0)
+                self.broker.start_broker(node, timeout=120)
         else:
             note["skipped"] = True
-        for g in GROUPS:  # every group keeps at least one member
+        for g in s.groups:  # every group keeps at least one member
             if not self.live(g):
                 note.setdefault("replacements", []).append(self.new_member(g).name)
         return note
+
+    def restart_proxy(self, where: str, *, hard: bool) -> None:
+        """SIGKILL (``hard``) or stop gracefully the proxy at ``where``, and start it again."""
+        proxy = self.proxies[where]
+        if hard:
+            proxy.signal(signal.SIGKILL)
+            assert proxy.process is not None
+            proxy.process.wait(10)
+            time.sleep(self.settings.restart_delay_s)
+        else:
+            proxy.stop(timeout=60)
+        self.start_proxy(where)
+
+    def _admin(self) -> Any:
+        from kafka.admin import KafkaAdminClient
+
+        return KafkaAdminClient(bootstrap_servers=self.broker_bootstrap, request_timeout_ms=5000)
+
+    def coordinating_pod(self, group: str, *, quiet: bool = False) -> str | None:
+        """The pod whose sidecar holds ``group``'s broker group (its member's client host)."""
+        try:
+            admin = self._admin()
+        except Exception as exc:
+            if not quiet:
+                self.out(f"soak: cannot tell who coordinates {group}: {exc}")
+            return None
+        try:
+            described = admin.describe_groups([self.group_id(group)])
+        except Exception as exc:  # the broker could not say: the event is skipped
+            if not quiet:
+                self.out(f"soak: cannot tell who coordinates {group}: {exc}")
+            return None
+        finally:
+            admin.close()
+        for member in (described.get(self.group_id(group)) or {}).get("members") or []:
+            host = str(member.get("client_host", "")).lstrip("/")
+            for pod in self.pods:
+                if pod.ip == host:
+                    return pod.name
+        return None
+
+    def coordinating_broker(self, group: str) -> int | None:
+        admin = self._admin()
+        try:
+            return int(admin._manager.run(admin._find_coordinator_id, self.group_id(group)))
+        except Exception as exc:
+            self.out(f"soak: cannot find the broker coordinating {group}: {exc}")
+            return None
+        finally:
+            admin.close()
 
     # -- the run --------------------------------------------------------------------------------
 
@@ -526,35 +657,38 @@ class Soak:
             self.pods = [self.network.pod(f"pod{i + 1}") for i in range(s.pods)]
             host = self.network.host_ip
         try:
-            self.broker = KafkaBroker.start("3.9", self.workdir / "kafka", host=host)
-            for group in GROUPS:
-                self.broker.create_topic(self.topic(group), s.partitions, 1)
+            if s.brokers == 1:
+                self.broker = KafkaBroker.start("3.9", self.workdir / "kafka", host=host)
+            else:
+                self.broker = KafkaCluster.start("3.9", self.workdir / "kafka", size=s.brokers,
+                                                 host=host)
+            for group in s.groups:
+                self.broker.create_topic(self.topic(group), s.partitions, min(s.brokers, 3))
             for where in [p.name for p in self.pods] or [HOST]:
                 self.start_proxy(where)
             threading.Thread(target=self.poll_offsets, daemon=True).start()
             threading.Thread(target=self.sample_rss, daemon=True).start()
             self.start_producers()
-            for group, kinds in GROUPS.items():
-                for kind in self.rng.sample(kinds, 2):
-                    self.new_member(group, kind)
+            if s.initial:
+                for spec in s.initial:
+                    group, kind, pod_index = parse_member(spec)
+                    self.new_member(group, kind, pod_index)
+            else:
+                for group in s.groups:
+                    for kind in self.rng.sample(GROUPS[group], 2):
+                        self.new_member(group, kind)
             where = (f"{len(self.pods)} pods, a sidecar each on {SIDECAR}" if self.pods
                      else f"proxy on {self.bootstrap}")
-            self.out(f"soak: seed {s.seed}, {s.duration_s:.0f} s, groups {list(GROUPS)}, "
+            self.out(f"soak: seed {s.seed}, {s.duration_s:.0f} s, groups {list(s.groups)}, "
                      f"{where}")
             chaos_end = started + s.duration_s
-            bag: list[str] = []
-            while True:
-                gap = self.rng.uniform(s.min_event_gap_s, s.max_event_gap_s)
-                if time.monotonic() + gap >= chaos_end:
-                    break
-                time.sleep(gap)
-                if not bag:  # every kind once, in a random order, before any repeats
-                    bag = self.rng.sample(s.events, len(s.events))
-                event = bag.pop()
-                note = self.apply_event(event)
-                self.applied.append(note)
-                self.out(f"  {note['t'] - started:7.1f}s {event:15s} {note.get('group', '')} "
-                         f"{note.get('member', '')}{' (skipped)' if note.get('skipped') else ''}")
+            if s.script or not s.events:  # scripted, or no events at all: a steady group
+                self.run_script(started)
+                remaining = chaos_end - time.monotonic()
+                if remaining > 0:
+                    time.sleep(remaining)
+            else:
+                self.run_random(chaos_end)
             self.stop_producers()
             self.catch_up()
             for member in self.live():
@@ -572,23 +706,73 @@ class Soak:
                 self.network.close()
         return self.report(time.monotonic() - started)
 
+    def run_random(self, chaos_end: float) -> None:
+        s = self.settings
+        bag: list[str] = []
+        while True:
+            gap = self.rng.uniform(s.min_event_gap_s, s.max_event_gap_s)
+            if time.monotonic() + gap >= chaos_end:
+                break
+            time.sleep(gap)
+            if not bag:  # every kind once, in a random order, before any repeats
+                bag = self.rng.sample(s.events, len(s.events))
+            self._apply(bag.pop(), None, chaos_end - s.duration_s)
+
+    def run_script(self, started: float) -> None:
+        for at, kind, group in (parse_scripted(e) for e in self.settings.script):
+            wait = started + at - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            self._apply(kind, group, started)
+
+    def _apply(self, event: str, group: str | None, started: float) -> None:
+        note = self.apply_event(event, group)
+        self.applied.append(note)
+        self.out(f"  {note['t'] - started:7.1f}s {event:15s} {note.get('group', '')} "
+                 f"{note.get('member', '')} {note.get('proxy', '')}"
+                 f"{' (skipped)' if note.get('skipped') else ''}")
+
+    def served_again(self) -> list[dict[str, Any]]:
+        """For each sidecar or broker event: how long until every partition of the group had
+        exactly one live owner again (and stayed so until the next event), and the
+        partition-seconds without an owner meanwhile, from the members' own callbacks."""
+        out = []
+        times = sorted(n["t"] for n in self.applied if not n.get("skipped"))
+        for note in self.applied:
+            if note["event"] not in SERVED_EVENTS or note.get("skipped"):
+                continue
+            later = [t for t in times if t > note["t"]]
+            end = later[0] if later else time.monotonic()
+            figures = compute(self.groups[note["group"]].events, self.settings.partitions,
+                              note["t"], end)
+            out.append({"event": note["event"], "group": note["group"],
+                        "proxy": note.get("proxy"), "broker": note.get("broker"),
+                        "t": note["t"], "window_s": round(end - note["t"], 1),
+                        "served_again_s": (None if figures.convergence_s is None
+                                           else round(figures.convergence_s, 2)),
+                        "downtime_partition_s": round(figures.downtime_partition_s, 1),
+                        "members_disturbed": figures.members_disturbed})
+        return out
+
     def catch_up(self) -> None:
         """Every group consumes and commits what was produced (bounded by ``catch_up_s``)."""
         deadline = time.monotonic() + self.settings.catch_up_s
-        for group in GROUPS:
+        for group in self.settings.groups:
             if not [m for m in self.live(group) if time.monotonic() > m.stuck_until]:
                 self.new_member(group)
         while time.monotonic() < deadline:
             with self.lock:
                 done = all(
                     self.offsets.highest.get((group, p), 0) >= end
-                    for group in GROUPS for p, end in self.produced[group].items())
+                    for group in self.settings.groups
+                    for p, end in self.produced[group].items())
             if done:
                 return
             time.sleep(1)
         with self.lock:
             behind = {f"{group}/{p}": (self.offsets.highest.get((group, p)), end)
-                      for group in GROUPS for p, end in self.produced[group].items()
+                      for group in self.settings.groups
+                      for p, end in self.produced[group].items()
                       if self.offsets.highest.get((group, p), 0) < end}
         self.caught_up = False
         self.out(f"soak: the groups did not catch up in time: (committed, produced) {behind}")
@@ -603,6 +787,7 @@ class Soak:
                 unexplained, explained = checks.double_ownership(g.events, stuck)
                 zombies = checks.zombie_commits(explained, stuck, g.commits)
                 gaps = checks.missing(self.produced[name], g.consumed)
+                rewinds = checks.rewinds(g.starts, g.commits)
                 produced = sum(self.produced[name].values())
                 regressions = [r for r in self.offsets.regressions if r.group == name]
                 groups[name] = {
@@ -612,6 +797,7 @@ class Soak:
                     "double_ownership": [asdict(o) for o in unexplained],
                     "explained_overlaps": [asdict(o) for o in explained],
                     "zombie_commits": [asdict(c) for c in zombies],
+                    "rewinds": [asdict(r) for r in rewinds],
                     "commits_ok": len(g.commits), "commits_failed": g.commit_failures,
                     "commit_errors": g.commit_errors, "members": g.kinds,
                     "stalls": len(g.stalls), "exited_on_their_own": g.exits,
@@ -627,6 +813,9 @@ class Soak:
                     violations.append(f"{name}: {len(unexplained)} partitions owned twice")
                 if zombies:
                     violations.append(f"{name}: {len(zombies)} zombie commits accepted")
+                if rewinds:
+                    violations.append(f"{name}: {len(rewinds)} times a member started a "
+                                      "partition below an offset whose commit had landed")
             if not self.caught_up:
                 violations.append("the groups had not committed everything produced "
                                   f"{s.catch_up_s:.0f} s after production stopped")
@@ -635,7 +824,12 @@ class Soak:
                 if r.growth_mib > s.rss_bound_mib:
                     violations.append(f"proxy #{r.incarnation}: RSS grew {r.growth_mib:.1f} "
                                       f"MiB after warm-up")
+            served = self.served_again()
             result = {
+                "served_again": served,
+                "proxy_cpu_s": {str(i): {"where": w, "cpu_s": round(c, 2)}
+                                for i, (w, c) in sorted(self.cpu.items())},
+                "holders": [[round(t, 2), g, h] for t, g, h in self.holders],
                 "settings": asdict(s), "machine": machine.machine_info(java_executable()),
                 "elapsed_s": round(elapsed, 1), "events": self.applied,
                 "offset_polls": self.offsets.polls, "groups": groups,
@@ -644,6 +838,46 @@ class Soak:
                 "caught_up": self.caught_up, "violations": violations,
             }
         return result
+
+
+def served_figures(result: dict[str, Any]) -> list[str]:
+    """One line per event after which the group had to be served again."""
+    lines = []
+    for f in result.get("served_again", []):
+        took = (f"{f['served_again_s']:.1f} s" if f["served_again_s"] is not None
+                else "not within the window")
+        lines.append(f"{f['event']} ({f['group']}, {f.get('proxy') or f.get('broker', '')}): "
+                     f"served again after {took}, {f['downtime_partition_s']:.1f} partition-s "
+                     "unserved")
+    return lines
+
+
+def parse_member(spec: str) -> tuple[str, Kind, int | None]:
+    """``GROUP:LIBRARY/PROTOCOL/COMMIT[@POD]`` -> (group, kind, pod index or None)."""
+    group, _, rest = spec.partition(":")
+    label, _, pod = rest.partition("@")
+    library, protocol, commit = label.split("/")
+    classic_assignor = next((k.assignor for k in GROUPS[group] if k.protocol == "classic"),
+                            "range")
+    assignor = classic_assignor if protocol == "classic" else "uniform"
+    return group, Kind(library, protocol, assignor, commit), int(pod) if pod else None
+
+
+def parse_scripted(spec: str) -> tuple[float, str, str | None]:
+    """``SECONDS:KIND[:GROUP]`` -> (seconds from the start, kind, group or None)."""
+    at, _, rest = spec.partition(":")
+    kind, _, group = rest.partition(":")
+    return float(at), kind, group or None
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User and system CPU time of ``pid`` so far."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss_mib(pid: int) -> float | None:
@@ -679,5 +913,6 @@ def summary(result: dict[str, Any]) -> str:
     if exits:
         lines.append(f"members whose client exited on its own: {len(exits)}, e.g. "
                      f"{exits[0]['member']}: {exits[0]['last_error']}")
+    lines += served_figures(result)
     lines.append(f"violations: {result['violations'] or 'none'}")
     return "\n".join(lines)

@@ -70,3 +70,22 @@ def test_rss_growth_is_measured_per_process_after_warm_up() -> None:
     growth = checks.rss_growth(samples, warmup_s=10.0)
     assert growth == [checks.RssGrowth(1, 35.0, 70.0)]  # #2 had one sample after warm-up
     assert growth[0].growth_mib == 35.0
+
+
+def test_a_start_below_a_landed_commit_is_a_rewind() -> None:
+    commits = [checks.Commit(10.0, "a", 0, 50), checks.Commit(12.0, "a", 0, 80),
+               checks.Commit(30.0, "b", 0, 120)]
+    starts = [checks.Start(11.0, "b", 0, 50),   # after the first commit only: fine
+              checks.Start(13.0, "c", 0, 60),   # below 80, acknowledged at 12: a rewind
+              checks.Start(13.0, "c", 1, 0),    # nothing committed on partition 1
+              checks.Start(31.0, "d", 0, 120)]  # exactly the committed offset: fine
+    (rewind,) = checks.rewinds(starts, commits)
+    assert (rewind.member, rewind.partition, rewind.started_at, rewind.committed) == (
+        "c", 0, 60, 80)
+
+
+def test_a_commit_acknowledged_after_the_start_does_not_count() -> None:
+    # the previous owner's commit landed only after the next one was given the partition:
+    # those records are duplicates whose commit had not landed, not a rewind
+    commits = [checks.Commit(20.0, "a", 0, 80, sent=9.0)]
+    assert checks.rewinds([checks.Start(15.0, "b", 0, 40)], commits) == []

@@ -282,13 +282,20 @@ async def test_a_relayed_commit_for_a_group_no_longer_held_is_refused() -> None:
     assert service.pool.fake.requests == []  # type: ignore[attr-defined]
 
 
-async def test_a_group_an_old_groupgate_holds_is_refused_retriably() -> None:
+async def test_a_group_an_old_groupgate_holds_is_refused_and_its_partitions_dropped() -> None:
+    """A groupgate 0.1.0 hands partitions out on its own: members here must not join, and
+    members that hold partitions (from this fleet's coordinator before the old one appeared)
+    must let them go."""
     service = make_service(stub_broker)
     service.directory._views["g"] = Holder("legacy", detail="0.1.0")
-    result = await exchange(router(service, fleet=True),
-                            request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, HEARTBEAT_V0))
-    assert result.response is not None
-    assert result.response["error_code"] == COORDINATOR_NOT_AVAILABLE
+    r = router(service, fleet=True)
+    held = await exchange(r, request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, HEARTBEAT_V0))
+    assert held.response is not None and held.response["error_code"] == UNKNOWN_MEMBER_ID
+    join = await exchange(r, request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, dict(
+        HEARTBEAT_V0, member_id="", member_epoch=0, rebalance_timeout_ms=30000,
+        subscribed_topic_names=["orders"], topic_partitions=[])))
+    assert join.response is not None
+    assert join.response["error_code"] == COORDINATOR_NOT_AVAILABLE
 
 
 # -- the membership: an election and a lease -------------------------------------------------
@@ -412,3 +419,79 @@ def test_a_takeover_after_another_holder_waits_one_session_for_its_members() -> 
     service = make_service(stub_broker, takeover_wait_ms=9000)
     assert service.config.takeover_wait_seconds == 9.0
     assert make_service(stub_broker).config.takeover_wait_seconds == 6.0  # the session
+
+
+# -- fleet-routing redirect: FindCoordinator names the coordinating sidecar -------------------
+
+
+async def test_forward_routing_leaves_find_coordinator_to_the_broker() -> None:
+    service = make_service(stub_broker)
+    result = await exchange(router(service, fleet=True),
+                            request(ApiKey.FIND_COORDINATOR, 3, {"key": "g", "key_type": 0}))
+    assert result.action == "forward"
+
+
+async def test_redirect_routing_names_the_holder_s_fleet_listener() -> None:
+    from proxy.coordination.fleet import redirect_node_id
+    from proxy.rewrite.address import DictAddressMap
+
+    service = make_service(stub_broker, fleet_routing="redirect")
+    service.address_map = DictAddressMap({1: ("127.0.0.1", 9093)})
+    service.directory._views["held"] = Holder("sidecar", Card(PEER, "0.2.0"), "m1",
+                                              coordinator=(1, ("10.233.0.1", 9092)))
+    service.directory._views["free"] = Holder("free", coordinator=(1, ("10.233.0.1", 9092)))
+    service.directory._views["old"] = Holder("legacy", detail="0.1.0",
+                                             coordinator=(1, ("10.233.0.1", 9092)))
+    r = router(service, fleet=True)
+    one = await exchange(r, request(ApiKey.FIND_COORDINATOR, 3, {"key": "held", "key_type": 0}))
+    assert one.action == "local" and one.response is not None
+    assert (one.response["node_id"], one.response["host"], one.response["port"]) == (
+        redirect_node_id(PEER), *PEER)
+    assert 1_000_000_000 <= one.response["node_id"] < 2_000_000_000
+    batch = await exchange(r, request(ApiKey.FIND_COORDINATOR, 4, {
+        "key_type": 0, "coordinator_keys": ["held", "free", "old"]}))
+    assert batch.response is not None
+    found = {c["key"]: c for c in batch.response["coordinators"]}
+    assert (found["held"]["host"], found["held"]["port"]) == PEER
+    assert (found["free"]["node_id"], found["free"]["host"], found["free"]["port"]) == (
+        1, "127.0.0.1", 9093)  # this sidecar's own listener for the broker coordinator
+    assert found["old"]["error_code"] == COORDINATOR_NOT_AVAILABLE
+    transactional = await exchange(r, request(ApiKey.FIND_COORDINATOR, 3,
+                                              {"key": "txn", "key_type": 1}))
+    assert transactional.action == "forward"
+
+
+async def test_a_redirected_client_is_served_on_the_fleet_listener() -> None:
+    """A client sent to the fleet listener by FindCoordinator is not marked as relayed: it is
+    the application itself, from another pod."""
+    service = make_service(stub_broker, fleet_routing="redirect")
+    coordinate(service, "g")
+    join = dict(HEARTBEAT_V0, member_id="", member_epoch=0, rebalance_timeout_ms=30000,
+                subscribed_topic_names=["orders"], topic_partitions=[])
+    result = await exchange(router(service, None, inbound=True),
+                            request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, join))
+    assert result.response is not None and result.response["error_code"] == 0
+    group = service.engine.group("g")
+    assert group is not None
+    (engine_member,) = group.members.values()
+    assert (engine_member.client_id, engine_member.client_host) == ("client-1", "/10.0.0.7")
+
+
+async def test_a_request_too_large_to_decode_is_refused_for_a_group_another_sidecar_holds(
+) -> None:
+    """It cannot be relayed without decoding it; a group whose holder is not known yet goes to
+    the broker, which refuses a commit carrying no member of its group."""
+    import pytest
+
+    from proxy.connection import FORWARD, RejectRequest
+
+    service = make_service(stub_broker)
+    service.directory._views["peer"] = Holder("sidecar", Card(PEER, "0.2.0"), "m1")
+    r = router(service, fleet=True)
+    for group_id, expected in (("peer", None), ("unknown", FORWARD)):
+        info = request(ApiKey.OFFSET_COMMIT, 9, dict(COMMIT_V9, group_id=group_id))
+        if expected is None:
+            with pytest.raises(RejectRequest, match="another sidecar"):
+                r.decide_oversized(info)
+        else:
+            assert r.decide_oversized(info) == expected
