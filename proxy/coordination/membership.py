@@ -165,6 +165,9 @@ class BrokerMembership:
         """Told when :attr:`interrupted` changes."""
         self.on_lost: Callable[[str], None] | None = None
         """Told once the lease held earlier is lost for good (the task has ended)."""
+        self.on_established: Callable[[], None] | None = None
+        """Told once, when the first join succeeded, before anyone waiting on :attr:`settled`
+        runs (so that whatever it decides applies to every waiting request alike)."""
         self.lease_deadline = float("inf")
         """trio time until which the proxy may act for the group (see :data:`LEASE_FRACTION`)."""
         self.previous_generation = -1
@@ -346,6 +349,8 @@ class BrokerMembership:
                 if first:
                     first = False
                     metrics.LEASE_EVENTS.labels("won").inc()
+                    if self.on_established is not None:
+                        self.on_established()
                     self.settled.set()
                 await self._heartbeat_until_rejoin()
 

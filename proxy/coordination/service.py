@@ -408,9 +408,6 @@ class CoordinatorService:
                 card=self.card)
             self.adopt(membership)
             self._nursery.start_soon(self._run_membership, membership)
-            await membership.settled.wait()
-            if membership.failure is None:
-                self._start_loading(membership)
         await membership.settled.wait()
         if membership.failure is not None:
             if self.memberships.get(group_id) is membership:
@@ -456,6 +453,7 @@ class CoordinatorService:
         membership.on_interrupted = (
             lambda interrupted: self._membership_interrupted(group_id, interrupted))
         membership.on_lost = lambda reason: self._membership_lost(membership, reason)
+        membership.on_established = lambda: self._start_loading(membership)
         self.memberships[group_id] = membership
 
     def _membership_lost(self, membership: BrokerMembership, reason: str) -> None:

@@ -11,6 +11,7 @@ had not landed), the proxies' memory flat.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ def _pods_available() -> None:
 
 def run_soak(tmp_path: Path, **settings: Any) -> dict[str, Any]:
     result = soak.Soak(soak.Settings(**settings), tmp_path).run()
+    (tmp_path / "result.json").write_text(json.dumps(result, indent=1, default=str))
     print(soak.summary(result))
     assert result["caught_up"], f"logs in {tmp_path}"
     assert result["violations"] == [], f"{result['violations']}; logs in {tmp_path}"
@@ -84,3 +86,16 @@ def test_a_rollout_restarts_every_sidecar_one_at_a_time(tmp_path: Path) -> None:
         script=("15:sidecar-roll:eager",))
     (roll,) = [e for e in result["events"] if e["event"] == "sidecar-roll"]
     assert roll["proxies"] == ["pod1", "pod2", "pod3"]
+
+
+def test_three_brokers_the_group_s_broker_and_then_its_sidecar_fail(tmp_path: Path) -> None:
+    """Kafka 3.9 on three nodes: the broker coordinating the group is SIGKILLed (its
+    ``__consumer_offsets`` partition moves; the sidecar's member rejoins at the new broker
+    coordinator, or its lease ends first), then the coordinating sidecar is."""
+    result = run_soak(
+        tmp_path, duration_s=80.0, seed=25, pods=2, brokers=3, groups=("eager",),
+        initial=("eager:confluent/consumer/async@1", "eager:confluent/classic/async@2",
+                 "eager:confluent/classic/sync@1", "eager:confluent/consumer/sync@2"),
+        script=("20:broker-kill:eager", "55:coordinator-kill:eager"))
+    applied = {e["event"] for e in result["events"] if not e.get("skipped")}
+    assert applied == {"broker-kill", "coordinator-kill"}, result["events"]

@@ -539,7 +539,8 @@ class Soak:
         s = self.settings
         group = chosen or self.rng.choice(list(s.groups))
         live = self.live(group)
-        note: dict[str, Any] = {"t": time.monotonic(), "event": kind, "group": group}
+        began = time.monotonic()
+        note: dict[str, Any] = {"t": began, "began": began, "event": kind, "group": group}
         if kind == "join" and len(live) < s.max_members:
             note["member"] = self.new_member(group).name
         elif kind in ("leave", "kill", "stall") and live:
@@ -737,11 +738,11 @@ class Soak:
         exactly one live owner again (and stayed so until the next event), and the
         partition-seconds without an owner meanwhile, from the members' own callbacks."""
         out = []
-        times = sorted(n["t"] for n in self.applied if not n.get("skipped"))
+        times = sorted(n.get("began", n["t"]) for n in self.applied if not n.get("skipped"))
         for note in self.applied:
             if note["event"] not in SERVED_EVENTS or note.get("skipped"):
                 continue
-            later = [t for t in times if t > note["t"]]
+            later = [t for t in times if t > note["t"]]  # until the next event began
             end = later[0] if later else time.monotonic()
             figures = compute(self.groups[note["group"]].events, self.settings.partitions,
                               note["t"], end)

@@ -421,6 +421,64 @@ def test_a_takeover_after_another_holder_waits_one_session_for_its_members() -> 
     assert make_service(stub_broker).config.takeover_wait_seconds == 6.0  # the session
 
 
+def _taken_over_at(generation: int) -> Any:
+    """A broker whose group had ``generation - 1`` generations before the proxy joined."""
+    def broker(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
+        reply = stub_broker(key, version, value)
+        if key == ApiKey.JOIN_GROUP:
+            reply["generation_id"] = generation
+        return reply
+    return broker
+
+
+JOIN_V0 = dict(HEARTBEAT_V0, member_id="", member_epoch=0, rebalance_timeout_ms=30000,
+               subscribed_topic_names=["orders"], topic_partitions=[])
+
+
+async def test_every_join_after_a_takeover_waits_for_the_members_of_the_last_holder(
+        autojump_clock: trio.abc.Clock) -> None:
+    """The wait after taking a group over from another holder applies to every join, also when
+    the join that started the takeover gave up before the broker's group was held (its client
+    timed out and closed the connection)."""
+    service = make_service(_taken_over_at(5))
+    original = service.pool.fake.request  # type: ignore[attr-defined]
+
+    async def slow_join(api_key: int, version: int, value: dict[str, Any], **kw: Any
+                        ) -> dict[str, Any]:
+        if api_key == ApiKey.JOIN_GROUP:
+            await trio.sleep(4)  # the broker waits for the last holder's member to expire
+        return await original(api_key, version, value, **kw)
+
+    service.pool.fake.request = slow_join  # type: ignore[attr-defined]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lambda task_status: service.run(watch_topics=False,
+                                                            task_status=task_status))
+        r = router(service)
+        with trio.move_on_after(1):  # the first join's client gives up
+            await exchange(r, request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, JOIN_V0, 1))
+        await trio.sleep(4)  # the broker's group is held by now (at 4 s)
+        assert service.coordinates("g")
+        again = await exchange(r, request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, JOIN_V0, 2))
+        assert again.response is not None
+        assert again.response["error_code"] == 14  # COORDINATOR_LOAD_IN_PROGRESS
+        await trio.sleep(6)
+        after = await exchange(r, request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, JOIN_V0, 3))
+        assert after.response is not None and after.response["error_code"] == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_group_that_never_had_members_is_assigned_at_once(
+        autojump_clock: trio.abc.Clock) -> None:
+    service = make_service(_taken_over_at(1))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lambda task_status: service.run(watch_topics=False,
+                                                            task_status=task_status))
+        result = await exchange(router(service),
+                                request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, JOIN_V0))
+        assert result.response is not None and result.response["error_code"] == 0
+        nursery.cancel_scope.cancel()
+
+
 # -- fleet-routing redirect: FindCoordinator names the coordinating sidecar -------------------
 
 
