@@ -113,6 +113,8 @@ class Holder:
     detail: str = ""
     coordinator: tuple[int, Address] | None = None
     """The broker coordinating the group (node id, address), as the lookup found it."""
+    settling: bool = False
+    """``unknown`` because the broker's group is rebalancing: worth asking again shortly."""
 
     @property
     def followable(self) -> bool:
@@ -120,6 +122,9 @@ class Holder:
 
 
 FREE: Final = Holder("free")
+SETTLED_STATES: Final = frozenset({"Stable"})
+"""Group states in which DescribeGroups shows the members' metadata (and so their cards)."""
+
 
 
 def read_holder(described: dict[str, Any], own_member_ids: frozenset[str] = frozenset()
@@ -131,6 +136,11 @@ def read_holder(described: dict[str, Any], own_member_ids: frozenset[str] = froz
     members = described.get("members") or []
     if not members:
         return FREE
+    if described.get("group_state") not in SETTLED_STATES:
+        # Kafka describes members' metadata only in a Stable group: while it rebalances no
+        # card can be read, and a card-less member is not proof of an old groupgate
+        return Holder("unknown", detail=f"the broker's group is {described.get('group_state')}",
+                      settling=True)
     if (described.get("protocol_type") != PROTOCOL_TYPE
             or described.get("protocol_data") not in (PROTOCOL_NAME, "")):
         return Holder("broker", detail=f"{len(members)} member(s) of protocol "

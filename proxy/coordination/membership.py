@@ -344,6 +344,10 @@ class BrokerMembership:
                         return
                     log.warning("group %s: broker-side membership lost, rejoining: %s",
                                 self.group_id, exc)
+                    if not isinstance(exc, MembershipRefused):
+                        # the coordinator broker may be gone: ask who coordinates the group
+                        # now (after a failover its new coordinator knows this member)
+                        self.coordinator = None
                     await trio.sleep(RETRY_SECONDS)
                     continue
                 if first:

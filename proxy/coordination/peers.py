@@ -39,6 +39,8 @@ log = logging.getLogger("groupgate.coordination")
 DESCRIBE_VERSION = 3
 LOOKUP_SECONDS = 5.0
 """Longest a lookup waits for the broker before the group's holder counts as unknown."""
+SETTLE_SECONDS = 0.25
+"""How long a lookup waits before asking again about a group the broker is rebalancing."""
 REMEMBERED_MAX = 10_000
 HISTORY_SECONDS = 3600.0
 """How long the kind of a group's last holder is remembered (see
@@ -100,6 +102,14 @@ class Directory:
 
     async def _describe(self, group_id: str, own_member_ids: frozenset[str]) -> Holder:
         deadline = trio.current_time() + LOOKUP_SECONDS
+        while True:
+            holder = await self._describe_once(group_id, own_member_ids, deadline)
+            if not holder.settling or trio.current_time() + SETTLE_SECONDS >= deadline:
+                return holder
+            await trio.sleep(SETTLE_SECONDS)  # the broker's group is rebalancing: look again
+
+    async def _describe_once(self, group_id: str, own_member_ids: frozenset[str],
+                             deadline: float) -> Holder:
         try:
             pool = self._pool()
             node, address = await find_coordinator(pool, self._bootstrap, group_id, deadline)

@@ -327,6 +327,8 @@ class Soak:
         self.stopping = threading.Event()
         self.producers: list[subprocess.Popen[str]] = []
         self.caught_up = True
+        self.chaos_end = float("inf")
+        """When events stop (production stops and the groups catch up after that)."""
 
     # -- names ------------------------------------------------------------------------------
 
@@ -682,7 +684,7 @@ class Soak:
                      else f"proxy on {self.bootstrap}")
             self.out(f"soak: seed {s.seed}, {s.duration_s:.0f} s, groups {list(s.groups)}, "
                      f"{where}")
-            chaos_end = started + s.duration_s
+            chaos_end = self.chaos_end = started + s.duration_s
             if s.script or not s.events:  # scripted, or no events at all: a steady group
                 self.run_script(started)
                 remaining = chaos_end - time.monotonic()
@@ -743,7 +745,7 @@ class Soak:
             if note["event"] not in SERVED_EVENTS or note.get("skipped"):
                 continue
             later = [t for t in times if t > note["t"]]  # until the next event began
-            end = later[0] if later else time.monotonic()
+            end = later[0] if later else max(self.chaos_end, note["t"])
             figures = compute(self.groups[note["group"]].events, self.settings.partitions,
                               note["t"], end)
             out.append({"event": note["event"], "group": note["group"],

@@ -553,3 +553,85 @@ async def test_a_request_too_large_to_decode_is_refused_for_a_group_another_side
                 r.decide_oversized(info)
         else:
             assert r.decide_oversized(info) == expected
+
+
+def test_a_rebalancing_broker_group_shows_no_cards_and_is_not_taken_for_an_old_groupgate(
+) -> None:
+    """Kafka leaves members' metadata out of DescribeGroups unless the group is Stable."""
+    bare = dict(member("m1", b""), member_metadata=b"")
+    for state in ("PreparingRebalance", "CompletingRebalance"):
+        holder = read_holder(dict(described(bare), group_state=state, protocol_data=""))
+        assert holder.kind == "unknown" and holder.settling, state
+    assert read_holder(dict(described(), group_state="Empty")).kind == "free"
+
+
+async def test_a_lookup_asks_again_while_the_broker_s_group_rebalances(
+        autojump_clock: trio.abc.Clock) -> None:
+    card = subscription_metadata(["t"], Card(PEER, "0.2.0"))
+    answers = [dict(described(dict(member("m1", b""), member_metadata=b"")),
+                    group_state="CompletingRebalance", protocol_data="")] * 2 + [
+        described(member("m1", card))]
+
+    def broker(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
+        if key == ApiKey.DESCRIBE_GROUPS:
+            return {"throttle_time_ms": 0, "groups": [answers.pop(0)]}
+        return stub_broker(key, version, value)
+
+    table = Routes(lambda _g: False, Directory(lambda: FakePool(broker), [("b", 1)]), SELF)
+    route = await table.lookup(["g"])
+    assert route.kind == RELAY and route.address == PEER and answers == []
+
+
+async def test_a_membership_whose_broker_died_finds_the_new_coordinator_and_keeps_its_member(
+        autojump_clock: trio.abc.Clock) -> None:
+    """The broker coordinating the group is killed: the proxy asks FindCoordinator again
+    instead of knocking on the dead broker until its member expires at the new coordinator."""
+    from proxy.upstream import UpstreamError
+
+    dead = trio.Event()
+    died_at = [0.0]
+    joins: list[tuple[tuple[str, int], str]] = []
+
+    class Link:
+        def __init__(self, address: tuple[str, int]) -> None:
+            self.address = address
+
+        async def request(self, api_key: int, version: int, value: dict[str, Any],
+                          **_kw: Any) -> dict[str, Any]:
+            if dead.is_set() and self.address == ("old", 1):
+                raise UpstreamError("connection refused")
+            if api_key == ApiKey.FIND_COORDINATOR:
+                # the cluster names the dead broker until it has fenced it
+                moved = dead.is_set() and trio.current_time() >= died_at[0] + 3
+                return dict(stub_broker(api_key, version, value),
+                            host="new" if moved else "old", port=1)
+            if api_key == ApiKey.JOIN_GROUP:
+                joins.append((self.address, value["member_id"]))
+            if api_key == ApiKey.HEARTBEAT:
+                await trio.sleep(0.001)
+            return stub_broker(api_key, version, value)
+
+        async def aclose(self) -> None:
+            return None
+
+    class Pool(FakePool):
+        def link(self, address: tuple[str, int]) -> Any:
+            return Link(address)
+
+        def dedicated(self, address: tuple[str, int], request_timeout: float) -> Any:
+            return Link(address)
+
+    membership = BrokerMembership("g", Pool(stub_broker), [("bootstrap", 1)],
+                                  connect_timeout=5, card=Card(SELF, "0.2.0"))
+    lost: list[str] = []
+    membership.on_lost = lost.append
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(membership.run)
+        await membership.settled.wait()
+        member_id = membership.member_id
+        died_at[0] = trio.current_time()
+        dead.set()
+        await trio.sleep(5)
+        assert membership.stable and membership.coordinator == ("new", 1) and not lost
+        assert joins[-1] == (("new", 1), member_id)  # rejoined as the same member
+        nursery.cancel_scope.cancel()
