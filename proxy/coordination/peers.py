@@ -52,9 +52,12 @@ the member's rebalance timeout, Kafka's default being 300 s)."""
 
 def _view_expiry(_group_id: str, holder: Holder, now: float) -> float:
     """A free group is looked at again soon (acting on a stale "free" means joining the
-    broker's group, which disturbs the holder); a held one later (a stale view corrects itself:
-    the relay fails or is answered NOT_COORDINATOR, and the view is dropped)."""
-    return now + (VIEW_SECONDS if holder.kind == "free" else SETTLED_VIEW_SECONDS)
+    broker's group, which disturbs the holder), and so is one an old groupgate holds (its
+    members here wait until it is gone); one a fleet sidecar or the broker's own members hold
+    later (a stale view corrects itself: the relay fails or is answered NOT_COORDINATOR, and
+    the view is dropped)."""
+    short = holder.kind in ("free", "legacy")
+    return now + (VIEW_SECONDS if short else SETTLED_VIEW_SECONDS)
 
 
 class Directory:

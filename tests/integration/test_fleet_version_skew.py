@@ -1,0 +1,195 @@
+"""Version skew: a groupgate 0.1.0 sidecar (no fleet support: it coordinates every group alone)
+joins the broker's group that a fleet sidecar holds, as during a rolling update from 0.1.0.
+
+The old sidecar is played at the wire level by exactly what 0.1.0 sends for its member in the
+broker's group: protocol type ``consumer``, protocol ``groupgate-coordinated``, a consumer
+subscription without user data (no card), heartbeats every third of its session. The fleet
+sidecar must give the group up at once and make its own members drop their partitions, and
+must not take the group back while the old sidecar is there; once it is gone, it does.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import trio
+
+from proxy.codec import messages
+from proxy.codec.api_keys import ApiKey
+from proxy.upstream import UpstreamClient
+from tests.integration.conftest import StartProxy
+from tests.testbed.broker import KafkaBroker
+
+pytestmark = pytest.mark.broker
+
+SESSION_MS = 6000
+PROXY_FLAGS = ("--group-heartbeat-interval-ms", "500", "--group-session-timeout-ms",
+               str(SESSION_MS), "--group-metadata-refresh-ms", "1000",
+               "--fleet-listen", "127.0.0.1:0", "--fleet-address", "127.0.0.1:1",
+               "--takeover-wait-ms", "2000")
+
+
+class OldSidecar:
+    """The member a groupgate 0.1.0 keeps in the broker's group, in a thread of its own."""
+
+    def __init__(self, bootstrap: str, group_id: str, topic: str) -> None:
+        host, _, port = bootstrap.partition(":")
+        self.address = (host, int(port))
+        self.group_id, self.topic = group_id, topic
+        self.joined = threading.Event()
+        self.stop = threading.Event()
+        self.errors: list[str] = []
+        self.thread = threading.Thread(target=lambda: trio.run(self._run), daemon=True)
+
+    async def _run(self) -> None:
+        coordinator = await self._find()
+        stream = await trio.open_tcp_stream(*coordinator)
+        client = UpstreamClient(stream, max_frame_bytes=1 << 20)
+        metadata = messages.encode_data("ConsumerProtocolSubscription", 0,
+                                        {"topics": [self.topic]})
+        member_id, generation = "", -1
+        while not self.joined.is_set():
+            join = await client.request(ApiKey.JOIN_GROUP, 5, {
+                "group_id": self.group_id, "session_timeout_ms": SESSION_MS,
+                "rebalance_timeout_ms": SESSION_MS, "member_id": member_id,
+                "group_instance_id": None, "protocol_type": "consumer",
+                "protocols": [{"name": "groupgate-coordinated", "metadata": metadata}]})
+            member_id = join["member_id"] or member_id
+            if join["error_code"] in (79, 27):  # MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS
+                continue
+            assert join["error_code"] == 0, join
+            generation = join["generation_id"]
+            assignments = ([{"member_id": m["member_id"], "assignment": b""}
+                            for m in join["members"]] if join["leader"] == member_id else [])
+            sync = await client.request(ApiKey.SYNC_GROUP, 3, {
+                "group_id": self.group_id, "generation_id": generation,
+                "member_id": member_id, "group_instance_id": None,
+                "assignments": assignments})
+            if sync["error_code"] == 0:
+                self.joined.set()
+        while not self.stop.is_set():
+            await trio.sleep(SESSION_MS / 3000)
+            beat = await client.request(ApiKey.HEARTBEAT, 3, {
+                "group_id": self.group_id, "generation_id": generation,
+                "member_id": member_id, "group_instance_id": None})
+            if beat["error_code"] == 27:  # the fleet sidecar's leave rebalanced the group
+                self.joined.clear()
+                return await self._rejoin(client, metadata, member_id)
+        await client.request(ApiKey.LEAVE_GROUP, 3, {
+            "group_id": self.group_id,
+            "members": [{"member_id": member_id, "group_instance_id": None}]})
+        await client.aclose()
+
+    async def _rejoin(self, client: UpstreamClient, metadata: bytes, member_id: str) -> None:
+        generation = -1
+        while not self.joined.is_set():
+            join = await client.request(ApiKey.JOIN_GROUP, 5, {
+                "group_id": self.group_id, "session_timeout_ms": SESSION_MS,
+                "rebalance_timeout_ms": SESSION_MS, "member_id": member_id,
+                "group_instance_id": None, "protocol_type": "consumer",
+                "protocols": [{"name": "groupgate-coordinated", "metadata": metadata}]})
+            if join["error_code"] != 0:
+                continue
+            generation = join["generation_id"]
+            sync = await client.request(ApiKey.SYNC_GROUP, 3, {
+                "group_id": self.group_id, "generation_id": generation,
+                "member_id": member_id, "group_instance_id": None,
+                "assignments": [{"member_id": m["member_id"], "assignment": b""}
+                                for m in join["members"]]})
+            if sync["error_code"] == 0:
+                self.joined.set()
+        while not self.stop.is_set():
+            await trio.sleep(SESSION_MS / 3000)
+            await client.request(ApiKey.HEARTBEAT, 3, {
+                "group_id": self.group_id, "generation_id": generation,
+                "member_id": member_id, "group_instance_id": None})
+        await client.request(ApiKey.LEAVE_GROUP, 3, {
+            "group_id": self.group_id,
+            "members": [{"member_id": member_id, "group_instance_id": None}]})
+        await client.aclose()
+
+    async def _find(self) -> tuple[str, int]:
+        stream = await trio.open_tcp_stream(*self.address)
+        client = UpstreamClient(stream, max_frame_bytes=1 << 20)
+        found = await client.request(ApiKey.FIND_COORDINATOR, 3,
+                                     {"key": self.group_id, "key_type": 0})
+        await client.aclose()
+        return found["host"], found["port"]
+
+
+class Member:
+    """A confluent-kafka member (new protocol) through the sidecar; records what it owns."""
+
+    def __init__(self, bootstrap: str, group_id: str, topic: str) -> None:
+        from confluent_kafka import Consumer
+
+        self.owned: set[int] = set()
+        self.history: list[tuple[float, str, tuple[int, ...]]] = []
+        self.consumer = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": group_id,
+            "group.protocol": "consumer", "auto.offset.reset": "earliest"})
+        self.consumer.subscribe([topic], on_assign=self._assign, on_revoke=self._drop,
+                                on_lost=self._drop)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+
+    def _assign(self, _consumer: Any, partitions: list[Any]) -> None:
+        self.owned |= {p.partition for p in partitions}
+        self.history.append((time.monotonic(), "assign", tuple(p.partition for p in partitions)))
+
+    def _drop(self, _consumer: Any, partitions: list[Any]) -> None:
+        self.owned -= {p.partition for p in partitions}
+        self.history.append((time.monotonic(), "drop", tuple(p.partition for p in partitions)))
+
+    def _poll(self) -> None:
+        while not self.stop.is_set():
+            self.consumer.poll(0.2)
+        self.consumer.close()
+
+
+def wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def old_sidecars() -> Iterator[list[OldSidecar]]:
+    started: list[OldSidecar] = []
+    yield started
+    for old in started:
+        old.stop.set()
+        old.thread.join(10)
+
+
+def test_a_groupgate_0_1_0_joining_a_held_group_is_never_coordinated_alongside(
+        kafka39: KafkaBroker, start_proxy: StartProxy, old_sidecars: list[OldSidecar]) -> None:
+    topic, group_id = f"skew-{uuid.uuid4().hex[:6]}", f"skew-{uuid.uuid4().hex[:6]}"
+    kafka39.create_topic(topic, 4)
+    sidecar = start_proxy(kafka39, *PROXY_FLAGS)
+    member = Member(sidecar.bootstrap, group_id, topic)
+    try:
+        wait_for(lambda: member.owned == {0, 1, 2, 3}, 60, "the fleet to assign the member")
+        old = OldSidecar(kafka39.bootstrap, group_id, topic)
+        old_sidecars.append(old)
+        old.thread.start()
+        wait_for(old.joined.is_set, 60, "the old sidecar to hold the broker's group")
+        # the fleet sidecar gave the group up and its member let go of everything
+        wait_for(lambda: not member.owned, 30, "the member to drop its partitions")
+        assert "a groupgate without fleet support (0.1.0)" in sidecar.log()
+        time.sleep(8)  # and gets nothing back while the old sidecar holds the group
+        assert not member.owned, member.history
+        old.stop.set()
+        old.thread.join(15)
+        wait_for(lambda: member.owned == {0, 1, 2, 3}, 60,
+                 "the fleet to take the group back once the old sidecar left")
+    finally:
+        member.stop.set()
+        member.thread.join(15)
