@@ -194,6 +194,8 @@ class Routes:
         self.claims = claims
         self.directory = directory
         self.own_address = own_address
+        self._refusals_logged: TTLCache[tuple[str, str], bool] = TTLCache(
+            maxsize=REMEMBERED_MAX, ttl=REFUSAL_LOG_SECONDS, timer=trio.current_time)
 
     def route(self, group_ids: Sequence[str]) -> Route:
         routes = {self._route_one(g) for g in group_ids}
@@ -245,6 +247,17 @@ class Routes:
     def forget(self, group_ids: Sequence[str]) -> None:
         for group_id in group_ids:
             self.directory.forget(group_id)
+
+    def note_refused(self, group_ids: Sequence[str], reason: str) -> None:
+        """Log that requests of ``group_ids`` are refused: once per group and reason every
+        :data:`REFUSAL_LOG_SECONDS` (members retry several times a second)."""
+        key = (",".join(group_ids), reason)
+        if key not in self._refusals_logged:
+            self._refusals_logged[key] = True
+            log.info("group requests of %s refused here: %s", key[0], reason)
+
+
+REFUSAL_LOG_SECONDS = 10.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -198,7 +198,7 @@ class CoordinatingRouter(ForwardingRouter):
             assert route.address is not None
             return await self._relay(handler, request, groups, route.address)
         if route.kind != LOCAL:
-            log.info("api key %d for %s: %s", request.api_key, ",".join(groups), route.reason)
+            self._fleet.routes.note_refused(groups, route.reason)
             error = (UNKNOWN_MEMBER_ID if route.let_go and not _is_join(request)
                      else COORDINATOR_NOT_AVAILABLE)
             return self._encode(handler, request, handler.failure(request, error))

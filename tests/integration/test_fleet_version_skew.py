@@ -183,7 +183,7 @@ def test_a_groupgate_0_1_0_joining_a_held_group_is_never_coordinated_alongside(
         wait_for(old.joined.is_set, 60, "the old sidecar to hold the broker's group")
         # the fleet sidecar gave the group up and its member let go of everything
         wait_for(lambda: not member.owned, 30, "the member to drop its partitions")
-        assert "a groupgate without fleet support (0.1.0)" in sidecar.log()
+        assert "a groupgate without fleet support (0.1.0)" in sidecar.log()  # said, and why
         time.sleep(8)  # and gets nothing back while the old sidecar holds the group
         assert not member.owned, member.history
         old.stop.set()
