@@ -235,7 +235,7 @@ SETTINGS: tuple[Setting, ...] = (
             "How the members behind this sidecar reach a group another sidecar coordinates: "
             "'forward' (this sidecar relays their group requests to it) or 'redirect' "
             "(FindCoordinator names its fleet listener and clients connect there). See "
-            "docs/decisions/0011-fleet-routing.md."),
+            "docs/decisions/0014-fleet-routing.md."),
     Setting("takeover-wait-ms", _optional_int, "auto",
             "How long a sidecar that takes a group over from another coordinator (one that "
             "died or lost the broker's group) answers joins with COORDINATOR_LOAD_IN_PROGRESS "

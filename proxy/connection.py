@@ -114,9 +114,19 @@ class Local:
     ones only forwarded included, wait for it (their responses would otherwise come before
     its own and be held in memory, and the broker would see them first)."""
 
-Decision = int | Rewrite | Local
-"""What :meth:`Router.decide` returns: ``FORWARD`` (the frame as it is), a :class:`Rewrite` or
-a :class:`Local` answer."""
+@dataclass(frozen=True, slots=True)
+class Prepare:
+    """The router cannot decide yet: it must first learn something it does not hold (e.g. which
+    sidecar coordinates the request's group). The connection awaits ``decision``, reading
+    nothing more from its client meanwhile (so the request's frame stays valid and the bytes it
+    holds stay bounded as for any request being decided), and acts on what it returns."""
+
+    decision: Awaitable[int | Rewrite | Local]
+
+
+Decision = int | Rewrite | Local | Prepare
+"""What :meth:`Router.decide` returns: ``FORWARD`` (the frame as it is), a :class:`Rewrite`,
+a :class:`Local` answer, or :class:`Prepare` (decided once something is known)."""
 
 
 class Router(Protocol):
@@ -443,6 +453,8 @@ class Connection:
         while self._answering:
             await self._answered.wait()
         decision = self.router.decide(request)
+        if isinstance(decision, Prepare):
+            decision = await decision.decision
         slot = self.orderer.reserve(request.correlation_id, request.api_key,
                                     request.api_version)
         if isinstance(decision, Local):

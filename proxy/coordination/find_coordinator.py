@@ -13,7 +13,7 @@ this handler answers FindCoordinator for groups itself:
 * a group whose holder cannot be told (a groupgate without fleet support, the broker does not
   answer): COORDINATOR_NOT_AVAILABLE, which clients retry.
 
-Transaction and share-group coordinators pass to the broker untouched. Decision record 0011
+Transaction and share-group coordinators pass to the broker untouched. Decision record 0014
 compares the two routings.
 """
 

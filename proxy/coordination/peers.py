@@ -53,10 +53,13 @@ the member's rebalance timeout, Kafka's default being 300 s)."""
 def _view_expiry(_group_id: str, holder: Holder, now: float) -> float:
     """A free group is looked at again soon (acting on a stale "free" means joining the
     broker's group, which disturbs the holder), and so is one an old groupgate holds (its
-    members here wait until it is gone); one a fleet sidecar or the broker's own members hold
+    members here wait until it is gone), and so is one a sidecar without a fleet listener
+    holds (a proxy restarted here takes it over once the broker drops the dead holder); one a
+    fleet sidecar or the broker's own members hold
     later (a stale view corrects itself: the relay fails or is answered NOT_COORDINATOR, and
     the view is dropped)."""
-    short = holder.kind in ("free", "legacy")
+    short = holder.kind in ("free", "legacy") or (
+        holder.card is not None and holder.card.address is None)
     return now + (VIEW_SECONDS if short else SETTLED_VIEW_SECONDS)
 
 
@@ -223,13 +226,13 @@ class Routes:
             return LOCAL_ROUTE
         if holder.kind == "sidecar" and holder.card is not None:
             address = holder.card.address
-            if address is not None and address == self.own_address:
-                # this sidecar before a restart: taking over waits for the broker to drop it
+            if address is None or address == self.own_address:
+                # This sidecar before a restart, or one without a fleet listener, which
+                # cannot be followed: take the group over here. The broker decides: the
+                # JoinGroup waits until a dead holder's member expires, and a live holder
+                # stays the leader (this sidecar then leaves and refuses).
                 return LOCAL_ROUTE
-            if address is not None:
-                return Route(RELAY, address)
-            return Route(REFUSE, reason="the sidecar coordinating it has no fleet listener "
-                                        "(fleet-listen)")
+            return Route(RELAY, address)
         if holder.kind == "legacy":
             return Route(REFUSE, reason=holder.detail, let_go=True)
         return Route(REFUSE, reason=f"cannot tell who coordinates it: {holder.detail}")

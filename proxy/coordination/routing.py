@@ -43,6 +43,7 @@ from proxy.connection import (
     FORWARD,
     Decision,
     Local,
+    Prepare,
     RejectRequest,
     RequestInfo,
     Rewrite,
@@ -149,6 +150,9 @@ class CoordinatingRouter(ForwardingRouter):
         handler = self._handlers.get(request.api_key)
         if handler is None:
             return super().decide(request)  # ApiVersions newer than the proxy knows
+        return self._decide(handler, request, self._decode(handler, request), None)
+
+    def _decode(self, handler: ApiHandler, request: RequestInfo) -> GroupRequest:
         key, version = request.api_key, request.api_version
         frame = request.frame
         try:
@@ -161,10 +165,15 @@ class CoordinatingRouter(ForwardingRouter):
         relayed = unmark(client_id) if fleet is not None and fleet.inbound else None
         if relayed is not None:
             client_id, client_host = relayed
-        group_request = GroupRequest(handler.api_key, version, request.correlation_id,
-                                     client_id, client_host, self._node_id,
-                                     bytes(frame[:header.header_length]), value)
+        return GroupRequest(handler.api_key, version, request.correlation_id, client_id,
+                            client_host, self._node_id, bytes(frame[:header.header_length]),
+                            value)
+
+    def _decide(self, handler: ApiHandler, request: RequestInfo, group_request: GroupRequest,
+                route: Route | None) -> Decision:
+        """Decide ``group_request``; ``route``: where its groups go, when a lookup found out."""
         try:
+            fleet = self._fleet
             if fleet is not None:
                 groups = handler.group_ids(group_request)
                 if fleet.inbound:
@@ -174,43 +183,41 @@ class CoordinatingRouter(ForwardingRouter):
                         return Local(self._encode(handler, group_request, handler.failure(
                             group_request, NOT_COORDINATOR)))
                 else:
-                    route = fleet.routes.route(groups)
+                    route = route or fleet.routes.route(groups)
+                    if route.kind == LOOKUP:
+                        # ask the broker first; the decoded request is not kept meanwhile
+                        return Prepare(self._after_lookup(handler, request, groups))
+                    if route.kind == RELAY:
+                        assert route.address is not None
+                        return Local(self._relay(handler, group_request, groups,
+                                                 route.address), holds_later=True)
                     if route.kind != LOCAL:
-                        return Local(self._routed(handler, group_request, groups, route),
-                                     holds_later=True)
+                        fleet.routes.note_refused(groups, route.reason)
+                        error = (UNKNOWN_MEMBER_ID
+                                 if route.let_go and not _is_join(group_request)
+                                 else COORDINATOR_NOT_AVAILABLE)
+                        return Local(self._encode(handler, group_request,
+                                                  handler.failure(group_request, error)))
             outcome = handler.decide(group_request)
             return self._decision(handler, group_request, outcome)
         except Exception:
-            log.exception("deciding api key %d v%d failed", key, version)
+            log.exception("deciding api key %d v%d failed", request.api_key,
+                          request.api_version)
             return Local(self._encode(handler, group_request,
                                       handler.failure(group_request, UNKNOWN_SERVER_ERROR)))
 
     # -- other sidecars -----------------------------------------------------------------------
 
-    async def _routed(self, handler: ApiHandler, request: GroupRequest,
-                      groups: tuple[str, ...], route: Route) -> bytes | Rewrite:
-        """A request of groups this sidecar does not hold: look the holder up if need be,
-        then relay it, refuse it, or decide it here after all."""
+    async def _after_lookup(self, handler: ApiHandler, request: RequestInfo,
+                            groups: tuple[str, ...]) -> int | Rewrite | Local:
+        """Where the request's groups are coordinated was not known: ask the broker, then
+        decide the request again (its frame is still valid: the connection reads nothing
+        else meanwhile)."""
         assert self._fleet is not None
-        if route.kind == LOOKUP:
-            route = await self._fleet.routes.lookup(groups)
-        if route.kind == RELAY:
-            assert route.address is not None
-            return await self._relay(handler, request, groups, route.address)
-        if route.kind != LOCAL:
-            self._fleet.routes.note_refused(groups, route.reason)
-            error = (UNKNOWN_MEMBER_ID if route.let_go and not _is_join(request)
-                     else COORDINATOR_NOT_AVAILABLE)
-            return self._encode(handler, request, handler.failure(request, error))
-        outcome = handler.decide(request)
-        if isinstance(outcome, Pass):
-            outcome = Upstream(request.value, _unchanged)
-        if isinstance(outcome, Upstream):
-            return self._rewrite(handler, request, outcome)
-        answer = outcome.value
-        if isinstance(answer, dict):
-            return self._encode(handler, request, answer)
-        return await self._later(handler, request, answer)
+        route = await self._fleet.routes.lookup(groups)
+        decision = self._decide(handler, request, self._decode(handler, request), route)
+        assert not isinstance(decision, Prepare)  # the route is known now
+        return decision
 
     async def _relay(self, handler: ApiHandler, request: GroupRequest,
                      groups: tuple[str, ...], address: tuple[str, int]) -> bytes:
@@ -325,10 +332,6 @@ class CoordinatingRouter(ForwardingRouter):
             failure = handler.failure(request, UNKNOWN_SERVER_ERROR)
             return header + messages.encode_response(key, version, failure)
 
-
-
-def _unchanged(value: Value) -> Value:
-    return value
 
 
 def _is_join(request: GroupRequest) -> bool:

@@ -17,7 +17,7 @@ from proxy.codec.api_keys import ApiKey
 from proxy.codec.header import encode_request_header, parse_request_header, response_header_for
 from proxy.codec.schema import struct_default
 from proxy.config import ProxyConfig
-from proxy.connection import EXAMINE, FORWARD, Local, RequestInfo, Rewrite
+from proxy.connection import EXAMINE, FORWARD, Local, Prepare, RequestInfo, Rewrite
 from proxy.coordination import convert
 from proxy.coordination.links import LinkPool
 from proxy.coordination.membership import BrokerMembership
@@ -155,6 +155,8 @@ async def exchange(router: CoordinatingRouter, info: RequestInfo,
     if router.classify(info) != EXAMINE:
         return Exchange("forward")
     decision = router.decide(info)
+    if isinstance(decision, Prepare):  # the connection awaits it, reading nothing else
+        decision = await decision.decision
     if decision == FORWARD:
         return Exchange("forward")
     if isinstance(decision, Local):

@@ -209,3 +209,41 @@ async def test_drain_finishes_a_request_in_the_middle_of_arriving() -> None:
             assert await read_frames(client, 1) == [struct.pack(">i", 9) + b"ok"]
             assert await client.receive_some(10) == b""  # closed after the drain
         nursery.cancel_scope.cancel()
+
+
+class PreparingRouter(EchoRouter):
+    """Examines api key 8: needs something first (an event), then forwards the frame as it is."""
+
+    def __init__(self, ready: trio.Event) -> None:
+        self.ready = ready
+        self.decided: list[int] = []
+
+    def classify(self, request: RequestInfo) -> int:
+        return connection_module.EXAMINE if request.api_key == 8 else FORWARD
+
+    def decide(self, request: RequestInfo) -> connection_module.Decision:
+        async def later() -> int:
+            await self.ready.wait()
+            self.decided.append(request.correlation_id)
+            assert bytes(request.frame[8:10]) == struct.pack(">h", 1)  # still the request's
+            return FORWARD
+        return connection_module.Prepare(later())
+
+
+async def test_a_request_being_prepared_holds_the_requests_after_it_and_then_passes() -> None:
+    ready = trio.Event()
+    router = PreparingRouter(ready)
+
+    async def script(client: trio.SocketStream, peer: trio.SocketStream) -> None:
+        first = request(8, 2, 1, b"A" * 100)
+        second = request(0, 9, 2, b"B" * 100)
+        await client.send_all(first + second)
+        with trio.move_on_after(0.3):
+            await peer.receive_some(1 << 16)
+            raise AssertionError("nothing may pass before the first request is decided")
+        ready.set()
+        frames = await read_frames(peer, 2)
+        assert frames == [first[4:], second[4:]]  # the original bytes, in the client's order
+        assert router.decided == [1]
+
+    await run_with_peer(router, script)
