@@ -118,12 +118,19 @@ class OffsetCommitHandler(ApiHandler):
     def _validate(self, request: GroupRequest) -> ErrorCode:
         value = request.value
         engine = self.service.engine
-        return engine.validate_offset_commit(
+        error = engine.validate_offset_commit(
             value["group_id"], value.get("member_id") or "",
             value.get("generation_id_or_member_epoch", -1),
             partitions_of(value["topics"], engine.image),
             instance_id=value.get("group_instance_id"), transactional=self.transactional,
             api_version=request.version)
+        if error == ErrorCode.GROUP_ID_NOT_FOUND:
+            # The proxy holds the broker's group but its engine does not know the group (it
+            # took the group over, or restarted): the member must rejoin, as its heartbeats
+            # are told. Kafka's coordinators never forget a group, and clients treat
+            # GROUP_ID_NOT_FOUND on a commit as final.
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return error
 
     async def _when_stable(self, request: GroupRequest, membership: BrokerMembership
                            ) -> Value | Upstream:

@@ -59,9 +59,11 @@ that coordinates a group (started again at once, as Kubernetes restarts a contai
 member joining and, a second later, its group's coordinating sidecar SIGKILLed; every pod's
 sidecar restarted one at a time (a rollout); with 3 brokers, SIGKILL of the broker that
 coordinates the group at the broker (started again 10 s later)."""
-SERVED_EVENTS = frozenset({"coordinator-kill", "coordinator-restart", "join-coordinator-kill",
-                           "sidecar-roll", "broker-kill", "proxy-kill", "proxy-restart"})
-"""Events after which the report says how long until the group was served again."""
+SERVED_EVENTS = frozenset({"join", "coordinator-kill", "coordinator-restart",
+                           "join-coordinator-kill", "sidecar-roll", "broker-kill", "proxy-kill",
+                           "proxy-restart"})
+"""Events after which the report says how long until the group was served again (for a join:
+converged with the new member owning its share)."""
 
 
 @dataclass(frozen=True)
@@ -796,7 +798,11 @@ class Soak:
                 groups[name] = {
                     "produced": produced, "consumed": g.records_consumed,
                     "duplicates": max(g.records_consumed - produced, 0),
-                    "missing": gaps, "offset_regressions": [asdict(r) for r in regressions],
+                    "missing": gaps, "offset_regressions": [
+                        dict(asdict(r), commits_around=[  # what the members said meanwhile
+                            asdict(c) for c in g.commits
+                            if c.partition == r.partition and r.t - 30 <= c.t <= r.t + 5])
+                        for r in regressions],
                     "double_ownership": [asdict(o) for o in unexplained],
                     "explained_overlaps": [asdict(o) for o in explained],
                     "zombie_commits": [asdict(c) for c in zombies],

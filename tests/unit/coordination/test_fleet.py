@@ -637,3 +637,16 @@ async def test_a_membership_whose_broker_died_finds_the_new_coordinator_and_keep
         assert membership.stable and membership.coordinator == ("new", 1) and not lost
         assert joins[-1] == (("new", 1), member_id)  # rejoined as the same member
         nursery.cancel_scope.cancel()
+
+
+async def test_a_commit_for_a_group_this_sidecar_holds_but_does_not_know_is_told_to_rejoin(
+) -> None:
+    """After a takeover (or a restart) the engine knows no member yet: a member's commit gets
+    UNKNOWN_MEMBER_ID, like its heartbeats, not GROUP_ID_NOT_FOUND, which clients treat as
+    final."""
+    service = make_service(stub_broker)
+    coordinate(service, "g")
+    result = await exchange(router(service), request(ApiKey.OFFSET_COMMIT, 9, dict(
+        COMMIT_V9, member_id="m-1", generation_id_or_member_epoch=4)))
+    assert result.response is not None
+    assert result.response["topics"][0]["partitions"][0]["error_code"] == UNKNOWN_MEMBER_ID
