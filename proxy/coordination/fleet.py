@@ -169,14 +169,22 @@ def redirect_node_id(address: Address) -> int:
     return low + zlib.crc32(f"{address[0]}:{address[1]}".encode()) % (high - low)
 
 
-def mark_forwarded(client_id: str | None, client_host: str) -> str:
-    """The client id a relayed request carries: the mark, the application's host and id."""
-    return f"{FORWARD_MARK}{client_host}|{client_id or ''}"
+def mark_forwarded(client_id: str | None, client_host: str, node_id: int | None = None) -> str:
+    """The client id a relayed request carries: the mark, the broker node whose listener the
+    application sent it to (empty: the bootstrap listener), its host and its client id."""
+    node = "" if node_id is None else str(node_id)
+    return f"{FORWARD_MARK}{node}|{client_host}|{client_id or ''}"
 
 
-def unmark(client_id: str | None) -> tuple[str, str] | None:
-    """(application client id, application host) of a relayed request, None for others."""
+def unmark(client_id: str | None) -> tuple[str, str, int | None] | None:
+    """(application client id, application host, node of its listener) of a relayed request,
+    None for others."""
     if client_id is None or not client_id.startswith(FORWARD_MARK):
         return None
-    host, _, original = client_id[len(FORWARD_MARK):].partition("|")
-    return original, host
+    node, _, rest = client_id[len(FORWARD_MARK):].partition("|")
+    host, _, original = rest.partition("|")
+    try:
+        node_id = int(node) if node else None
+    except ValueError:
+        return None
+    return original, host, node_id

@@ -79,6 +79,17 @@ def _topic_key(topic: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _moved(request: GroupRequest, membership: BrokerMembership) -> bool:
+    """Whether the commit came in on the listener of a broker that no longer coordinates the
+    group at the broker. Kafka accepts a group's commits only at its coordinator, so a client
+    whose coordinator moved sends its newer commits to the new one; a commit it sent to the old
+    one (held here while the proxy rejoined the broker's group) must fail rather than land
+    after them."""
+    node = request.node_id
+    return (node is not None and membership.coordinator_node is not None
+            and node != membership.coordinator_node)
+
+
 def commit_error(value: Value, error: int) -> Value:
     """An OffsetCommit / TxnOffsetCommit response failing every partition with ``error``."""
     return {"throttle_time_ms": 0, "topics": [
@@ -104,6 +115,8 @@ class OffsetCommitHandler(ApiHandler):
         membership = self.service.membership(request.value["group_id"])
         if membership is None:
             return PASS
+        if _moved(request, membership):
+            return Answer(commit_error(request.value, int(ErrorCode.NOT_COORDINATOR)))
         error = self._validate(request)
         if error != ErrorCode.NONE:
             return Answer(commit_error(request.value, int(error)))
@@ -137,6 +150,8 @@ class OffsetCommitHandler(ApiHandler):
         """The membership is rejoining: wait for it, then check and stamp again."""
         if not await membership.wait_stable(STABLE_WAIT_SECONDS):
             return commit_error(request.value, int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS))
+        if _moved(request, membership):
+            return commit_error(request.value, int(ErrorCode.NOT_COORDINATOR))
         error = self._validate(request)
         if error != ErrorCode.NONE:
             return commit_error(request.value, int(error))

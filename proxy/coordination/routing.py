@@ -161,13 +161,12 @@ class CoordinatingRouter(ForwardingRouter):
         except CodecError as exc:
             raise RejectRequest(f"malformed request (api key {key} v{version}): {exc}") from exc
         fleet = self._fleet
-        client_id, client_host = header.client_id, self._client_host
+        client_id, client_host, node_id = header.client_id, self._client_host, self._node_id
         relayed = unmark(client_id) if fleet is not None and fleet.inbound else None
         if relayed is not None:
-            client_id, client_host = relayed
+            client_id, client_host, node_id = relayed
         return GroupRequest(handler.api_key, version, request.correlation_id, client_id,
-                            client_host, self._node_id, bytes(frame[:header.header_length]),
-                            value)
+                            client_host, node_id, bytes(frame[:header.header_length]), value)
 
     def _decide(self, handler: ApiHandler, request: RequestInfo, group_request: GroupRequest,
                 route: Route | None) -> Decision:
@@ -225,7 +224,7 @@ class CoordinatingRouter(ForwardingRouter):
         try:
             value = await self._fleet.links.request(
                 address, request.api_key, request.version, request.value,
-                mark_forwarded(request.client_id, request.client_host))
+                mark_forwarded(request.client_id, request.client_host, request.node_id))
         except UpstreamError as exc:
             log.info("relaying api key %d for %s to %s:%d failed: %s", request.api_key,
                      ",".join(groups), *address, exc)

@@ -75,11 +75,12 @@ def test_who_holds_a_group() -> None:
     assert read_holder({"error_code": 15, "group_id": "g"}).kind == "unknown"
 
 
-def test_relayed_requests_carry_the_application_s_client_id_and_host() -> None:
-    marked = mark_forwarded("app-1", "/10.233.0.4")
-    assert unmark(marked) == ("app-1", "/10.233.0.4")
-    assert unmark(mark_forwarded(None, "/h")) == ("", "/h")
+def test_relayed_requests_carry_the_application_s_client_id_host_and_listener() -> None:
+    marked = mark_forwarded("app-1", "/10.233.0.4", 2)
+    assert unmark(marked) == ("app-1", "/10.233.0.4", 2)
+    assert unmark(mark_forwarded(None, "/h")) == ("", "/h", None)
     assert unmark("app-1") is None and unmark(None) is None
+    assert unmark("groupgate-fleet|x|/h|app") is None  # a node id that is not a number
 
 
 # -- routes ----------------------------------------------------------------------------------
@@ -172,7 +173,7 @@ async def test_a_follower_relays_a_held_group_s_request_marked_and_answers_with_
     assert result.action == "local" and result.response == answered
     assert service.pool.addresses == [PEER]  # type: ignore[attr-defined]
     assert service.pool.fake.client_ids == [  # type: ignore[attr-defined]
-        mark_forwarded("client-1", "/10.0.0.7")]
+        mark_forwarded("client-1", "/10.0.0.7", 1)]
 
 
 async def test_a_relay_that_fails_answers_not_coordinator_and_looks_again() -> None:
@@ -650,3 +651,28 @@ async def test_a_commit_for_a_group_this_sidecar_holds_but_does_not_know_is_told
         COMMIT_V9, member_id="m-1", generation_id_or_member_epoch=4)))
     assert result.response is not None
     assert result.response["topics"][0]["partitions"][0]["error_code"] == UNKNOWN_MEMBER_ID
+
+
+async def test_a_commit_on_the_listener_of_a_broker_that_no_longer_coordinates_the_group_fails(
+) -> None:
+    """The broker coordinating the group moved (node 1 -> 2) while a client's commits were on
+    its way to the old one: they must fail, as at Kafka, not land after the commits the client
+    sends to the new coordinator."""
+    service = make_service(stub_broker)
+    membership = coordinate(service, "g")
+    join = dict(HEARTBEAT_V0, member_id="", member_epoch=0, rebalance_timeout_ms=30000,
+                subscribed_topic_names=["orders"], topic_partitions=[])
+    joined = await exchange(router(service), request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, join))
+    assert joined.response is not None
+    commit = dict(COMMIT_V9, member_id=joined.response["member_id"],
+                  generation_id_or_member_epoch=joined.response["member_epoch"])
+    membership.coordinator_node = 2
+    old = await exchange(router(service, node_id=1), request(ApiKey.OFFSET_COMMIT, 9, commit))
+    assert old.response is not None
+    assert old.response["topics"][0]["partitions"][0]["error_code"] == NOT_COORDINATOR
+    new = await exchange(router(service, node_id=2), request(ApiKey.OFFSET_COMMIT, 9, commit))
+    assert new.action == "rewrite"  # stamped and sent to the broker
+    relayed = await exchange(router(service, None, inbound=True), request(
+        ApiKey.OFFSET_COMMIT, 9, commit, client_id=mark_forwarded("app", "/h", 1)))
+    assert relayed.response is not None  # the listener a relayed commit came in on counts
+    assert relayed.response["topics"][0]["partitions"][0]["error_code"] == NOT_COORDINATOR
