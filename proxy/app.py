@@ -120,7 +120,6 @@ async def serve(config: ProxyConfig, *,
     async with trio.open_nursery() as nursery:
         if service is not None:
             service.node_address = lambda node_id: upstream_of(server, node_id)
-            service.address_map = server
             await nursery.start(service.run)
             hand_off_s = min(config.shutdown_grace, hand_off_seconds(config))
             server.before_drain = lambda: service.let_go(hand_off_s)

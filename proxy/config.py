@@ -231,11 +231,6 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("fleet-address", _optional_hostport, "auto",
             "The address the other sidecars reach the fleet listener at (e.g. the pod IP and "
             "the fleet port); 'auto': fleet-listen, which then must not be a wildcard."),
-    Setting("fleet-routing", _choice("forward", "redirect"), "forward",
-            "How the members behind this sidecar reach a group another sidecar coordinates: "
-            "'forward' (this sidecar relays their group requests to it) or 'redirect' "
-            "(FindCoordinator names its fleet listener and clients connect there). See "
-            "docs/decisions/0014-fleet-routing.md."),
     Setting("takeover-wait-ms", _optional_int, "auto",
             "How long a sidecar that takes a group over from another coordinator (one that "
             "died or lost the broker's group) answers joins with COORDINATOR_LOAD_IN_PROGRESS "
@@ -284,7 +279,6 @@ class ProxyConfig:
     group_metadata_refresh_ms: int = 5_000
     fleet_listen: tuple[str, int] | None = None
     fleet_address: tuple[str, int] | None = None
-    fleet_routing: str = "forward"
     takeover_wait_ms: int | None = None
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 

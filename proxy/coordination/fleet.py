@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import logging
-import zlib
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -156,17 +155,6 @@ def read_holder(described: dict[str, Any], own_member_ids: frozenset[str] = froz
     # correctly or answers NOT_COORDINATOR, after which the follower looks again.
     member_id, card = cards[0]
     return Holder("sidecar", card=card, member_id=member_id)
-
-
-REDIRECT_NODE_IDS: Final = (1_000_000_000, 2_000_000_000)
-"""The range of node ids under which FindCoordinator names another sidecar (``redirect``
-routing): far above any broker id, so that clients give it a connection of its own."""
-
-
-def redirect_node_id(address: Address) -> int:
-    """A stable node id for the sidecar at ``address`` within :data:`REDIRECT_NODE_IDS`."""
-    low, high = REDIRECT_NODE_IDS
-    return low + zlib.crc32(f"{address[0]}:{address[1]}".encode()) % (high - low)
 
 
 def mark_forwarded(client_id: str | None, client_host: str, node_id: int | None = None) -> str:

@@ -48,7 +48,7 @@ from proxy.connection import (
     RequestInfo,
     Rewrite,
 )
-from proxy.coordination import classic, consumer_group, find_coordinator, listing, offsets
+from proxy.coordination import classic, consumer_group, listing, offsets
 from proxy.coordination.fleet import mark_forwarded, unmark
 from proxy.coordination.handler import (
     ApiHandler,
@@ -81,13 +81,9 @@ HANDLERS = (*consumer_group.HANDLERS, *classic.HANDLERS, *offsets.HANDLERS, *lis
 
 
 def handler_table(service: CoordinatorService) -> dict[int, ApiHandler]:
-    """One handler per examined API key (FindCoordinator only with ``fleet-routing``
-    ``redirect``: otherwise it is forwarded and its answer rewritten like any address)."""
+    """One handler per examined API key."""
     table: dict[int, ApiHandler] = {}
-    makers = list(HANDLERS)
-    if service.config.fleet_routing == "redirect":
-        makers += find_coordinator.HANDLERS
-    for make in makers:
+    for make in HANDLERS:
         handler = make(service)
         assert handler.api_key not in table, handler.api_key
         table[handler.api_key] = handler
@@ -176,8 +172,8 @@ class CoordinatingRouter(ForwardingRouter):
             if fleet is not None:
                 groups = handler.group_ids(group_request)
                 if fleet.inbound:
-                    # relayed by another sidecar (or a client sent here by FindCoordinator):
-                    # decided here or refused, never passed on again
+                    # relayed by another sidecar: decided here or refused, never passed on
+                    # again
                     if not all(self._claims(g) for g in groups):
                         return Local(self._encode(handler, group_request, handler.failure(
                             group_request, NOT_COORDINATOR)))

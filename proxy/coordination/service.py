@@ -57,7 +57,6 @@ from proxy.coordination.links import Address, LinkPool
 from proxy.coordination.membership import BrokerMembership
 from proxy.coordination.peers import Directory, Routes
 from proxy.coordination.topics import TopicWatcher
-from proxy.rewrite import AddressMap
 from translation.assignors import BUILTIN_ASSIGNORS
 from translation.classic.coordinator import ClassicGroupCoordinator
 from translation.classic.messages import (
@@ -186,8 +185,6 @@ class CoordinatorService:
                                    self._install_topics)
         self.node_address: Callable[[int | None], Address] = lambda _node: config.upstream[0]
         """Upstream address of a broker node (the server's directory; set by the app)."""
-        self.address_map: AddressMap | None = None
-        """The proxy's listener for each broker (the server; set by the app)."""
         self._pending_names: dict[str, int] = {}
         self._pending_regex = 0
         self.classic: ClassicGroupCoordinator | None = (

@@ -15,7 +15,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "engine": ("tests.benchmarks.engine",
                "assignor and heartbeat throughput of the engine vs Kafka's"),
     "fleet": ("tests.benchmarks.fleet",
-              "several sidecars, one group: forward and redirect routing side by side"),
+              "several sidecars, one group: relayed vs local members, coordinator SIGKILL"),
     "restart": ("tests.benchmarks.restart",
                 "how long a mixed group waits after its proxy is SIGKILLed and restarted"),
     "routing": ("tests.benchmarks.routing",
