@@ -202,6 +202,12 @@ def decode_key(data: bytes) -> RecordKey:
     return RecordKey(kind, group_id, member_id)
 
 
+def key_group_id(data: bytes) -> str:
+    """The group id an encoded key belongs to (for a loader reading a partition that holds
+    many groups); RecordError when it is no key of this module."""
+    return decode_key(data).group_id
+
+
 def _read_string(data: bytes, offset: int) -> tuple[str, int]:
     (length,) = _LENGTH.unpack_from(data, offset)
     start = offset + _LENGTH.size

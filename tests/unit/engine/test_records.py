@@ -33,6 +33,7 @@ from translation.records import (
     encode_record,
     encode_value,
     fold,
+    key_group_id,
 )
 
 T1 = uuid.UUID(int=0xF00)
@@ -103,6 +104,12 @@ def test_equal_keys_are_equal_bytes_and_kinds_never_collide() -> None:
 def test_any_ids_round_trip_in_keys(group_id: str, member_id: str, kind: RecordKind) -> None:
     key = RecordKey(kind, group_id, member_id)
     assert decode_key(encode_key(key)) == key
+
+
+def test_a_key_names_its_group() -> None:
+    assert key_group_id(encode_key(RecordKey(RecordKind.ASSIGNMENT, "orders", "m1"))) == "orders"
+    with pytest.raises(ValueError):
+        key_group_id(b"\x00\x07")
 
 
 def test_an_unknown_kind_is_refused_cleanly() -> None:
