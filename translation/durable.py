@@ -24,7 +24,10 @@ bumped or recomputed because of the load itself: the stored subscription metadat
 assignor are taken as they are; only when the engine's topic image shows a change the stored
 metadata does not (a topic subscribed to was created, resized, deleted or recreated while no
 coordinator watched) is the group epoch bumped, as
-:meth:`~translation.coordinator.GroupCoordinator.update_topics` would have.
+:meth:`~translation.coordinator.GroupCoordinator.update_topics` would have. A group whose
+target was behind (a computation deferred by the assignment interval) computes it on its next
+request, as a group that never computed one; what the old coordinator held for the classic
+layer (requests, when a member was told to revoke) is not state and starts afresh.
 """
 
 from __future__ import annotations

@@ -172,6 +172,18 @@ def test_a_leave_drains_tombstones_and_an_empty_group_carries_when_it_emptied() 
     assert records[0].value.empty_since_wall_ms == WALL + 100
 
 
+def test_a_fenced_member_drains_tombstones() -> None:
+    engine = durable_engine(session_timeout_ms=6_000)
+    stable_pair(engine)
+    engine.heartbeat(hb(G, "m1", engine.groups[G].members["m1"].member_epoch), 3_000)
+    engine.drain_records(WALL)
+    engine.tick(6_040)  # m2's session (its last heartbeat was at 40)
+    assert shape(engine.drain_records(WALL)) == [
+        ("GROUP", "", "GroupValue"), ("ASSIGNMENT", "m2", "tombstone"),
+        ("MEMBER", "m2", "tombstone")]
+    assert "m2" not in engine.groups[G].members
+
+
 def test_an_expired_group_drains_the_tombstones_of_everything_it_wrote() -> None:
     engine = durable_engine(empty_group_expiry_ms=60_000)
     engine.heartbeat(join(G, "m1"), 0)

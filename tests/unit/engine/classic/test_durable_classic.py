@@ -8,7 +8,12 @@ from dataclasses import replace
 
 from translation.classic.coordinator import ClassicGroupCoordinator
 from translation.classic.member import ClassicMemberState, Held
-from translation.classic.messages import ClassicProtocol, HeldRequest
+from translation.classic.messages import ClassicAssignment, ClassicProtocol, HeldRequest
+from translation.classic.migration import (
+    ClassicGroupMemberSnapshot,
+    ClassicGroupSnapshot,
+    convert_classic_group,
+)
 from translation.effects import Effect, MemberFenced, TimerArmed
 from translation.records import AssignmentValue, MemberValue, StateRecord
 from translation.simulation.invariants import group_differences
@@ -181,3 +186,21 @@ def test_a_held_join_is_sent_again_to_the_new_coordinator() -> None:
     r2 = fresh.joined(join_req("m2", session_timeout_ms=60_000), now=3_100)
     assert r2.generation_id == fresh.engine.groups[G].target.epoch == 2
     assert TimerKey(TimerKind.CLASSIC_JOIN, G, "m2") not in fresh.engine.timers
+
+
+def test_a_converted_classic_group_is_drained_whole_and_loads_as_converted() -> None:
+    c, _ = durable()
+    snapshot = ClassicGroupSnapshot(G, 22, "consumer", "range", [
+        ClassicGroupMemberSnapshot(
+            member_id=m, protocols=[ClassicProtocol("range", subscription(("foo",)))],
+            assignment=ClassicAssignment(3, [("foo", ps)]), session_timeout_ms=45_000)
+        for m, ps in (("A", [0, 1]), ("B", [3, 4]), ("C", [2, 5]))])
+    refusal, _ = convert_classic_group(c.engine, snapshot, 0)
+    assert refusal is None
+    fresh, _ = take_over(c, 7_000)
+    assert shape(c.engine.group_records(G, WALL)) == [
+        ("GROUP", "", "GroupValue"),
+        *[(kind, m, value) for m in "ABC"
+          for kind, value in (("MEMBER", "MemberValue"), ("ASSIGNMENT", "AssignmentValue"))]]
+    for member_id in "ABC":
+        assert fresh.beat(member_id, 22, now=7_100) == E.NONE
