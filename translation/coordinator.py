@@ -289,6 +289,9 @@ class GroupCoordinator(CoordinatorState):
         ``update_topics``, ``delete_group``, migration); a steady heartbeat drains nothing.
         ``wall_ms``: the wall clock (ms since the epoch), stamped on a group that became empty
         so its expiry survives a failover. Needs ``GroupConfig.durable_state``."""
+        journal = self.journal
+        if journal is not None and not journal:
+            return []  # nothing changed (the steady heartbeat): no call further down
         return durable.drain_records(self, wall_ms)
 
     def group_records(self, group_id: str, wall_ms: int) -> list[StateRecord]:
