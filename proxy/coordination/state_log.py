@@ -56,8 +56,8 @@ __all__ = ["Fenced", "LoadFailed", "LoadedGroup", "Record", "StateLog", "StateLo
 
 @dataclass(frozen=True)
 class StateLogSettings:
-    """Everything the state log is configured by (one setting each; see the report of
-    proposed names in decision record 0013)."""
+    """Everything the state log is configured by (the settings proposed for each are in
+    decision record 0013)."""
 
     topic: str = DEFAULT_TOPIC
     partitions: int = DEFAULT_PARTITIONS
