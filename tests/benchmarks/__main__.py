@@ -20,6 +20,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
                 "how long a mixed group waits after its proxy is SIGKILLed and restarted"),
     "routing": ("tests.benchmarks.routing",
                 "per-request cost of the coordinating router, in process"),
+    "state-log": ("tests.benchmarks.state_log",
+                  "group state log: write latency and rate, load time, record batch code"),
     "passthrough": ("tests.benchmarks.passthrough",
                     "groupgate bench passthrough against a test-bed broker"),
 }
