@@ -87,9 +87,12 @@ class HeartbeatHandler(ClassicHandler):
         service = self.service
         if service.classic is None or not self.is_local(request):
             return PASS
-        return Answer(convert.heartbeat_response(
-            service.classic_heartbeat(convert.heartbeat_request(request.value, request.version)),
-            request.version))
+        return Answer(self._answer(request))
+
+    async def _answer(self, request: GroupRequest) -> Value:
+        response = await self.service.classic_heartbeat(
+            convert.heartbeat_request(request.value, request.version))
+        return convert.heartbeat_response(response, request.version)
 
     def failure(self, request: GroupRequest, error: int) -> Value:
         return convert.heartbeat_response(HeartbeatResponse(error_code=error), request.version)
@@ -102,9 +105,12 @@ class LeaveGroupHandler(ClassicHandler):
         service = self.service
         if service.classic is None or not self.is_local(request):
             return PASS
-        return Answer(convert.leave_group_response(
-            service.leave_group(convert.leave_group_request(request.value, request.version)),
-            request.version))
+        return Answer(self._answer(request))
+
+    async def _answer(self, request: GroupRequest) -> Value:
+        response = await self.service.leave_group(
+            convert.leave_group_request(request.value, request.version))
+        return convert.leave_group_response(response, request.version)
 
     def failure(self, request: GroupRequest, error: int) -> Value:
         return convert.leave_group_response(LeaveGroupResponse(error_code=error),

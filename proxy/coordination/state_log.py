@@ -98,8 +98,10 @@ class StateLog:
             raise ValueError("fetch_max_bytes must leave 64 KiB below max_frame_bytes")
         self.settings = settings
         self.group_of = group_of
+        self._auto_replication = settings.replication_factor <= 0
         self.topic = TopicSettings(settings.topic, settings.partitions,
-                                   settings.replication_factor, dict(settings.topic_configs))
+                                   max(1, settings.replication_factor),
+                                   dict(settings.topic_configs))
         self.cluster = StateCluster(bootstrap, connect_timeout=connect_timeout,
                                     request_timeout=request_timeout,
                                     max_frame_bytes=max_frame_bytes,
@@ -120,7 +122,13 @@ class StateLog:
         return self.state.partitions
 
     async def start(self) -> TopicState:
-        """Create or check the topic (StateTopicError, Unavailable)."""
+        """Create or check the topic (StateTopicError, Unavailable). A replication factor of 0
+        means "as many brokers as the cluster has, at most 3" (read from Metadata)."""
+        if self._auto_replication:
+            await self.cluster.topic(self.topic.name)  # learns the cluster's brokers
+            rf = max(1, min(3, len(self.cluster.nodes)))
+            self.topic = TopicSettings(self.topic.name, self.topic.partitions, rf,
+                                       dict(self.topic.overrides))
         self.state = await ensure_topic(self.cluster, self.topic, self.settings.topic_timeout)
         return self.state
 
