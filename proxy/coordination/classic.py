@@ -42,7 +42,11 @@ class ClassicHandler(ApiHandler):
         return Answer(self.answer(request))
 
     def is_local(self, request: GroupRequest) -> bool:
-        return self.service.serves_classic(request.value["group_id"])
+        value = request.value
+        member_id = value.get("member_id") or ""
+        if not member_id and value.get("members"):  # LeaveGroup v3+: a batch of members
+            member_id = value["members"][0].get("member_id") or ""
+        return self.service.serves_classic(value["group_id"], member_id)
 
     async def answer(self, request: GroupRequest) -> Value:
         raise NotImplementedError

@@ -117,7 +117,7 @@ class OffsetCommitHandler(ApiHandler):
         membership = self.service.membership(group_id)
         if membership is None:
             if (group_id in self.service.memberships
-                    or (request.value.get("member_id") and self.service.may_load(group_id))):
+                    or self.service.may_load(group_id, request.value.get("member_id") or "")):
                 # being taken over, or a member of a coordinator that is gone whose state
                 # the log may hold: the broker would refuse it
                 return Answer(self._after_takeover(request))
@@ -156,7 +156,8 @@ class OffsetCommitHandler(ApiHandler):
         """Take the group over (loading its state) or wait for the takeover under way, then
         decide the commit as if it came now."""
         group_id = request.value["group_id"]
-        waited = await self.service.load_for_member(group_id)
+        waited = await self.service.load_for_member(group_id,
+                                                    request.value.get("member_id") or "")
         if waited is not None:
             return commit_error(request.value, int(waited))
         outcome = self.decide(request)

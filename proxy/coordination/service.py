@@ -180,6 +180,17 @@ def state_log_settings(config: ProxyConfig) -> StateLogSettings:
         load_timeout=config.state_log_load_timeout_ms / 1000)
 
 
+def issued_by_a_broker(member_id: str) -> bool:
+    """Whether ``member_id`` has the shape of the ids a Kafka broker gives classic members:
+    the client id, a dash and a UUID."""
+    if len(member_id) <= 37 or member_id[-37] != "-":
+        return False
+    try:
+        return str(uuid.UUID(member_id[-36:])) == member_id[-36:]
+    except ValueError:
+        return False
+
+
 def issued_by_a_proxy(member_id: str) -> bool:
     """Whether ``member_id`` has the shape of the ids the engine hands classic members (a bare
     UUID). A Kafka broker's ids start with the client id and a dash, so such a member comes
@@ -424,7 +435,7 @@ class CoordinatorService:
                     error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                     error_message="groupgate is handing its groups off")
         elif (waited := await self.load_for_member(
-                group_id, request.subscribed_topic_names or ())) is not None:
+                group_id, request.member_id, request.subscribed_topic_names or ())) is not None:
             return ConsumerGroupHeartbeatResponse(
                 error_code=int(waited),
                 error_message=f"groupgate is taking group {group_id} over")
@@ -675,32 +686,34 @@ class CoordinatorService:
         the proxy last tried to take it over (remembered for :data:`BROKER_ACTIVE_SECONDS`)."""
         return group_id in self._broker_active
 
-    def serves_classic(self, group_id: str) -> bool:
+    def serves_classic(self, group_id: str, member_id: str = "") -> bool:
         """Whether SyncGroup, Heartbeat and LeaveGroup of ``group_id`` are the engine's: the
         engine has the group, the proxy holds the broker's group of that id or is taking it
-        over, or (with the state log) the group is free at the broker and its members' state
-        may be in the log (:meth:`may_load`)."""
+        over, or (with the state log) ``member_id`` is a member the log may know of a group
+        free at the broker (:meth:`may_load`)."""
         if self.classic is None:
             return False
         return (self.engine.group(group_id) is not None or group_id in self.memberships
-                or self.may_load(group_id))
+                or self.may_load(group_id, member_id))
 
-    def may_load(self, group_id: str) -> bool:
-        """Whether a member's request for ``group_id``, which this sidecar does not hold,
-        should take the group over to load its state: the state log is on and the broker's
-        group is free (its coordinator died or left) or held by this sidecar's own former
-        member. The broker would refuse the member; the log may know it."""
-        if (self.durability is None or self.claims(group_id) or self.hand_off.active
-                or self.stepping_down):
+    def may_load(self, group_id: str, member_id: str) -> bool:
+        """Whether a request of member ``member_id`` for ``group_id``, which this sidecar does
+        not hold, should take the group over to load its state: the state log is on, the
+        broker's group is free (its coordinator died or left) or held by this sidecar's own
+        former member, and the member id is not one a broker gave (a member of the broker's
+        own group, e.g. Kafka Connect). The broker would refuse the member; the log may know
+        it."""
+        if (self.durability is None or not member_id or issued_by_a_broker(member_id)
+                or self.claims(group_id) or self.hand_off.active or self.stepping_down):
             return False
         view = self.directory.view(group_id)
         return view is not None and view.kind in ("free", "sidecar")
 
-    async def load_for_member(self, group_id: str, topics: Iterable[str] = ()
-                               ) -> ErrorCode | None:
+    async def load_for_member(self, group_id: str, member_id: str,
+                              topics: Iterable[str] = ()) -> ErrorCode | None:
         """A member's request for a group not held here (:meth:`may_load`): take it over
         (loading its state) first; the error to answer with if that failed."""
-        if self.claims(group_id) or not self.may_load(group_id):
+        if self.claims(group_id) or not self.may_load(group_id, member_id):
             return await self.taken_over(group_id)
         with trio.move_on_after(TAKEOVER_WAIT_SECONDS) as waiting:
             failure = await self._take_over(group_id, topics)
@@ -750,7 +763,7 @@ class CoordinatorService:
                 error_message=f"groupgate is not holding the broker's group {group_id} now")
         if request.member_id and self.engine.group(group_id) is None:
             # A member of a coordinator that is gone: with the state log, it may know it.
-            waited = await self.load_for_member(group_id)
+            waited = await self.load_for_member(group_id, request.member_id)
             if waited is not None:
                 return JoinGroupResponse(error_code=int(waited), member_id=request.member_id)
         if (request.member_id and self.engine.group(group_id) is None
@@ -837,7 +850,8 @@ class CoordinatorService:
             return SyncGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))
         if self._not_coordinating(request.group_id):
             return SyncGroupResponse(error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
-        if (waited := await self.load_for_member(request.group_id)) is not None:
+        if (waited := await self.load_for_member(request.group_id,
+                                                  request.member_id)) is not None:
             return SyncGroupResponse(error_code=int(waited))
         response, effects = self.classic.sync_group(request, self.now_ms())
         self.apply(effects)
@@ -870,7 +884,8 @@ class CoordinatorService:
             return HeartbeatResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))
         if self._not_coordinating(request.group_id):
             return HeartbeatResponse(error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
-        if (waited := await self.load_for_member(request.group_id)) is not None:
+        if (waited := await self.load_for_member(request.group_id,
+                                                  request.member_id)) is not None:
             return HeartbeatResponse(error_code=int(waited))
         response, effects = self.classic.heartbeat(request, self.now_ms())
         self.apply(effects)
@@ -883,7 +898,9 @@ class CoordinatorService:
         assert self.classic is not None
         if self._not_coordinating(request.group_id):
             return LeaveGroupResponse(error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
-        if (waited := await self.load_for_member(request.group_id)) is not None:
+        member_ids = [m.member_id for m in request.members]
+        if (waited := await self.load_for_member(request.group_id,
+                                                  member_ids[0] if member_ids else "")) is not None:
             return LeaveGroupResponse(error_code=int(waited))
         response, effects = self.classic.leave_group(request, self.now_ms())
         self.apply(effects)

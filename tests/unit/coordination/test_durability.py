@@ -199,3 +199,24 @@ async def test_a_stopping_proxy_writes_what_is_pending_leaves_and_disturbs_nobod
         assert again["error_code"] == COORDINATOR_NOT_AVAILABLE
         assert fake.writers["g"].writes >= 1
         nursery.cancel_scope.cancel()
+
+
+async def test_only_members_a_groupgate_engine_may_know_take_a_free_group_over() -> None:
+    """A classic member id a broker gave (client id, dash, UUID: Kafka Connect workers, direct
+    consumers) belongs to the broker's own group; a free group is taken over (to load its
+    state) only for a member whose id came from an engine: a bare UUID for classic members, a
+    client-made id for new-protocol ones."""
+    from proxy.coordination.fleet import Holder
+    from proxy.coordination.service import issued_by_a_broker
+
+    assert issued_by_a_broker("connect-1-1b4e28ba-2fa1-11d2-883f-0016d3cca427")
+    assert not issued_by_a_broker("1b4e28ba-2fa1-11d2-883f-0016d3cca427")
+    assert not issued_by_a_broker("xrCvVRBIR6WzpIOySybM+g")
+    service, _ = durable_service(Log())
+    service.directory._views["g"] = Holder("free")
+    assert not service.may_load("g", "connect-1-1b4e28ba-2fa1-11d2-883f-0016d3cca427")
+    assert service.may_load("g", "1b4e28ba-2fa1-11d2-883f-0016d3cca427")
+    assert service.may_load("g", "xrCvVRBIR6WzpIOySybM+g")
+    assert not service.may_load("g", "")
+    service.directory._views["g"] = Holder("broker")
+    assert not service.may_load("g", "xrCvVRBIR6WzpIOySybM+g")
