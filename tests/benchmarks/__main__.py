@@ -20,6 +20,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
                 "per-request cost of the coordinating router, in process"),
     "passthrough": ("tests.benchmarks.passthrough",
                     "groupgate bench passthrough against a test-bed broker"),
+    "records": ("tests.benchmarks.records",
+                "record batches of journal events: proxy.records vs kafka-python"),
 }
 
 
