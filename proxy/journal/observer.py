@@ -119,10 +119,18 @@ class JournalObserver:
     def observe(self, effects: Sequence[Effect], now_wall_ms: int) -> list[Event]:
         """The events of one engine call: its effects and what the listener calls noted."""
         out: list[Event] = []
-        self._note_image()
-        if not self._noted and len(effects) == 1 and isinstance(effects[0], TimerArmed):
-            # The steady heartbeat: one timer re-armed.
-            self._check_state(effects[0].key.group_id, now_wall_ms, out)
+        engine = self.engine
+        if engine.image is not self._image:
+            self._note_image()
+        if not self._noted and len(effects) == 1 and type(effects[0]) is TimerArmed:
+            # The steady heartbeat: one timer re-armed, the group as it was.
+            group_id = effects[0].key.group_id
+            group = engine.groups.get(group_id)
+            last = self._states.get(group_id)
+            if group is not None and last is not None and last[1] == group.group_epoch \
+                    and last[2] == group.target.epoch and last[0] is group.state:
+                return out
+            self._check_state(group_id, now_wall_ms, out)
             return out
         noted = self._noted
         n = 0
