@@ -62,15 +62,20 @@ def annotate(events: DataFrame) -> DataFrame:
     wanted = events.where(typ.isin("group_created", "epoch_bumped", "group_state",
                                    "assignment", "member_joined", "member_replaced",
                                    "member_left", "member_fenced", *ENDINGS))
-    base = wanted.select("group", "ts", "seq", "type", "state", "group_epoch", "reason",
-                         "member", "assigned", "revoked",
+    base = wanted.select("group", "ts", "seq", "source", "type", "state", "group_epoch",
+                         "reason", "member", "assigned", "revoked",
                          closing.cast("int").alias("closing"),
                          (typ == "epoch_bumped").cast("int").alias("bump"),
                          (typ == "group_created").cast("int").alias("created"))
-    ordered = Window.partitionBy("group").orderBy("ts", "seq")
+    ordered = Window.partitionBy("group").orderBy("ts", "seq", "source")
+    # A duplicate (the same source and seq) sorts next to its original: drop it.
+    duplicate = F.coalesce((F.lag("source").over(ordered) == F.col("source"))
+                           & (F.lag("seq").over(ordered) == F.col("seq")), F.lit(False))
+    unique = base.withColumn("duplicate", duplicate).where(~F.col("duplicate")).drop(
+        "duplicate")
     before = ordered.rowsBetween(Window.unboundedPreceding, -1)
     upto = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    return (base.withColumn("segment", F.coalesce(F.sum("closing").over(before), F.lit(0)))
+    return (unique.withColumn("segment", F.coalesce(F.sum("closing").over(before), F.lit(0)))
             .withColumn("life", F.sum("created").over(upto)))
 
 
@@ -184,13 +189,23 @@ def member_lives(events: DataFrame, span: Span) -> DataFrame:
         *[F.lit(None).cast("string").alias(c) for c in identity],
         F.lit(None).cast("long").alias("start"), F.col("ts").alias("end"),
         F.regexp_replace(typ, "^group_", "group ").alias("end_reason"))
-    listed = events.where(typ == "group_snapshot").select(
+    # Snapshots: every appearance says "still there" (member ids only); who a member is comes
+    # from its group's first snapshot (members that joined before the data starts), else from
+    # its own events.
+    snapshots = events.where(typ == "group_snapshot")
+    listed = snapshots.select("group", "ts", F.explode("members.member").alias("member")).select(
+        "group", "member", "ts", *[F.lit(None).cast("string").alias(c) for c in identity],
+        F.col("ts").alias("start"), F.lit(None).cast("long").alias("end"),
+        F.lit(None).cast("string").alias("end_reason"))
+    first = snapshots.groupBy("group").agg(F.min("ts").alias("ts"))
+    described = snapshots.join(F.broadcast(first), ["group", "ts"]).select(
         "group", "ts", F.explode("members").alias("m")).select(
         "group", F.col("m.member").alias("member"), "ts",
         *[F.col(f"m.{c}").alias(c) for c in identity],
         F.col("ts").alias("start"), F.lit(None).cast("long").alias("end"),
         F.lit(None).cast("string").alias("end_reason"))
-    rows = direct.unionByName(replaced).unionByName(handed).unionByName(listed)
+    rows = (direct.unionByName(replaced).unionByName(handed).unionByName(listed)
+            .unionByName(described))
     lives = rows.groupBy("group", "member").agg(
         F.min("start").alias("start_ms"), F.min("ts").alias("first_seen_ms"),
         F.max("ts").alias("last_seen_ms"), F.min("end").alias("explicit_end_ms"),

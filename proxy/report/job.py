@@ -19,6 +19,7 @@ starts in the window is counted.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -85,9 +86,18 @@ def run_report(spark: SparkSession, options: Options) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     started = time.monotonic()
+    stages: dict[str, float] = {}
+    mark = [started]
+
+    def stage(name: str) -> None:
+        now = time.monotonic()
+        stages[name] = round(now - mark[0], 1)
+        mark[0] = now
+
     out = options.out
     out.mkdir(parents=True, exist_ok=True)
     read_events(spark, options).write.mode("overwrite").parquet(str(out / "events"))
+    stage("read")
     events = spark.read.parquet(str(out / "events"))
     bounds = events.agg(F.min("ts").alias("lo"), F.max("ts").alias("hi"),
                         F.count(F.lit(1)).alias("n")).first()
@@ -97,7 +107,9 @@ def run_report(spark: SparkSession, options: Options) -> dict[str, Any]:
                         options.end_ms if options.end_ms is not None else bounds["hi"] + 1)
     step = max(1, -(-(span.end_ms - span.start_ms) // SAMPLES))
 
-    annotated = compute.annotate(events)
+    compute.annotate(events).write.mode("overwrite").parquet(str(out / "_annotated"))
+    annotated = spark.read.parquet(str(out / "_annotated"))
+    stage("annotate")
     tables: dict[str, DataFrame] = {
         "rebalances": compute.rebalances(annotated, span),
         "partition_downtime": compute.partition_downtime(annotated, span),
@@ -106,11 +118,13 @@ def run_report(spark: SparkSession, options: Options) -> dict[str, Any]:
     for name, frame in tables.items():
         frame.write.mode("overwrite").parquet(str(out / name))
         tables[name] = spark.read.parquet(str(out / name))
+        stage(name)
     rebalances, downtime, lives = (tables["rebalances"], tables["partition_downtime"],
                                    tables["members"])
     groups = compute.groups_table(events, rebalances, downtime, lives, span)
     groups.write.mode("overwrite").parquet(str(out / "groups"))
     groups = spark.read.parquet(str(out / "groups"))
+    stage("groups")
 
     samples = max(1, min(SAMPLES, -(-(span.end_ms - span.start_ms) // step)))
     series = compute.dense_series(
@@ -126,8 +140,13 @@ def run_report(spark: SparkSession, options: Options) -> dict[str, Any]:
 
     data = collect_for_html(spark, events, rebalances, downtime, lives, groups, span, step,
                             samples, series)
+    stage("migration and collect")
+    (out / "report.html").write_text(render.html({**data, "summary": {
+        **data["summary"], "seconds": round(time.monotonic() - started, 1)}}, options.title))
+    stage("html")
+    shutil.rmtree(out / "_annotated", ignore_errors=True)
     data["summary"]["seconds"] = round(time.monotonic() - started, 1)
-    (out / "report.html").write_text(render.html(data, options.title))
+    data["summary"]["stages_s"] = stages
     (out / "summary.json").write_text(json.dumps(data["summary"], indent=2, sort_keys=True))
     return dict(data["summary"])
 
@@ -168,8 +187,8 @@ def collect_for_html(spark: SparkSession, events: DataFrame, rebalances: DataFra
                    F.sum("classic_members_now").alias("classic"),
                    F.sum("consumer_members_now").alias("consumer")).first()
     assert r is not None and d is not None and g is not None
-    n_events = events.where((F.col("ts") >= span.start_ms)
-                            & (F.col("ts") < span.end_ms)).count()
+    n_events = events.where((F.col("ts") >= span.start_ms) & (F.col("ts") < span.end_ms)) \
+        .select("source", "seq").distinct().count()
     members_now = int(g["classic"] or 0) + int(g["consumer"] or 0)
     rq = r["q"] or [None, None, None]
     dq = d["q"] or [None, None, None]

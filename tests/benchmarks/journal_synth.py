@@ -1,8 +1,9 @@
 """Synthetic group-event journals for the report benchmark: a fleet migrating from the classic
 protocol to KIP-848 over a week.
 
-Each group keeps members and partitions and, at random times, has a member join, leave,
-crash (fenced), or a classic member replaced by a consumer-protocol one (the rolling
+Each group keeps between 3 and 12 members and 6 to 48 partitions and, at random times, has a
+member join, leave, crash (fenced), or a classic member replaced by a consumer-protocol one
+(the rolling
 migration: the share of classic joiners falls from 90% to 5% over the span). Every change is
 told the way the observer tells it: an epoch bump, the member event, Assigning, the target,
 Reconciling, then per moved partition the old owner's revocation, its release a little later,
@@ -49,6 +50,8 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     epoch: int = 0
     created: bool = False
+    size: int = 8
+    """Members it has at most (it hovers around it: a full group only loses members)."""
 
 
 class Writer:
@@ -69,8 +72,9 @@ class Fleet:
     def __init__(self, seed: int, groups: int) -> None:
         self.rng = random.Random(seed)
         self.out = Writer("synth-proxy:9092")
-        self.groups = [Group(f"service-{i:05d}", f"topic-{i % 97}", self.rng.choice(
-            (6, 12, 24, 48))) for i in range(groups)]
+        self.groups = [Group(f"service-{i:05d}", f"topic-{i % 97}",
+                             self.rng.choice((6, 12, 24, 48)), size=self.rng.randint(3, 12))
+                       for i in range(groups)]
         self.next_member = 0
 
     def classic_share(self, ts: int) -> float:
@@ -172,7 +176,7 @@ class Fleet:
                      group_epoch=g.epoch, topics=[g.topic])
             self.bump(ts, g, "member joined")
             return self.reassign(ts, g)
-        if roll < 0.65 or len(g.members) <= 2:
+        if (roll < 0.65 and len(g.members) < g.size) or len(g.members) <= 2:
             m = self.new_member(ts)
             g.members[m.member_id] = m
             out.emit(ts, g.name, "member_joined", **self.identity(m), member_epoch=0,

@@ -292,7 +292,7 @@ def test_read_from_kafka(spark: Any, kafka39: KafkaBroker, tmp_path: Path,
     summary = run_report(spark, Options(Source(kafka_bootstrap=kafka39.bootstrap, topic=topic),
                                         tmp_path / "out"))
     _, from_file = report
-    skip = {"seconds"}
+    skip = {"seconds", "stages_s"}
     assert {k: v for k, v in summary.items() if k not in skip} == \
         {k: v for k, v in from_file.items() if k not in skip}
 
