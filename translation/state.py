@@ -25,8 +25,9 @@ invariants that span more than one field, the way Kafka routes every write throu
   :meth:`~translation.coordinator.GroupCoordinator.drain_records` writes exactly what changed.
   A verb that changes nothing marks nothing: the steady heartbeat produces no record.
 
-Listeners (:class:`EngineListener`, the classic-protocol translation) hear about target
-computations, member removals and replacements, and timers of kinds the core does not handle.
+Listeners (:class:`EngineListener`: the classic-protocol translation, the proxy's group-event
+journal) hear about target computations, member removals, replacements and assignment moves, and
+timers of kinds the core does not handle.
 """
 
 from __future__ import annotations
@@ -51,7 +52,12 @@ from translation.effects import (
     TimerCancelled,
 )
 from translation.group import ConsumerGroup
-from translation.member import LEAVE_GROUP_STATIC_MEMBER_EPOCH, ConsumerGroupMember, MemberState
+from translation.member import (
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    ConsumerGroupMember,
+    MemberState,
+    PartitionEpochs,
+)
 from translation.reconciliation import OwnedPartitions, reconcile
 from translation.target import TargetAssignment, compute_target
 from translation.timers import TimerKey, TimerKind, Timers
@@ -84,6 +90,19 @@ class EngineListener(Protocol):
         effects: list[Effect],
     ) -> None:
         """A static member rejoined as ``new``; ``old`` is already out of ``group``."""
+
+    def member_reconciled(
+        self,
+        group: ConsumerGroup,
+        member: ConsumerGroupMember,
+        assigned_before: PartitionEpochs,
+        revoking_before: PartitionEpochs,
+        effects: list[Effect],
+    ) -> None:
+        """``member``'s assignment moved (:meth:`CoordinatorState.reconcile_member` changed it,
+        or a static leave released what it was revoking); ``assigned_before`` and
+        ``revoking_before`` are what it held before (the verbs replace those maps, never
+        change them in place)."""
 
     def group_dropped(self, group: ConsumerGroup, effects: list[Effect]) -> None:
         """``group`` is forgotten (expired, deleted or handed back)."""
@@ -294,10 +313,11 @@ class CoordinatorState:
                      effects: list[Effect]) -> None:
         """Epoch -2: the member keeps its assigned partitions (nobody else gets them) until it
         rejoins or its session expires; partitions it was revoking are released now."""
-        for topic_id, ps in member.pending_revocation.items():
+        assigned_before, revoking_before = member.assigned, member.pending_revocation
+        for topic_id, ps in revoking_before.items():
             group.owners.remove(member.member_id, topic_id, ps)
         member.pending_revocation = {}
-        member.assigned = {t: dict.fromkeys(ps, 0) for t, ps in member.assigned.items()}
+        member.assigned = {t: dict.fromkeys(ps, 0) for t, ps in assigned_before.items()}
         member.previous_member_epoch = member.member_epoch
         member.member_epoch = LEAVE_GROUP_STATIC_MEMBER_EPOCH
         group.track(member)
@@ -305,6 +325,8 @@ class CoordinatorState:
         self.cancel_timer(TimerKey(TimerKind.REBALANCE, group.group_id, member.member_id),
                           effects)
         self.schedule_session_timeout(group, member, now_ms, effects)
+        for listener in self.listeners:
+            listener.member_reconciled(group, member, assigned_before, revoking_before, effects)
         effects.append(MemberLeft(group.group_id, member.member_id, static=True))
 
     # ------------------------------------------------------------------ target and reconciliation
@@ -392,6 +414,7 @@ class CoordinatorState:
             return False
         if target is None:
             target = group.target.of(member.member_id)
+        assigned_before, revoking_before = member.assigned, member.pending_revocation
         changed = reconcile(member, epoch, target, group.owners, owned,
                             subscription_changed=subscription_changed)
         if changed:
@@ -403,6 +426,9 @@ class CoordinatorState:
                                payload=member.member_epoch)
             else:
                 self.cancel_timer(key, effects)
+            for listener in self.listeners:
+                listener.member_reconciled(group, member, assigned_before, revoking_before,
+                                           effects)
         return changed
 
     # ------------------------------------------------------------------ timers

@@ -106,7 +106,7 @@ from translation.effects import (
 )
 from translation.errors import ErrorCode, GroupError
 from translation.group import ConsumerGroup
-from translation.member import ConsumerGroupMember, MemberProtocol, MemberState
+from translation.member import ConsumerGroupMember, MemberProtocol, MemberState, PartitionEpochs
 from translation.timers import TimerKey, TimerKind
 from translation.topics import TopicId, TopicsImage
 
@@ -829,6 +829,11 @@ class ClassicGroupCoordinator:
         code = (ErrorCode.FENCED_INSTANCE_ID if new.protocol is MemberProtocol.CLASSIC
                 else ErrorCode.UNKNOWN_MEMBER_ID)
         self._forget(group, old, code, effects)
+
+    def member_reconciled(self, group: ConsumerGroup, member: ConsumerGroupMember,
+                          assigned_before: PartitionEpochs, revoking_before: PartitionEpochs,
+                          effects: list[Effect]) -> None:
+        """Nothing to do: held requests follow from ``group_changed`` after every call."""
 
     def group_dropped(self, group: ConsumerGroup, effects: list[Effect]) -> None:
         for index in self.held.values():
