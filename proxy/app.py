@@ -75,7 +75,8 @@ def make_router_factory(config: ProxyConfig, service: CoordinatorService | None 
                               service.broker_of)
             return CoordinatingRouter(server, counters, accepted, handlers,
                                       None if inbound else node_id, client_host,
-                                      claims=service.claims, fleet=fleet)
+                                      claims=service.claims, fleet=fleet,
+                                      software=service.software)
         return ForwardingRouter(server, counters, accepted)
 
     return factory

@@ -17,6 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from proxy.coordination.state_ids import check_prefix
+from proxy.journal.settings import SETTINGS as JOURNAL_SETTINGS
+from proxy.journal.settings import (
+    JournalSettings,
+    parse_acks,
+    parse_compression,
+    parse_source,
+    parse_topic,
+)
+from proxy.records import Compression
 
 
 class ConfigError(ValueError):
@@ -133,6 +142,15 @@ class Setting:
     def env(self) -> str:
         return "GROUPGATE_" + self.attr.upper()
 
+
+JOURNAL_PARSERS: dict[str, Callable[[str], Any]] = {
+    "journal-topic": parse_topic, "journal-partitions": int,
+    "journal-replication-factor": int, "journal-retention-ms": int,
+    "journal-buffer-events": _positive_int, "journal-snapshot-interval-ms": _positive_int,
+    "journal-acks": parse_acks, "journal-compression": parse_compression,
+    "journal-source": parse_source,
+}
+"""How each journal setting (:data:`proxy.journal.settings.SETTINGS`) is read."""
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("upstream", _hostport_list, None,
@@ -277,6 +295,8 @@ SETTINGS: tuple[Setting, ...] = (
             "answers fail; it is taken over again from the log)."),
     Setting("state-log-load-timeout-ms", _positive_int, "60000",
             "Longest reading a group's state may take when it is taken over."),
+    *(Setting(name, JOURNAL_PARSERS[name], default, help_text)
+      for name, default, help_text in JOURNAL_SETTINGS),
     Setting("group-metadata-refresh-ms", _positive_int, "5000",
             "How often the proxy reads the metadata of the topics its groups subscribe to "
             "(partition counts, topics created or deleted, regex matches)."),
@@ -329,6 +349,15 @@ class ProxyConfig:
     state_log_transaction_timeout_ms: int = 15_000
     state_log_write_timeout_ms: int = 10_000
     state_log_load_timeout_ms: int = 60_000
+    journal_topic: str | None = None
+    journal_partitions: int = -1
+    journal_replication_factor: int = -1
+    journal_retention_ms: int = 7 * 24 * 3600 * 1000
+    journal_buffer_events: int = 100_000
+    journal_snapshot_interval_ms: int = 300_000
+    journal_acks: int = -1
+    journal_compression: Compression = Compression.GZIP
+    journal_source: str | None = None
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @property
@@ -342,6 +371,17 @@ class ProxyConfig:
         if self.fleet_listen is None:
             return None
         return self.fleet_address or self.fleet_listen
+
+    @property
+    def journal(self) -> JournalSettings:
+        """The group-event journal's settings (off while ``journal-topic`` is unset)."""
+        return JournalSettings(
+            topic=self.journal_topic, partitions=self.journal_partitions,
+            replication_factor=self.journal_replication_factor,
+            retention_ms=self.journal_retention_ms, buffer_events=self.journal_buffer_events,
+            snapshot_interval_ms=self.journal_snapshot_interval_ms, acks=self.journal_acks,
+            compression=self.journal_compression,
+            source=self.journal_source or f"{self.client_host}:{self.listen[1]}")
 
     @property
     def takeover_wait_seconds(self) -> float:
@@ -421,6 +461,10 @@ def load(args: argparse.Namespace | None = None,
         raise ConfigError("state-log-transaction-timeout-ms must exceed "
                           "state-log-write-timeout-ms (a transaction is aborted by its "
                           "coordinator only after it)")
+    try:
+        ProxyConfig(**values).journal  # noqa: B018 (checks the journal settings together)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     try:
         check_prefix(values.get("state_log_transactional_id_prefix", "groupgate-state"))
     except ValueError as exc:

@@ -61,6 +61,7 @@ from proxy.coordination.handler import (
 from proxy.coordination.peek import group_id_of
 from proxy.coordination.peers import LOCAL, LOOKUP, RELAY, FleetSide, Route
 from proxy.coordination.service import CoordinatorService
+from proxy.journal.clients import ClientSoftwareDirectory
 from proxy.metrics import RequestCounters
 from proxy.rewrite import AddressMap
 from proxy.router import ForwardingRouter, body_offset
@@ -99,13 +100,14 @@ def served_versions(handlers: dict[int, ApiHandler]) -> dict[int, tuple[int, int
 class CoordinatingRouter(ForwardingRouter):
     """Per-connection routing with the coordinator service behind it."""
 
-    __slots__ = ("_claims", "_client_host", "_fleet", "_handlers", "_node_id")
+    __slots__ = ("_claims", "_client_host", "_fleet", "_handlers", "_node_id", "_software")
 
     def __init__(self, address_map: AddressMap, counters: RequestCounters,
                  accepted: dict[int, tuple[int, int]], handlers: dict[int, ApiHandler],
                  node_id: int | None, client_host: str,
                  claims: Callable[[str], bool] = lambda _group_id: True,
-                 fleet: FleetSide | None = None) -> None:
+                 fleet: FleetSide | None = None,
+                 software: ClientSoftwareDirectory | None = None) -> None:
         super().__init__(address_map, counters, accepted, served_versions(handlers))
         self._handlers = handlers
         self._node_id = node_id
@@ -114,6 +116,8 @@ class CoordinatingRouter(ForwardingRouter):
         """Whether the proxy coordinates (or is taking over) a group."""
         self._fleet = fleet
         """This connection's place among several sidecars (None: this proxy decides all)."""
+        self._software = software
+        """Where the client software named in ApiVersions (KIP-511) is noted (the journal)."""
 
     async def aclose(self) -> None:
         """The client's connection closed: close the links it opened."""
@@ -137,6 +141,9 @@ class CoordinatingRouter(ForwardingRouter):
         return FORWARD
 
     def classify(self, request: RequestInfo) -> int:
+        if (request.api_key == ApiKey.API_VERSIONS and request.complete
+                and self._software is not None):
+            self._software.note_request(self._client_host, request.frame, request.api_version)
         action = super().classify(request)
         if action == FORWARD and request.api_key in self._handlers:
             return EXAMINE
@@ -160,7 +167,10 @@ class CoordinatingRouter(ForwardingRouter):
         client_id, client_host, node_id = header.client_id, self._client_host, self._node_id
         relayed = unmark(client_id) if fleet is not None and fleet.inbound else None
         if relayed is not None:
-            client_id, client_host, node_id = relayed
+            client_id, client_host, node_id = (relayed.client_id, relayed.client_host,
+                                               relayed.node_id)
+            if relayed.software is not None and self._software is not None:
+                self._software.note(client_host, client_id, *relayed.software)
         return GroupRequest(handler.api_key, version, request.correlation_id, client_id,
                             client_host, node_id, bytes(frame[:header.header_length]), value)
 
@@ -220,7 +230,10 @@ class CoordinatingRouter(ForwardingRouter):
         try:
             value = await self._fleet.links.request(
                 address, request.api_key, request.version, request.value,
-                mark_forwarded(request.client_id, request.client_host, request.node_id))
+                mark_forwarded(request.client_id, request.client_host, request.node_id,
+                               self._software.lookup(request.client_host,
+                                                     request.client_id or "")
+                               if self._software is not None else None))
         except UpstreamError as exc:
             log.info("relaying api key %d for %s to %s:%d failed: %s", request.api_key,
                      ",".join(groups), *address, exc)

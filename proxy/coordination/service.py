@@ -60,6 +60,9 @@ from proxy.coordination.membership import BrokerMembership
 from proxy.coordination.peers import Directory, Routes
 from proxy.coordination.state_log import StateLog, StateLogSettings
 from proxy.coordination.topics import TopicWatcher
+from proxy.journal.clients import ClientSoftwareDirectory
+from proxy.journal.observer import JournalObserver
+from proxy.journal.writer import JournalWriter, run_snapshots
 from translation.assignors import BUILTIN_ASSIGNORS
 from translation.classic.coordinator import ClassicGroupCoordinator
 from translation.classic.messages import (
@@ -102,6 +105,8 @@ log = logging.getLogger("groupgate.coordination")
 RESTART_SECONDS = 1.0
 """How long a failed task of the service waits before it is started again."""
 
+JOURNAL_DRAIN_SECONDS = 5.0
+"""How long a stopping proxy waits for its journal events to be written."""
 TOPIC_WAIT_SECONDS = 3.0
 """How long a joining member naming an unknown topic waits for a metadata refresh."""
 TAKEOVER_WAIT_SECONDS = 10.0
@@ -247,6 +252,17 @@ class CoordinatorService:
             self.durability = Durability(state_log, self.engine, wall_ms, self.now_ms,
                                          self._refresh_for_load)
             self.durability.lost = self._state_lost
+        self.software = ClientSoftwareDirectory()
+        """What clients said they are in ApiVersions (KIP-511), for the journal."""
+        self.observer: JournalObserver | None = None
+        self.journal: JournalWriter | None = None
+        """The group-event journal (``journal-topic``; docs/pipeline.md)."""
+        journal_settings = config.journal
+        if journal_settings.enabled:
+            self.observer = JournalObserver(source=journal_settings.source,
+                                            software=self.software.lookup)
+            self.observer.attach(self.engine)
+            self.journal = JournalWriter(journal_settings, self.pool, config.upstream)
         metrics.GROUPS_HELD.set_function(
             lambda: sum(1 for m in self.memberships.values() if m.established and not m.left))
         self.stepping_down = False
@@ -267,6 +283,12 @@ class CoordinatorService:
                 nursery.start_soon(self._supervised, "topic watcher", self.topics.run)
             if self.durability is not None:
                 nursery.start_soon(self._supervised, "state log", self.durability.run)
+            if self.journal is not None and self.observer is not None:
+                nursery.start_soon(self._supervised, "journal writer", self.journal.run)
+                interval = self.config.journal.snapshot_interval_ms / 1000
+                observer, journal = self.observer, self.journal
+                nursery.start_soon(self._supervised, "journal snapshots",
+                                   lambda: run_snapshots(observer, journal, interval))
             task_status.started()
 
     async def _supervised(self, name: str, task: Callable[[], Awaitable[None]]) -> None:
@@ -348,6 +370,8 @@ class CoordinatorService:
     async def aclose(self) -> None:
         """Leave every broker-side group (so direct clients can take over) and stop."""
         with trio.CancelScope(shield=True):
+            if self.journal is not None:
+                await self.journal.drain(JOURNAL_DRAIN_SECONDS)
             async with trio.open_nursery() as nursery:
                 for membership in list(self.memberships.values()):
                     nursery.start_soon(membership.leave)
@@ -504,6 +528,9 @@ class CoordinatorService:
             loaded = await self.durability.take_over(membership.group_id)
             self.apply(loaded.effects)
             if loaded.records:
+                if self.journal is not None and self.observer is not None:
+                    self.journal.record_all(self.observer.snapshot(membership.group_id,
+                                                                   wall_ms()))
                 return
         self._start_loading(membership)
 
@@ -735,9 +762,23 @@ class CoordinatorService:
                 and not issued_by_a_proxy(request.member_id)):
             # A member id the engine did not hand out, for a group it does not serve: the
             # member belongs to the broker's group.
+            self._passed_through(request, "a member of the broker's own group")
             return False
         active = not coordinated and self.broker_group_active(group_id)
-        return classify_classic_join(self.engine, request, broker_group_active=active).to_engine
+        routing = classify_classic_join(self.engine, request, broker_group_active=active)
+        if not routing.to_engine:
+            self._passed_through(request, routing.reason)
+        return routing.to_engine
+
+    def _passed_through(self, request: JoinGroupRequest, reason: str) -> None:
+        """Tell the journal that a group's JoinGroup went to the broker, and why."""
+        if self.journal is None or self.observer is None:
+            return
+        protocols = request.protocols
+        self.journal.record_all(self.observer.passed_through(
+            request.group_id, reason, wall_ms(), protocol_type=request.protocol_type,
+            assignor=protocols[0].name if protocols else None,
+            client_id=request.client_id or "", client_host=request.client_host or ""))
 
     def _issued(self, group_id: str, member_id: str) -> bool:
         return (group_id, member_id) in self._issued_ids
@@ -919,6 +960,8 @@ class CoordinatorService:
         log, what the call changed is queued to be written)."""
         if self.durability is not None:
             self.durability.submit(self.engine.drain_records(wall_ms()))
+        if self.journal is not None and self.observer is not None:
+            self.journal.record_all(self.observer.observe(effects, wall_ms()))
         for effect in effects:
             if isinstance(effect, TimerArmed):
                 self._timer_wake.set()

@@ -307,6 +307,10 @@ class JournalObserver:
     def group_changed(self, group: ConsumerGroup, now_ms: int, effects: list[Effect]) -> None:
         """Nothing: the group's state is looked at once the call's effects are read."""
 
+    def group_loaded(self, group: ConsumerGroup, now_ms: int, effects: list[Effect]) -> None:
+        """Nothing: a sidecar that loads a group's state writes a snapshot of it right after
+        (:meth:`snapshot`), so the journal shows where the new coordinator took over."""
+
     def timer_fired(self, group: ConsumerGroup, key: TimerKey, now_ms: int,
                     effects: list[Effect]) -> None:
         """Nothing: what a timer did comes back as effects."""

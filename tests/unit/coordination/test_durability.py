@@ -164,7 +164,7 @@ async def test_a_new_coordinator_loads_the_group_and_its_members_go_on() -> None
         owned = joined["assignment"]["topic_partitions"]
         nursery.cancel_scope.cancel()
 
-    second, fake = durable_service(log)  # the first one is gone (SIGKILL)
+    second, _ = durable_service(log)  # the first one is gone (SIGKILL)
     async with trio.open_nursery() as nursery:
         await started(second, nursery)
         coordinate(second, "g")

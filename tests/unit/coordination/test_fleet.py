@@ -75,12 +75,16 @@ def test_who_holds_a_group() -> None:
     assert read_holder({"error_code": 15, "group_id": "g"}).kind == "unknown"
 
 
-def test_relayed_requests_carry_the_application_s_client_id_host_and_listener() -> None:
-    marked = mark_forwarded("app-1", "/10.233.0.4", 2)
-    assert unmark(marked) == ("app-1", "/10.233.0.4", 2)
-    assert unmark(mark_forwarded(None, "/h")) == ("", "/h", None)
+def test_relayed_requests_carry_the_application_s_client_id_host_listener_and_software(
+) -> None:
+    from proxy.coordination.fleet import Relayed
+
+    marked = mark_forwarded("app|1", "/10.233.0.4", 2, ("librdkafka", "2.16.0"))
+    assert unmark(marked) == Relayed("app|1", "/10.233.0.4", 2, ("librdkafka", "2.16.0"))
+    assert unmark(mark_forwarded(None, "/h")) == Relayed("", "/h", None, None)
     assert unmark("app-1") is None and unmark(None) is None
-    assert unmark("groupgate-fleet|x|/h|app") is None  # a node id that is not a number
+    assert unmark("groupgate-fleet|x|/h||app") is None  # a node id that is not a number
+    assert unmark("groupgate-fleet|1|/h") is None  # cut short
 
 
 # -- routes ----------------------------------------------------------------------------------
