@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -75,12 +76,23 @@ async def state_log(cluster: KafkaCluster, config: StateLogSettings) -> AsyncIte
 
 
 def topic_configs(cluster: KafkaCluster, name: str) -> dict[str, str]:
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import ConfigResource
 
     admin = cluster.admin()
     resource = ConfigResource(ConfigResource.Type.TOPIC, name)
-    described = admin.describe_configs([resource])[resource].result(30)
-    return {k: v.value for k, v in described.items()}
+    deadline = time.monotonic() + 30
+    while True:
+        # A broker other than the controller learns of a new topic a moment later.
+        try:
+            described = admin.describe_configs([resource])[resource].result(30)
+        except KafkaException as e:
+            if (e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART
+                    or time.monotonic() > deadline):
+                raise
+            time.sleep(0.2)
+            continue
+        return {k: v.value for k, v in described.items()}
 
 
 async def test_topic_is_created_with_exactly_its_settings(kafka39: KafkaCluster) -> None:
