@@ -1,19 +1,19 @@
 """``dev/bench failover``: a coordinator failover, groupgate's against Kafka 4.4's own, with the
 same clients, the same timing and the same detection time.
 
-Both arms run three pods (network namespaces) with two members of one group each
-(confluent-kafka, one ``group.protocol=consumer``, one classic ``cooperative-sticky``, both
+Both arms run three pods (network namespaces), two members of one group (12 partitions) in
+each (confluent-kafka, one ``group.protocol=consumer``, one classic ``cooperative-sticky``, both
 committing asynchronously after every record), continuous production, a three-node KRaft
 cluster with ``broker.session.timeout.ms=9000`` (Kafka's default), heartbeats every second and
 20-second member sessions, and two scripted failures:
 
 * **groupgate** (Kafka 3.9, a sidecar in each pod with ``--broker-session-timeout-ms 9000``, so
-  a dead sidecar is noticed as late as a dead broker is): at 20 s the sidecar coordinating the
+  a dead sidecar is noticed as late as a dead broker is): at 30 s the sidecar coordinating the
   group is SIGKILLed (started again a second later, as Kubernetes restarts a container); at
-  60 s a new-protocol member starts joining and, a second later, the coordinating sidecar is
+  70 s a new-protocol member starts joining and, a second later, the coordinating sidecar is
   SIGKILLed again.
 * **kafka** (Kafka 4.4, the members connect to the brokers, the native KIP-848 coordinator):
-  at 20 s the broker coordinating the group is SIGKILLed (started again 10 s later); at 60 s a
+  at 30 s the broker coordinating the group is SIGKILLed (started again 10 s later); at 70 s a
   new-protocol member starts joining and, a second later, the coordinating broker is SIGKILLed.
 
 Measured for each failure, from the members' own callbacks and commit callbacks:
@@ -52,7 +52,10 @@ DETECTION_MS = 9000
 SESSION_MS = 20000
 """The members' session (classic ``session.timeout.ms``; the group's for the new protocol):
 longer than a failover, so that members that keep heartbeating can keep their partitions."""
-STEADY_AT, JOIN_AT = 20, 60
+STEADY_AT, JOIN_AT = 30, 70
+"""Seconds from the start of a run (the cluster starts in the first ~10)."""
+PARTITIONS = 12
+"""Two per initial member, so that the joining member gets a share."""
 
 
 ARMS: dict[str, dict[str, Any]] = {
@@ -69,7 +72,7 @@ FAILURES = ("steady", "joining")
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--arms", default="groupgate,kafka")
-    parser.add_argument("--duration", type=float, default=100.0)
+    parser.add_argument("--duration", type=float, default=110.0)
     parser.add_argument("--json", metavar="FILE", type=Path)
     parser.add_argument("--plots", metavar="DIR", type=Path)
     parser.add_argument("--workdir", type=Path, default=None)
@@ -80,7 +83,8 @@ def settings_for(arm: str, seed: int, duration_s: float) -> soak.Settings:
     steady, joining = a["events"]
     initial = tuple(f"{GROUP}:{kind}@{pod}" for pod in (1, 2, 3) for kind in KINDS)
     return soak.Settings(
-        duration_s=duration_s, seed=seed, pods=3, brokers=3, groups=(GROUP,), initial=initial,
+        duration_s=duration_s, seed=seed, partitions=PARTITIONS, pods=3, brokers=3,
+        groups=(GROUP,), initial=initial,
         script=(f"{STEADY_AT}:{steady}:{GROUP}", f"{JOIN_AT}:{joining}:{GROUP}"),
         max_members=len(initial) + 2, catch_up_s=120.0, session_timeout_ms=SESSION_MS,
         max_poll_interval_ms=SESSION_MS + 10000, kafka=a["kafka"], direct=a["direct"],
