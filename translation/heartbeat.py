@@ -281,6 +281,10 @@ def handle_regular(
             "The member must abandon all its partitions and rejoin.",
         )
 
+    # An older epoch (accepted by the lost-response rule): the answer that told the member
+    # its new epoch and assignment may be lost, so it gets the assignment again.
+    stale = not is_new and replaced is None and 0 < epoch < member.member_epoch
+
     # 2. Apply. From here on nothing raises (barring internal invariant violations).
     if group is None:
         group = engine.create_group(group_id, effects)
@@ -328,9 +332,28 @@ def handle_regular(
         and (request.subscribed_topic_names is not None or new_regex is not None)
         and owned is not None
     )
-    if full or _partition_sets_differ(old_assigned, member.assigned):
+    if (full or _partition_sets_differ(old_assigned, member.assigned)
+            or stale or _asked_to_revoke_unheard(member, owned)):
         response.assignment = assignment_of(member)
     return response
+
+
+def _asked_to_revoke_unheard(member: ConsumerGroupMember, owned: OwnedPartitions | None) -> bool:
+    """Whether the member is asked to revoke partitions it has not reported as released.
+
+    Kafka sends the assignment only when it changes or on a full request, and relies on
+    clients sending a full request after an error; librdkafka does not always. A member told
+    to revoke whose answer was lost (a coordinator failed over after writing it, a sidecar
+    between the member and the coordinator died) would then wait for an assignment that never
+    comes while the coordinator waits for its revocation. So while a revocation is pending the
+    assignment is sent with every answer (as it is while the member answers with an older
+    epoch); an assignment the member already has changes nothing on its side."""
+    if member.state is not MemberState.UNREVOKED_PARTITIONS:
+        return False
+    if owned is None:
+        return True
+    revoking = member.pending_revocation
+    return any(p in revoking.get(topic_id, ()) for topic_id, ps in owned for p in ps)
 
 
 def static_replacement(

@@ -239,7 +239,27 @@ def test_response_assignment_only_on_full_request_or_change() -> None:
     engine.heartbeat(join(G, "m2"), 3)
     resp, _ = engine.heartbeat(hb(G, "m1", 1, {FOO: [0, 1]}), 4)
     assert assignment(resp) == {FOO: [0]}
-    assert engine.heartbeat(hb(G, "m1", 1, {FOO: [0, 1]}), 5)[0].assignment is None
+    # While the revocation is pending and unreported, every answer carries the assignment
+    # again (the answer that asked for it may have been lost with a coordinator).
+    assert assignment(engine.heartbeat(hb(G, "m1", 1, {FOO: [0, 1]}), 5)[0]) == {FOO: [0]}
+    assert assignment(engine.heartbeat(hb(G, "m1", 1), 6)[0]) == {FOO: [0]}  # owned not sent
+    resp, _ = engine.heartbeat(hb(G, "m1", 1, {FOO: [0]}), 7)  # revoked: epoch 2
+    assert resp.member_epoch == 2 and resp.assignment is None
+    assert engine.heartbeat(hb(G, "m1", 2), 8)[0].assignment is None
+
+
+def test_a_member_answering_with_its_previous_epoch_gets_its_assignment_again() -> None:
+    """The answer with its new epoch was lost: the lost-response rule accepts the older epoch,
+    and the answer carries the assignment the member missed."""
+    engine, (a,) = engine_with()
+    a.next = target(m1={FOO: [0, 1]})
+    engine.heartbeat(JOIN, 0)
+    a.next = target(m1={FOO: [0, 1, 2]})
+    engine.heartbeat(hb(G, "m1", 1, {FOO: [0, 1]}, rebalance_timeout_ms=5000,
+                        subscribed_topic_names=["foo", "bar"]), 1)  # epoch 2, foo-2 added
+    resp, _ = engine.heartbeat(hb(G, "m1", 1, {FOO: [0, 1]}), 2)  # that answer was lost
+    assert resp.member_epoch == 2 and assignment(resp) == {FOO: [0, 1, 2]}
+    assert engine.heartbeat(hb(G, "m1", 2), 3)[0].assignment is None
 
 
 def test_leave_removes_the_member_and_frees_its_partitions() -> None:
