@@ -133,6 +133,9 @@ class Batch:
                     key = buf[pos:pos + n]
                     pos += n
                 n, pos = read(buf, pos)
+                if pos > stop or n > stop - pos:
+                    raise RecordsError(f"batch at offset {base}: a key or value runs past the "
+                                       "end of its record")
                 append((base + delta, key, None if n < 0 else buf[pos:pos + n]))
                 pos = stop  # headers are not read
         except IndexError:

@@ -61,18 +61,22 @@ def encode_records(records: Sequence[Record], base_timestamp: int) -> bytes:
     append = parts.append
     for delta, (key, value, timestamp_ms, headers, _offset) in enumerate(records):
         ts_delta = timestamp_ms - base_timestamp
-        if key is not None:
+        if key is None:
+            key_field = _NULL
+        else:
             n = len(key)
-            key = (small[n] if n < cached else varint(n)) + key
-        if value is not None:
+            key_field = (small[n] if n < cached else varint(n)) + key
+        if value is None:
+            value_field = _NULL
+        else:
             n = len(value)
-            value = (small[n] if n < cached else varint(n)) + value
+            value_field = (small[n] if n < cached else varint(n)) + value
         body = b"".join((
             b"\x00",  # attributes
             small[ts_delta] if 0 <= ts_delta < cached else varint(ts_delta),
             small[delta] if delta < cached else varint(delta),
-            _NULL if key is None else key,
-            _NULL if value is None else value,
+            key_field,
+            value_field,
             _header_fields(headers) if headers else b"\x00"))
         n = len(body)
         append(small[n] if n < cached else varint(n))

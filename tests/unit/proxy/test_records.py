@@ -155,6 +155,15 @@ def test_corruption_and_unsupported_batches_are_refused() -> None:
     struct.pack_into(">I", zstd, 17, crc32c(bytes(zstd[21:])))
     with pytest.raises(RecordsError, match="zstd"):
         next(batches(bytes(zstd))).records()
+    long_value = bytearray(encode_batch([Record(b"k", b"value", T)]))
+    # record length, attributes, timestamp delta, offset delta, key length, key: then 5 (zigzag)
+    assert long_value[RECORDS_OFFSET + 6] == 10
+    long_value[RECORDS_OFFSET + 6] = 40  # 20 bytes, past the record's end
+    (batch,) = batches(bytes(long_value), check_crc=False)
+    with pytest.raises(RecordsError, match="past the end"):
+        batch.entries()
+    with pytest.raises(RecordsError, match="past the end"):
+        batch.records()
     with pytest.raises(ValueError):
         encode_batch([])
     with pytest.raises(ValueError):
