@@ -10,7 +10,7 @@ aborted the fenced writer's open transaction and written the abort markers:
 2. Fetch at ``read_committed`` from the log start, ``fetch_max_bytes`` at a time, until the
    position reaches that end: data batches of aborted transactions (the response's
    ``aborted_transactions``) and control batches are skipped
-   (:func:`~proxy.coordination.record_batch.read_committed`); records of other groups
+   (:func:`proxy.records.read_committed`); records of other groups
    (``group_of(key) != group_id``) are skipped; the latest value of each key wins, and a
    tombstone removes its key.
 
@@ -35,10 +35,10 @@ from typing import Any
 import trio
 
 from proxy.codec.api_keys import ApiKey
-from proxy.coordination.record_batch import BatchError, read_committed
 from proxy.coordination.state_cluster import Backoff, StateCluster, error_name
 from proxy.coordination.state_errors import LoadFailed
 from proxy.coordination.state_ids import partition_for
+from proxy.records import RecordsError, read_committed
 from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode
 
@@ -175,7 +175,7 @@ async def load_group(cluster: StateCluster, config: LoadConfig, partitions: int,
                    for a in data["aborted_transactions"] or ()]
         try:
             result = read_committed(blob, aborted)
-        except BatchError as exc:
+        except RecordsError as exc:
             raise LoadFailed(f"{topic}-{partition} at {position}: {exc}") from exc
         for offset, key, value in result.records:
             if offset < position or offset >= end or key is None:

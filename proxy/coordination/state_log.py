@@ -15,10 +15,9 @@ The parts: :mod:`~proxy.coordination.state_topic` (topic settings, creation, che
 :mod:`~proxy.coordination.state_ids` (group -> partition, group -> transactional id),
 :mod:`~proxy.coordination.state_writer` (transactions and fencing),
 :mod:`~proxy.coordination.state_loader` (reading a group back),
-:mod:`~proxy.coordination.record_batch` (the record batch format),
 :mod:`~proxy.coordination.state_cluster` (connections, leaders, coordinators),
-:mod:`~proxy.coordination.state_errors` (exceptions). Design and measurements:
-``docs/decisions/0013-group-state-log.md``.
+:mod:`~proxy.coordination.state_errors` (exceptions); record batches are
+:mod:`proxy.records`. Design and measurements: ``docs/decisions/0013-group-state-log.md``.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from proxy.coordination.links import Address
-from proxy.coordination.record_batch import Record
 from proxy.coordination.state_cluster import StateCluster
 from proxy.coordination.state_errors import (
     Fenced,
@@ -48,9 +46,9 @@ from proxy.coordination.state_topic import (
     TopicState,
     ensure_topic,
 )
-from proxy.coordination.state_writer import Writer, WriterConfig, open_writer
+from proxy.coordination.state_writer import KeyValue, Writer, WriterConfig, open_writer
 
-__all__ = ["Fenced", "LoadFailed", "LoadedGroup", "Record", "StateLog", "StateLogError",
+__all__ = ["Fenced", "KeyValue", "LoadFailed", "LoadedGroup", "StateLog", "StateLogError",
            "StateLogSettings", "StateTopicError", "Unavailable", "WriteFailed", "Writer"]
 
 

@@ -58,7 +58,6 @@ import trio
 
 from proxy.codec.api_keys import ApiKey
 from proxy.coordination.links import Address
-from proxy.coordination.record_batch import Record, encode_batch, split
 from proxy.coordination.state_cluster import Backoff, StateCluster, error_name
 from proxy.coordination.state_errors import (
     Fenced,
@@ -67,6 +66,7 @@ from proxy.coordination.state_errors import (
     WriteFailed,
 )
 from proxy.coordination.state_ids import partition_for, transactional_id
+from proxy.records import Record, encode_batch, split
 from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode
 
@@ -78,6 +78,9 @@ ADD_PARTITIONS_VERSION = 3
 END_TXN_VERSION = 3
 NO_PRODUCER = -1
 SEQUENCE_MODULUS = 1 << 31
+
+KeyValue = tuple[bytes, bytes | None]
+"""A state record as the engine gives it: (key, value), a None value being a tombstone."""
 
 FENCING = frozenset({ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH,
                      ErrorCode.INVALID_PRODUCER_ID_MAPPING})
@@ -155,7 +158,7 @@ async def init_producer_id(cluster: StateCluster, txn_id: str, *, transaction_ti
 class _Slot:
     """Records of the writes that go into one transaction."""
 
-    records: list[Record] = field(default_factory=list)
+    records: list[KeyValue] = field(default_factory=list)
     done: trio.Event = field(default_factory=trio.Event)
     error: StateLogError | None = None
 
@@ -187,7 +190,7 @@ class Writer:
     def fenced(self) -> bool:
         return self._fenced is not None
 
-    async def write(self, records: Sequence[Record]) -> None:
+    async def write(self, records: Sequence[KeyValue]) -> None:
         """Append ``records`` atomically; return once committed (see the module doc)."""
         if self._fenced is not None:
             raise Fenced(str(self._fenced))
@@ -224,7 +227,7 @@ class Writer:
         finally:
             slot.done.set()
 
-    async def _transaction(self, records: Sequence[Record]) -> None:
+    async def _transaction(self, records: Sequence[KeyValue]) -> None:
         deadline = trio.current_time() + self._config.write_timeout
         commit_sent = False
         try:
@@ -251,10 +254,13 @@ class Writer:
             raise WriteFailed(f"group {self.group_id}: {exc}", committed=committed,
                               retriable=retriable) from exc
 
-    async def _begin(self, records: Sequence[Record], deadline: float) -> None:
-        """AddPartitionsToTxn and Produce: the transaction is open and holds ``records``."""
+    async def _begin(self, records: Sequence[KeyValue], deadline: float) -> None:
+        """AddPartitionsToTxn and Produce: the transaction is open and holds ``records``
+        (stamped with the time it began, no headers)."""
         await self._add_partition(deadline)
-        for run in split(records, self._config.max_batch_bytes):
+        now_ms = int(time.time() * 1000)
+        stamped = [Record(key, value, now_ms) for key, value in records]
+        for run in split(stamped, self._config.max_batch_bytes):
             await self._produce(run, deadline)
 
     async def _recover(self, deadline: float, what: str) -> None:
@@ -322,9 +328,8 @@ class Writer:
 
     async def _produce(self, records: Sequence[Record], deadline: float) -> None:
         topic = self._config.topic
-        batch = encode_batch(records, producer_id=self.producer_id,
-                             producer_epoch=self.producer_epoch, base_sequence=self._sequence,
-                             timestamp_ms=int(time.time() * 1000))
+        batch = encode_batch(records, transactional=True, producer_id=self.producer_id,
+                             producer_epoch=self.producer_epoch, base_sequence=self._sequence)
         backoff = Backoff(deadline, f"Produce to {topic}-{self.partition}")
         while True:
             leader = await self._cluster.leader(topic, self.partition, deadline)

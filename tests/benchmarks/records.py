@@ -1,7 +1,8 @@
 """``dev/bench records``: building and reading v2 record batches of journal events, with
-``proxy.records`` and with kafka-python 3.0.12's ``DefaultRecordBatchBuilder`` /
-``DefaultRecordBatch`` (pure-Python CRC-32C unless the ``crc32c`` module is installed), both
-uncompressed and gzip. Prints a table, writes JSON; decision record 0011 quotes it."""
+``proxy.records`` (google-crc32c's CRC-32C) and with kafka-python 3.0.12's
+``DefaultRecordBatchBuilder`` / ``DefaultRecordBatch`` (pure-Python CRC-32C unless the
+``crc32c`` module is installed), both uncompressed and gzip. Prints a table, writes JSON;
+decision record 0011 quotes it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 from proxy.commands.machine import machine_info
 from proxy.journal.schema import Event, EventType
-from proxy.records import Compression, Record, crc32c, decode_batches, encode_batch
+from proxy.records import Batch, Compression, Record, batches, crc32c, encode_batch
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -70,6 +71,10 @@ def _kafka_python(records: list[Record], compression: Compression) -> bytes:
     return bytes(builder.build())
 
 
+def _read(raw: bytes) -> list[Batch]:
+    return list(batches(raw))
+
+
 def _kafka_python_read(raw: bytes) -> int:
     from kafka.record.default_records import DefaultRecordBatch
 
@@ -87,11 +92,11 @@ def run(args: argparse.Namespace) -> int:
     for compression in (Compression.NONE, Compression.GZIP):
         ours = encode_batch(recs, compression=compression)
         theirs = _kafka_python(recs, compression)
-        assert len(decode_batches(theirs)[0].records) == len(recs)
+        assert len(_read(theirs)[0].records()) == len(recs)
         assert _kafka_python_read(ours) == len(recs)
         for impl, build, read, raw in (
             ("proxy.records", lambda c=compression: encode_batch(recs, compression=c),
-             lambda r=ours: decode_batches(r), ours),
+             lambda r=ours: [b.records() for b in _read(r)], ours),
             ("kafka-python", lambda c=compression: _kafka_python(recs, c),
              lambda r=theirs: _kafka_python_read(r), theirs),
         ):

@@ -2,7 +2,8 @@
 
 In process first (``codec``): building a transactional record batch of 1, 10 and 100 records
 and reading 100,000 records back, with this project's batch code
-(:mod:`proxy.coordination.record_batch`) and with kafka-python 3.0.12's
+(:mod:`proxy.records`, google-crc32c's CRC-32C; building includes making the writer's
+:class:`~proxy.records.Record` objects) and with kafka-python 3.0.12's
 ``DefaultRecordBatchBuilder`` / ``MemoryRecords`` (its CRC-32C is pure Python unless the
 ``crc32c`` package is installed; which one ran is reported).
 
@@ -39,8 +40,8 @@ from typing import Any
 import trio
 
 from proxy.commands import machine
-from proxy.coordination import record_batch as rb
-from proxy.coordination.state_log import StateLog, StateLogSettings
+from proxy.coordination.state_log import KeyValue, StateLog, StateLogSettings
+from proxy.records import Record, crc32c, encode_batch, read_committed
 from tests.testbed.artifacts import java_executable
 from tests.testbed.broker import BENCH_JVM_FLAGS, KafkaBroker, KafkaCluster
 
@@ -68,7 +69,7 @@ def group_of(key: bytes) -> str:
     return key.split(b"\x00", 1)[0].decode()
 
 
-def records(group: str, count: int, value_bytes: int, start: int = 0) -> list[rb.Record]:
+def records(group: str, count: int, value_bytes: int, start: int = 0) -> list[KeyValue]:
     pad = KEY_BYTES - len(group) - 1
     return [((group.encode() + b"\x00" + b"%0*d" % (pad, i)), b"v" * value_bytes)
             for i in range(start, start + count)]
@@ -90,15 +91,17 @@ def codec_figures(value_bytes: int) -> dict[str, Any]:
     from kafka.record.default_records import DefaultRecordBatchBuilder
     from kafka.record.memory_records import MemoryRecords
 
-    def kp_build(batch: list[rb.Record]) -> bytes:
+    def kp_build(batch: list[KeyValue]) -> bytes:
         builder = DefaultRecordBatchBuilder(2, 0, True, 1, 0, 0, 1 << 24)
         for offset, (k, v) in enumerate(batch):
             builder.append(offset, 1_700_000_000_000, k, v, [])
         return bytes(builder.build())
 
-    def ours_build(batch: list[rb.Record]) -> bytes:
-        return rb.encode_batch(batch, producer_id=1, producer_epoch=0, base_sequence=0,
-                               timestamp_ms=1_700_000_000_000)
+    def ours_build(batch: list[KeyValue]) -> bytes:
+        # as the state writer does it; leader epoch 0 as kafka-python writes it (brokers set it)
+        return encode_batch([Record(k, v, 1_700_000_000_000) for k, v in batch],
+                            transactional=True, producer_id=1, producer_epoch=0,
+                            base_sequence=0, partition_leader_epoch=0)
 
     out: dict[str, Any] = {"kafka_python_crc32c": "c (crc32c package)"
                            if util.crc32c_c is not None else "pure Python"}
@@ -122,18 +125,18 @@ def codec_figures(value_bytes: int) -> dict[str, Any]:
         return count
 
     def ours_read() -> int:
-        return len(rb.read_committed(blob, []).records)
+        return len(read_committed(blob, []).records)
 
     assert kp_read() == ours_read() == 100_000
     out["read_100000_s"] = {"groupgate": round(_best(ours_read, 3), 3),
                             "kafka_python": round(_best(kp_read, 1), 3),
                             "groupgate_without_crc": round(_best(
-                                lambda: rb.read_committed(blob, [], check_crc=False), 3), 3)}
+                                lambda: read_committed(blob, [], check_crc=False), 3), 3)}
     # kafka-python again with the same C CRC-32C as ours, to compare the rest of the code
     from kafka.record import default_records
 
     pure = default_records.calc_crc32c
-    default_records.calc_crc32c = lambda view: rb.crc32c(view)
+    default_records.calc_crc32c = lambda view: crc32c(view)
     try:
         for n in (1, 10, 100):
             batch = records("g", n, value_bytes)

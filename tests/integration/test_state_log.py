@@ -27,7 +27,6 @@ import pytest
 import trio
 
 from proxy.codec.api_keys import ApiKey
-from proxy.coordination.record_batch import batches, encode_batch
 from proxy.coordination.state_log import (
     Fenced,
     StateLog,
@@ -36,6 +35,7 @@ from proxy.coordination.state_log import (
     Unavailable,
 )
 from proxy.coordination.state_topic import default_configs
+from proxy.records import Record, batches, encode_batch
 from tests.testbed.broker import KafkaCluster
 
 
@@ -156,8 +156,7 @@ async def test_round_trip_many_groups_in_one_partition(kafka39: KafkaCluster) ->
 
 async def _produce_plain(log: StateLog, k: bytes, v: bytes) -> None:
     """One record from a plain (not transactional) producer."""
-    batch = encode_batch([(k, v)], producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                         timestamp_ms=0, transactional=False)
+    batch = encode_batch([Record(k, v, 0)])  # no producer id, not transactional
     leader = await log.cluster.leader(log.settings.topic, 0, trio.current_time() + 10)
     response = await log.cluster.link(leader).request(ApiKey.PRODUCE, 9, {
         "transactional_id": None, "acks": -1, "timeout_ms": 10_000,

@@ -21,7 +21,7 @@ from proxy.journal.schema import Event, EventType, decode
 from proxy.journal.settings import JournalSettings
 from proxy.journal.writer import JournalWriter, murmur2, partition_for, run_snapshots
 from proxy.metrics import REGISTRY
-from proxy.records import Compression, decode_batches
+from proxy.records import Compression, batches
 from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode
 
@@ -90,8 +90,8 @@ class ScriptedBroker:
         (topic,) = value["topic_data"]
         for part in topic["partition_data"]:
             p = part["index"]
-            (batch,) = decode_batches(part["records"])
-            records = [(r.key or b"", r.value or b"", r.timestamp_ms) for r in batch.records]
+            (batch,) = batches(part["records"])
+            records = [(r.key or b"", r.value or b"", r.timestamp_ms) for r in batch.records()]
             code = self.produce_error(p, len(records))
             if code == 0:
                 assert address == BROKERS[self.leaders[p]], "Produce goes to the leader"
