@@ -27,8 +27,8 @@ AVAILABLE = hasattr(os, "splice")
 """Whether this platform has ``splice(2)``."""
 
 
-async def stream_frame(splitter: FrameSplitter, source: trio.SocketStream,
-                        sink: trio.SocketStream, pipe: Pipe | None = None) -> None:
+async def stream_frame(splitter: FrameSplitter, source: trio.abc.Stream,
+                        sink: trio.abc.Stream, pipe: Pipe | None = None) -> None:
     """Send the splitter's incomplete frame to ``sink`` and relay the rest of it from
     ``source`` as it arrives: through a kernel pipe with ``splice(2)`` when one is given (the
     bytes never enter Python), else through one reused buffer."""
@@ -39,8 +39,17 @@ async def stream_frame(splitter: FrameSplitter, source: trio.SocketStream,
     send = sink.send_all
     await send(view[:have])
     remaining = size - have
-    if pipe is not None:
+    if (pipe is not None and isinstance(source, trio.SocketStream)
+            and isinstance(sink, trio.SocketStream)):
         await pipe.relay(source.socket, sink.socket, remaining)
+        return
+    if not isinstance(source, trio.SocketStream):  # TLS: no bytes to receive into
+        while remaining:
+            chunk = await source.receive_some(min(remaining, len(buffer)))
+            if not chunk:
+                raise trio.BrokenResourceError("peer closed in the middle of a frame")
+            await send(chunk)
+            remaining -= len(chunk)
         return
     recv_into = source.socket.recv_into
     while remaining:

@@ -5,33 +5,54 @@ behind a lock (the client sends one request at a time and counts its own correla
 these connections never mix with client connections). It connects lazily, and after any
 transport error it drops the connection so that the next request reconnects.
 :class:`LinkPool` keeps one link per broker address.
+
+Security. With :meth:`LinkPool.use_security` every link is opened as the cluster wants it (TLS,
+then SASL with the proxy's own identity; :mod:`proxy.security.policy`). A link leads either to
+a broker or to another sidecar's fleet listener, which have different certificates and
+authentication (``fleet-auth``): :meth:`LinkPool.link` and :meth:`LinkPool.peer` say which.
+:meth:`LinkPool.dedicated` does not (its callers use it for both); such a link decides when it
+first connects, from the client id of its first request: a relayed request's client id carries
+the fleet's mark (:func:`proxy.coordination.fleet.mark_forwarded`), nothing sent to a broker
+does.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Final
 
 import trio
 
+from proxy.coordination.fleet import FORWARD_MARK
+from proxy.security.policy import Security
 from proxy.upstream import UpstreamClient, UpstreamError
 
 log = logging.getLogger("groupgate.coordination")
 
 Address = tuple[str, int]
 
+BROKER: Final = "broker"
+PEER: Final = "peer"
+BY_CLIENT_ID: Final = "by-client-id"
+"""What a link leads to: a broker, another sidecar's fleet listener, or decided at the first
+request (a relay mark in its client id: a sidecar)."""
+
 
 class BrokerLink:
     """One lazily opened connection to ``address``; requests are serialized."""
 
     def __init__(self, address: Address, *, connect_timeout: float, request_timeout: float,
-                 max_frame_bytes: int) -> None:
+                 max_frame_bytes: int, security: Security | None = None,
+                 leads_to: str = BROKER) -> None:
         self.address = address
         self._connect_timeout = connect_timeout
         self._request_timeout = request_timeout
         self._max_frame_bytes = max_frame_bytes
         self._client: UpstreamClient | None = None
         self._lock = trio.Lock()
+        self._security = security
+        self.leads_to = leads_to
+        """:data:`BROKER`, :data:`PEER` or :data:`BY_CLIENT_ID` (until it first connects)."""
 
     async def request(self, api_key: int, version: int, value: dict[str, Any], *,
                       timeout: float | None = None, client_id: str | None = None
@@ -39,9 +60,13 @@ class BrokerLink:
         """Send one request and return the decoded response; UpstreamError on any failure."""
         async with self._lock:
             if self._client is None:
+                if self.leads_to == BY_CLIENT_ID:
+                    self.leads_to = (PEER if client_id is not None
+                                     and client_id.startswith(FORWARD_MARK) else BROKER)
                 self._client = await UpstreamClient.connect(
                     self.address, timeout=self._connect_timeout,
-                    max_frame_bytes=self._max_frame_bytes)
+                    max_frame_bytes=self._max_frame_bytes, security=self._security,
+                    peer=self.leads_to == PEER)
             client = self._client
             ok = False
             try:
@@ -70,25 +95,37 @@ class LinkPool:
     """One :class:`BrokerLink` per broker address."""
 
     def __init__(self, *, connect_timeout: float, request_timeout: float,
-                 max_frame_bytes: int) -> None:
+                 max_frame_bytes: int, security: Security | None = None) -> None:
         self._links: dict[Address, BrokerLink] = {}
         self._connect_timeout = connect_timeout
         self._request_timeout = request_timeout
         self._max_frame_bytes = max_frame_bytes
+        self._security = security
+
+    def use_security(self, security: Security) -> None:
+        """Open every link from now on as ``security`` says (before any link is used)."""
+        self._security = security
+
+    def _new(self, address: Address, request_timeout: float, leads_to: str) -> BrokerLink:
+        return BrokerLink(address, connect_timeout=self._connect_timeout,
+                          request_timeout=request_timeout, max_frame_bytes=self._max_frame_bytes,
+                          security=self._security, leads_to=leads_to)
 
     def link(self, address: Address) -> BrokerLink:
+        """The shared link to the broker at ``address``."""
         link = self._links.get(address)
         if link is None:
-            link = self._links[address] = BrokerLink(
-                address, connect_timeout=self._connect_timeout,
-                request_timeout=self._request_timeout, max_frame_bytes=self._max_frame_bytes)
+            link = self._links[address] = self._new(address, self._request_timeout, BROKER)
         return link
 
     def dedicated(self, address: Address, request_timeout: float) -> BrokerLink:
-        """A link of its own (not shared), e.g. for requests that may block for long."""
-        return BrokerLink(address, connect_timeout=self._connect_timeout,
-                          request_timeout=request_timeout,
-                          max_frame_bytes=self._max_frame_bytes)
+        """A link of its own (not shared), e.g. for requests that may block for long; to a
+        broker or to a sidecar, as its first request's client id shows (module docstring)."""
+        return self._new(address, request_timeout, BY_CLIENT_ID)
+
+    def peer(self, address: Address, request_timeout: float) -> BrokerLink:
+        """A link of its own to another sidecar's fleet listener."""
+        return self._new(address, request_timeout, PEER)
 
     async def aclose(self) -> None:
         for link in self._links.values():
