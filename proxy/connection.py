@@ -238,7 +238,7 @@ class Connection:
                 return
             if (first[0] == TLS_HANDSHAKE and self.max_frame_bytes < TLS_HANDSHAKE << 24
                     and not isinstance(self.client, trio.SSLStream)):
-                self.bad_input = True
+                self.bad_input = True  # counted with the connections closed for bad input
                 log.warning("%s: closing connection: the client started TLS, but this listener "
                             "has none (set listener-tls-cert-file and listener-tls-key-file, "
                             "or connect in plaintext)", self.name)

@@ -270,7 +270,7 @@ class ProxyServer:
         if policy.tls is not None:
             terminated = await self._terminate_tls(accepted, policy, name)
             if terminated is None:
-                metrics.CLOSED_BAD_INPUT.labels(node_label(node_id)).inc()
+                metrics.TLS_REFUSED.labels(node_label(node_id)).inc()
                 await accepted.aclose()
                 return
             client = terminated

@@ -38,6 +38,7 @@ from proxy.codec.api_keys import ApiKey
 from proxy.codec.errors import CodecError
 from proxy.codec.header import parse_request_header
 from proxy.connection import Decision, IncompleteHeader, Payload, RejectRequest, RequestInfo, Router
+from proxy.metrics import CLIENT_AUTHENTICATIONS
 from proxy.router import body_offset
 from proxy.security.session import Session
 
@@ -191,6 +192,8 @@ class SaslGate:
         session.expires_at = (self._sent_at + lifetime_ms / 1000) if lifetime_ms > 0 else None
         if again:
             session.reauthentications += 1
+        CLIENT_AUTHENTICATIONS.labels(session.listener, mechanism,
+                                      "reauthenticated" if again else "ok").inc()
         if self._is_fleet_user is not None:
             session.fleet_peer = self._is_fleet_user(session.user)
         self._steps = -1
@@ -200,6 +203,8 @@ class SaslGate:
     def _fail(self, reason: str) -> None:
         if self.session.failed is None:
             self.session.failed = reason
+            CLIENT_AUTHENTICATIONS.labels(self.session.listener, self._mechanism or "-",
+                                          "failed").inc()
             log.info("%s: the broker refused the client's authentication: %s", self.name, reason)
 
 
