@@ -46,6 +46,7 @@ from proxy.budget import ByteBudget
 from proxy.codec.errors import CodecError
 from proxy.frames import FrameError, FrameSplitter, encode_frame
 from proxy.orderer import HeldBytes, OrderingError, ResponseFilter, ResponseOrderer, Slot
+from proxy.security.tlsstream import TlsStream
 from proxy.splice import AVAILABLE as SPLICE_AVAILABLE
 from proxy.splice import Pipe, stream_frame
 
@@ -237,7 +238,7 @@ class Connection:
             if not first:
                 return
             if (first[0] == TLS_HANDSHAKE and self.max_frame_bytes < TLS_HANDSHAKE << 24
-                    and not isinstance(self.client, trio.SSLStream)):
+                    and isinstance(self.client, trio.SocketStream)):
                 self.bad_input = True  # counted with the connections closed for bad input
                 log.warning("%s: closing connection: the client started TLS, but this listener "
                             "has none (set listener-tls-cert-file and listener-tls-key-file, "
@@ -258,8 +259,8 @@ class Connection:
                 if pipe is not None:
                     pipe.close()
             with trio.CancelScope(shield=True):
-                await _close(self.upstream)
-                await _close(self.client)
+                await self.upstream.aclose()  # a TLS close_notify waits a second at most
+                await self.client.aclose()
                 closer = getattr(self.router, "aclose", None)  # links the router opened
                 if closer is not None:
                     await closer()
@@ -631,19 +632,6 @@ class Connection:
         self._progress.set()
 
 
-async def _close(stream: trio.abc.Stream) -> None:
-    """Close a stream; a TLS stream's close_notify gets a second at most (a peer that stopped
-    reading must not hold the connection's end)."""
-    if isinstance(stream, trio.SSLStream):
-        with trio.move_on_after(1.0) as late:
-            await stream.aclose()
-        if not late.cancelled_caught:
-            return
-        await trio.aclose_forcefully(stream)
-    else:
-        await stream.aclose()
-
-
 async def _receive_frames(
     stream: trio.abc.Stream,
     receive: Callable[[int], Awaitable[bytes | bytearray]],
@@ -666,7 +654,13 @@ async def _receive_frames(
                 if not n:
                     return None
                 have += n
-        else:  # TLS: the decrypted bytes exist only as the stream's own buffers
+        elif isinstance(stream, TlsStream):  # decrypted straight into the frame
+            while have < size:
+                n = await stream.receive_into(view[have:])
+                if not n:
+                    return None
+                have += n
+        else:
             while have < size:
                 chunk = await stream.receive_some(size - have)
                 if not chunk:

@@ -17,6 +17,7 @@ import os
 import trio
 
 from proxy.frames import FrameSplitter
+from proxy.security.tlsstream import TlsStream
 
 log = logging.getLogger("groupgate.connection")
 
@@ -43,7 +44,15 @@ async def stream_frame(splitter: FrameSplitter, source: trio.abc.Stream,
             and isinstance(sink, trio.SocketStream)):
         await pipe.relay(source.socket, sink.socket, remaining)
         return
-    if not isinstance(source, trio.SocketStream):  # TLS: no bytes to receive into
+    if isinstance(source, TlsStream):  # decrypted into the buffer
+        while remaining:
+            n = await source.receive_into(view[:min(remaining, len(buffer))])
+            if not n:
+                raise trio.BrokenResourceError("peer closed in the middle of a frame")
+            await send(view[:n])
+            remaining -= n
+        return
+    if not isinstance(source, trio.SocketStream):
         while remaining:
             chunk = await source.receive_some(min(remaining, len(buffer)))
             if not chunk:

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import trio
 
+from proxy.security.tlsstream import TlsStream
+
 log = logging.getLogger("groupgate.security")
 
 CHECK_SECONDS = 5.0
@@ -114,25 +116,21 @@ class ReloadingContext:
 
 
 async def handshake_client(stream: trio.abc.Stream, context: ssl.SSLContext,
-                           server_hostname: str | None) -> trio.SSLStream[trio.abc.Stream]:
+                           server_hostname: str | None) -> TlsStream:
     """TLS over ``stream`` as the client; raises :class:`TlsError` if the handshake fails."""
-    tls = trio.SSLStream(stream, context, server_hostname=server_hostname)
-    try:
-        await tls.do_handshake()
-    except (trio.BrokenResourceError, ssl.SSLError, OSError) as exc:
-        await trio.aclose_forcefully(tls)
-        raise TlsError(describe_failure(exc)) from exc
-    return tls
+    return await _handshake(TlsStream(stream, context, server_hostname=server_hostname))
 
 
-async def handshake_server(stream: trio.abc.Stream, context: ssl.SSLContext
-                           ) -> trio.SSLStream[trio.abc.Stream]:
+async def handshake_server(stream: trio.abc.Stream, context: ssl.SSLContext) -> TlsStream:
     """TLS over ``stream`` as the server; raises :class:`TlsError` if the handshake fails."""
-    tls = trio.SSLStream(stream, context, server_side=True)
+    return await _handshake(TlsStream(stream, context, server_side=True))
+
+
+async def _handshake(tls: TlsStream) -> TlsStream:
     try:
         await tls.do_handshake()
     except (trio.BrokenResourceError, ssl.SSLError, OSError) as exc:
-        await trio.aclose_forcefully(tls)
+        await trio.aclose_forcefully(tls.transport)
         raise TlsError(describe_failure(exc)) from exc
     return tls
 
@@ -156,7 +154,7 @@ def describe_failure(exc: BaseException) -> str:
 def peer_subject(stream: trio.abc.Stream) -> str | None:
     """The subject of the certificate the peer of a TLS stream presented, as Kafka writes a
     principal's distinguished name (``CN=app,O=example``), or None."""
-    if not isinstance(stream, trio.SSLStream):
+    if not isinstance(stream, TlsStream):
         return None
     try:
         cert = stream.getpeercert()

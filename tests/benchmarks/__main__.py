@@ -22,6 +22,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
                 "per-request cost of the coordinating router, in process"),
     "passthrough": ("tests.benchmarks.passthrough",
                     "groupgate bench passthrough against a test-bed broker"),
+    "security": ("tests.benchmarks.security",
+                 "SCRAM, test certificates and TLS stream costs, in process"),
 }
 
 

@@ -21,6 +21,7 @@ from proxy.security.tls import (
     peer_subject,
     server_context,
 )
+from proxy.security.tlsstream import TlsStream
 
 
 def write(ca: trustme.CA, directory: Path, name: str, *hosts: str,
@@ -67,7 +68,7 @@ def test_a_changed_file_is_loaded_at_the_next_check_and_a_broken_one_is_not(
 
 
 async def tls_pair(server_ctx: ssl.SSLContext, client_ctx: ssl.SSLContext,
-                   hostname: str | None) -> tuple[trio.SSLStream[trio.abc.Stream], str | None]:
+                   hostname: str | None) -> tuple[TlsStream, str | None]:
     """Handshake both ends of a socket pair; (client stream, subject the server saw)."""
     left, right = trio.testing.memory_stream_pair()
     seen: list[str | None] = []
@@ -80,7 +81,7 @@ async def tls_pair(server_ctx: ssl.SSLContext, client_ctx: ssl.SSLContext,
         seen.append(peer_subject(stream))
 
     failure: list[TlsError] = []
-    clients: list[trio.SSLStream[trio.abc.Stream]] = []
+    clients: list[TlsStream] = []
     async with trio.open_nursery() as nursery:
         nursery.start_soon(serve)
         try:

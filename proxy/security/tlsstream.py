@@ -1,0 +1,159 @@
+"""TLS over a trio socket stream that reads many records per call and decrypts into the
+caller's buffer.
+
+The forwarding path relays large Fetch and Produce frames. Over TLS those bytes cannot be
+spliced, and ``trio.SSLStream`` hands them over one TLS record (at most 16 KiB) per
+``receive_some``, each a new bytes object and a round through its retry machinery, and each
+then written to the other side on its own. :class:`TlsStream` uses the same building blocks
+(``ssl.SSLObject`` over two ``ssl.MemoryBIO``) but reads up to 256 KiB of ciphertext from the
+socket at once and decrypts every record already received in one call, straight into the
+frame buffer when the caller gives one (:meth:`TlsStream.receive_into`); writes are encrypted
+in slices of 256 KiB. docs/decisions/0017-tls-on-the-forwarding-path.md has the measurements.
+
+One task may receive while another sends (as with every trio stream); encrypted bytes leave
+through one lock, in the order the SSL object produced them, whichever task produced them (a
+read can produce some: TLS 1.3 key updates). An end of stream without close_notify counts as
+an end of stream: Kafka brokers and clients close that way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+from typing import Any, cast
+
+import trio
+
+RAW_RECEIVE = 256 * 1024
+"""Ciphertext read from the socket at once."""
+WRITE_SLICE = 256 * 1024
+"""Plaintext encrypted and sent at once."""
+DEFAULT_RECEIVE = 64 * 1024
+
+
+class TlsStream(trio.abc.Stream):
+    """See the module docstring. Call :meth:`do_handshake` before anything else."""
+
+    def __init__(self, transport: trio.abc.Stream, context: ssl.SSLContext, *,
+                 server_side: bool = False, server_hostname: str | None = None) -> None:
+        self.transport = transport
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
+        self._ssl = context.wrap_bio(self._incoming, self._outgoing, server_side=server_side,
+                                     server_hostname=server_hostname)
+        self._send_lock = trio.Lock()
+        self._closed = False
+
+    # -- handshake and peer -----------------------------------------------------------------
+
+    async def do_handshake(self) -> None:
+        """Complete the handshake; raises :class:`ssl.SSLError` (the reason) or
+        ``trio.BrokenResourceError`` (the peer went away)."""
+        while True:
+            try:
+                self._ssl.do_handshake()
+            except ssl.SSLWantReadError:
+                await self._flush()
+                filled = await self._fill()
+                if not filled:
+                    raise trio.BrokenResourceError(
+                        "the peer closed during the TLS handshake") from None
+                continue
+            except ssl.SSLError:
+                # send our alert, if any, before the caller closes
+                with trio.move_on_after(1.0):
+                    await self._flush_quietly()
+                raise
+            await self._flush()
+            return
+
+    def getpeercert(self) -> dict[str, Any] | None:
+        return cast("dict[str, Any] | None", self._ssl.getpeercert())
+
+    # -- receiving --------------------------------------------------------------------------
+
+    async def _fill(self) -> bool:
+        """Read ciphertext from the socket into the SSL object; False at the end of stream."""
+        data = await self.transport.receive_some(RAW_RECEIVE)
+        if not data:
+            self._incoming.write_eof()
+            return False
+        self._incoming.write(data)
+        return True
+
+    async def receive_into(self, view: memoryview) -> int:
+        """Decrypt into ``view``: every byte available without waiting, or, when there is
+        none, what the next bytes from the socket give. 0 at the end of stream."""
+        if self._closed:
+            raise trio.ClosedResourceError("the TLS stream is closed")
+        size = len(view)
+        total = 0
+        waited = False
+        while total < size:
+            try:
+                got = cast(int, self._ssl.read(size - total, view[total:]))
+            except ssl.SSLWantReadError:
+                if total:
+                    break
+                waited = True
+                await self._fill()
+                continue
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                break
+            except ssl.SSLError as exc:
+                raise trio.BrokenResourceError(f"TLS error: {exc}") from exc
+            if not got:
+                break
+            total += got
+        if self._outgoing.pending:
+            await self._flush()
+        elif not waited:
+            await trio.lowlevel.checkpoint()
+        return total
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        buffer = bytearray(max_bytes or DEFAULT_RECEIVE)
+        got = await self.receive_into(memoryview(buffer))
+        if got < len(buffer):
+            del buffer[got:]
+        return buffer
+
+    # -- sending ----------------------------------------------------------------------------
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if self._closed:
+            raise trio.ClosedResourceError("the TLS stream is closed")
+        view = memoryview(data)
+        for start in range(0, len(view), WRITE_SLICE):
+            try:
+                self._ssl.write(view[start:start + WRITE_SLICE])
+            except ssl.SSLError as exc:
+                raise trio.BrokenResourceError(f"TLS error: {exc}") from exc
+            await self._flush()
+
+    async def _flush(self) -> None:
+        async with self._send_lock:
+            pending = self._outgoing.read()
+            if pending:
+                await self.transport.send_all(pending)
+
+    async def _flush_quietly(self) -> None:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await self._flush()
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.transport.wait_send_all_might_not_block()
+
+    async def aclose(self) -> None:
+        """Send close_notify (a second at most) and close the socket."""
+        if self._closed:
+            await trio.lowlevel.checkpoint()
+            return
+        self._closed = True
+        try:
+            with contextlib.suppress(ssl.SSLError):  # the peer's close_notify is not awaited
+                self._ssl.unwrap()
+            with trio.move_on_after(1.0):
+                await self._flush_quietly()
+        finally:
+            await self.transport.aclose()

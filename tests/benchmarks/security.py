@@ -1,0 +1,165 @@
+"""``dev/bench security``: in-process costs behind decisions 0015 and 0017.
+
+* SCRAM's client side with ``scramp`` against the PBKDF2 every implementation must compute;
+* a CA and a leaf certificate made with ``trustme`` against the ``openssl`` command line;
+* TLS throughput of one receiving stream on loopback: ``trio.SSLStream.receive_some`` against
+  :class:`proxy.security.tlsstream.TlsStream` decrypting into a reused buffer, and the same
+  for the sending side, with the process CPU time per MB (both ends run in this process).
+
+Prints a table and writes JSON with the machine; nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import ssl
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import scramp
+import trio
+import trustme
+
+from proxy.commands.machine import describe_machine, machine_info
+from proxy.security.tlsstream import TlsStream
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--megabytes", type=int, default=300, help="per TLS stream run")
+
+
+def _scram_client_ms(mechanism: str) -> float:
+    server_side = scramp.ScramMechanism(mechanism)
+    info = server_side.make_auth_info("pw", iteration_count=4096)
+    server = server_side.make_server(lambda _user: info)
+    client = scramp.ScramClient([mechanism], "groupgate", "pw")
+    started = time.perf_counter()
+    first = client.get_client_first()
+    spent = time.perf_counter() - started
+    server.set_client_first(first)
+    server_first = server.get_server_first()
+    started = time.perf_counter()
+    client.set_server_first(server_first)
+    final = client.get_client_final()
+    spent += time.perf_counter() - started
+    server.set_client_final(final)
+    server_final = server.get_server_final()
+    started = time.perf_counter()
+    client.set_server_final(server_final)
+    return (spent + time.perf_counter() - started) * 1000
+
+
+def _pbkdf2_ms(digest: str) -> float:
+    started = time.perf_counter()
+    hashlib.pbkdf2_hmac(digest, b"pw", b"0123456789abcdef", 4096)
+    return (time.perf_counter() - started) * 1000
+
+
+def _trustme_ms() -> float:
+    started = time.perf_counter()
+    leaf = trustme.CA().issue_cert("127.0.0.1", "localhost")
+    leaf.private_key_pem.bytes()
+    return (time.perf_counter() - started) * 1000
+
+
+def _openssl_ms(directory: Path) -> float:
+    run = lambda *args: subprocess.run(["openssl", *args], check=True, capture_output=True)  # noqa: E731
+    started = time.perf_counter()
+    run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        "-keyout", f"{directory}/ca.key", "-out", f"{directory}/ca.pem", "-subj", "/CN=ca",
+        "-days", "1")
+    run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout",
+        f"{directory}/leaf.key", "-out", f"{directory}/leaf.csr", "-subj", "/CN=leaf")
+    (directory / "ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    run("x509", "-req", "-in", f"{directory}/leaf.csr", "-CA", f"{directory}/ca.pem", "-CAkey",
+        f"{directory}/ca.key", "-CAcreateserial", "-out", f"{directory}/leaf.pem", "-days", "1",
+        "-extfile", f"{directory}/ext")
+    return (time.perf_counter() - started) * 1000
+
+
+async def _stream_run(receiver: str, sender: str, total: int) -> dict[str, float]:
+    ca = trustme.CA()
+    leaf = ca.issue_cert("127.0.0.1")
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    leaf.configure_cert(server_context)
+    client_context = ssl.create_default_context()
+    ca.configure_trust(client_context)
+    chunk = b"x" * (1 << 20)
+
+    async def serve(tcp: trio.SocketStream) -> None:
+        stream: trio.abc.Stream
+        if sender == "TlsStream":
+            stream = TlsStream(tcp, server_context, server_side=True)
+        else:
+            stream = trio.SSLStream(tcp, server_context, server_side=True)
+        await stream.do_handshake()  # type: ignore[attr-defined]
+        for _ in range(total // len(chunk)):
+            await stream.send_all(chunk)
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        nursery.start_soon(trio.serve_listeners, serve, listeners)
+        tcp = await trio.open_tcp_stream("127.0.0.1", listeners[0].socket.getsockname()[1])
+        buffer = memoryview(bytearray(256 * 1024))
+        got = 0
+        if receiver == "TlsStream":
+            tls = TlsStream(tcp, client_context, server_hostname="127.0.0.1")
+            await tls.do_handshake()
+            started, cpu = time.perf_counter(), time.process_time()
+            while got < total and (n := await tls.receive_into(buffer)):
+                got += n
+        else:
+            ssl_stream = trio.SSLStream(tcp, client_context, server_hostname="127.0.0.1")
+            await ssl_stream.do_handshake()
+            started, cpu = time.perf_counter(), time.process_time()
+            while got < total and (data := await ssl_stream.receive_some(len(buffer))):
+                got += len(data)
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+        nursery.cancel_scope.cancel()
+    return {"mb_per_s": got / elapsed / 1e6, "cpu_ms_per_mb_both_ends": cpu * 1000 / (got / 1e6)}
+
+
+def run(args: argparse.Namespace) -> int:
+    info = machine_info()
+    print(f"machine: {describe_machine(info)}")
+    results: dict[str, Any] = {"benchmark": "security", "machine": info,
+                               "versions": {"scramp": scramp.__version__ if hasattr(
+                                   scramp, "__version__") else "?",
+                                            "trustme": trustme.__version__,
+                                            "openssl": ssl.OPENSSL_VERSION}}
+    timings: dict[str, float] = {}
+    for mechanism, digest in (("SCRAM-SHA-256", "sha256"), ("SCRAM-SHA-512", "sha512")):
+        timings[f"scramp {mechanism} client ms"] = statistics.median(
+            _scram_client_ms(mechanism) for _ in range(30))
+        timings[f"pbkdf2 {digest} 4096 ms"] = statistics.median(
+            _pbkdf2_ms(digest) for _ in range(30))
+    timings["trustme CA + leaf ms"] = statistics.median(_trustme_ms() for _ in range(20))
+    if shutil.which("openssl"):
+        with tempfile.TemporaryDirectory() as directory:
+            timings["openssl CLI CA + leaf ms"] = statistics.median(
+                _openssl_ms(Path(directory)) for _ in range(5))
+    for name, value in timings.items():
+        print(f"{name:<36} {value:8.2f}")
+    results["timings"] = timings
+    total = args.megabytes * (1 << 20)
+    streams: dict[str, dict[str, float]] = {}
+    for sender in ("trio.SSLStream", "TlsStream"):
+        for receiver in ("trio.SSLStream", "TlsStream"):
+            figures = trio.run(_stream_run, receiver, sender, total)
+            streams[f"{receiver} <- {sender}"] = figures
+            print(f"receive {receiver:<15} send {sender:<15} {figures['mb_per_s']:7.0f} MB/s "
+                  f"{figures['cpu_ms_per_mb_both_ends']:6.2f} ms CPU/MB (both ends)")
+    results["tls_streams"] = streams
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0
