@@ -25,6 +25,7 @@ from typing import Any
 
 import scramp
 import trio
+import trio.testing
 import trustme
 
 from proxy.commands.machine import describe_machine, machine_info
@@ -128,6 +129,23 @@ async def _stream_run(receiver: str, sender: str, total: int) -> dict[str, float
     return {"mb_per_s": got / elapsed / 1e6, "cpu_ms_per_mb_both_ends": cpu * 1000 / (got / 1e6)}
 
 
+async def _handshake_ms() -> float:
+    """One TLS 1.3 handshake with an ECDSA P-256 certificate, both ends in this process."""
+    ca = trustme.CA()
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("127.0.0.1").configure_cert(server_context)
+    client_context = ssl.create_default_context()
+    ca.configure_trust(client_context)
+    left, right = trio.testing.memory_stream_pair()
+    client = TlsStream(left, client_context, server_hostname="127.0.0.1")
+    server = TlsStream(right, server_context, server_side=True)
+    started = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.do_handshake)
+        await client.do_handshake()
+    return (time.perf_counter() - started) * 1000
+
+
 def run(args: argparse.Namespace) -> int:
     info = machine_info()
     print(f"machine: {describe_machine(info)}")
@@ -147,6 +165,8 @@ def run(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory() as directory:
             timings["openssl CLI CA + leaf ms"] = statistics.median(
                 _openssl_ms(Path(directory)) for _ in range(5))
+    timings["TLS 1.3 handshake ms (both ends)"] = statistics.median(
+        trio.run(_handshake_ms) for _ in range(20))
     for name, value in timings.items():
         print(f"{name:<36} {value:8.2f}")
     results["timings"] = timings
