@@ -12,6 +12,7 @@ Prints a table and writes JSON with the machine; nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import shutil
@@ -146,6 +147,102 @@ async def _handshake_ms() -> float:
     return (time.perf_counter() - started) * 1000
 
 
+def _echo_broker(port: list[int], context: ssl.SSLContext | None) -> None:
+    """A blocking stand-in broker on its own thread: answers each frame with 100 bytes."""
+    import socket
+    import struct
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port.append(listener.getsockname()[1])
+
+    def serve(conn: socket.socket) -> None:
+        buffered = b""
+        with contextlib.suppress(OSError):
+            while data := conn.recv(65536):
+                buffered += data
+                while len(buffered) >= 4 and len(buffered) >= 4 + int.from_bytes(
+                        buffered[:4], "big"):
+                    size = int.from_bytes(buffered[:4], "big")
+                    correlation, buffered = buffered[8:12], buffered[4 + size:]
+                    conn.sendall(struct.pack(">i", 104) + correlation + b"m" * 100)
+
+    while True:
+        conn, _ = listener.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if context is not None:
+            conn = context.wrap_socket(conn, server_side=True)
+        threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+
+def _proxy_rtt(tls: bool, requests: int) -> dict[str, float]:
+    """Sequential small requests through an in-process ProxyServer to the stand-in broker,
+    with plaintext or TLS upstream: p50/p99 ms (the client runs on a thread)."""
+    import socket
+    import struct
+    import threading
+
+    from proxy.config import ProxyConfig
+    from proxy.connection import FORWARD, RequestInfo
+    from proxy.server import ProxyServer
+
+    ca = trustme.CA()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    directory = Path(tempfile.mkdtemp())
+    ca.cert_pem.write_to_path(str(directory / "ca.pem"))
+    port: list[int] = []
+    threading.Thread(target=_echo_broker, args=(port, context if tls else None),
+                     daemon=True).start()
+    while not port:
+        time.sleep(0.01)
+
+    class Forward:
+        def classify(self, request: RequestInfo) -> int:
+            return FORWARD
+
+        def decide(self, request: RequestInfo) -> int:
+            return FORWARD
+
+        def decide_oversized(self, request: RequestInfo) -> int:
+            return FORWARD
+
+        def response_rewriter(self, api_key: int, api_version: int) -> None:
+            return None
+
+    def client(bootstrap_port: int) -> list[float]:
+        sock = socket.create_connection(("127.0.0.1", bootstrap_port))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        samples = []
+        for correlation in range(requests + 200):
+            payload = struct.pack(">hhih", 3, 1, correlation, -1) + b"\0\0\0\0"
+            started = time.perf_counter()
+            sock.sendall(struct.pack(">i", len(payload)) + payload)
+            got = b""
+            while len(got) < 4 or len(got) < 4 + int.from_bytes(got[:4], "big"):
+                got += sock.recv(65536)
+            if correlation >= 200:
+                samples.append((time.perf_counter() - started) * 1000)
+        sock.close()
+        return sorted(samples)
+
+    async def main() -> list[float]:
+        config = ProxyConfig(upstream=(("127.0.0.1", port[0]),), listen=("127.0.0.1", 0),
+                             security_protocol="SSL" if tls else "PLAINTEXT",
+                             tls_ca_file=str(directory / "ca.pem") if tls else "")
+        server = ProxyServer(config, lambda *_: Forward())
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.run)
+            samples = await trio.to_thread.run_sync(client, server.bootstrap_port)
+            nursery.cancel_scope.cancel()
+        return samples
+
+    samples = trio.run(main)
+    return {"p50_ms": samples[len(samples) // 2], "p99_ms": samples[int(len(samples) * 0.99)]}
+
+
 def run(args: argparse.Namespace) -> int:
     info = machine_info()
     print(f"machine: {describe_machine(info)}")
@@ -179,6 +276,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"receive {receiver:<15} send {sender:<15} {figures['mb_per_s']:7.0f} MB/s "
                   f"{figures['cpu_ms_per_mb_both_ends']:6.2f} ms CPU/MB (both ends)")
     results["tls_streams"] = streams
+    rtt = {kind: _proxy_rtt(kind == "TLS", 3000) for kind in ("plaintext", "TLS")}
+    for kind, figures in rtt.items():
+        print(f"in-process proxy round trip, {kind} upstream: p50 {figures['p50_ms']:.3f} ms, "
+              f"p99 {figures['p99_ms']:.3f} ms")
+    results["proxy_rtt_in_process"] = rtt
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
         print(f"wrote {args.json}")
