@@ -132,10 +132,17 @@ class TlsStream(trio.abc.Stream):
             await self._flush()
 
     async def _flush(self) -> None:
-        async with self._send_lock:
+        lock = self._send_lock
+        try:
+            lock.acquire_nowait()  # the common case: no extra pass through the scheduler
+        except trio.WouldBlock:
+            await lock.acquire()
+        try:
             pending = self._outgoing.read()
             if pending:
                 await self.transport.send_all(pending)
+        finally:
+            lock.release()
 
     async def _flush_quietly(self) -> None:
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
