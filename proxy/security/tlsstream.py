@@ -19,6 +19,7 @@ an end of stream: Kafka brokers and clients close that way.
 from __future__ import annotations
 
 import contextlib
+import os
 import ssl
 from typing import Any, cast
 
@@ -29,6 +30,8 @@ RAW_RECEIVE = 256 * 1024
 WRITE_SLICE = 256 * 1024
 """Plaintext encrypted and sent at once."""
 DEFAULT_RECEIVE = 64 * 1024
+_SCRATCH = [memoryview(bytearray(RAW_RECEIVE))]
+"""Ciphertext from sockets passes through this one buffer (see :meth:`TlsStream._fill`)."""
 
 
 class TlsStream(trio.abc.Stream):
@@ -43,6 +46,8 @@ class TlsStream(trio.abc.Stream):
                                      server_hostname=server_hostname)
         self._send_lock = trio.Lock()
         self._closed = False
+        self._fd = (transport.socket.fileno() if isinstance(transport, trio.SocketStream)
+                    else -1)
 
     # -- handshake and peer -----------------------------------------------------------------
 
@@ -73,12 +78,36 @@ class TlsStream(trio.abc.Stream):
     # -- receiving --------------------------------------------------------------------------
 
     async def _fill(self) -> bool:
-        """Read ciphertext from the socket into the SSL object; False at the end of stream."""
-        data = await self.transport.receive_some(RAW_RECEIVE)
-        if not data:
+        """Read ciphertext from the socket into the SSL object; False at the end of stream.
+
+        From a socket the bytes go through one buffer shared by every stream of the process:
+        they are read and handed to the SSL object with no pass through the scheduler in
+        between, so no other stream can use the buffer meanwhile (and no stream holds 256 KiB
+        of its own)."""
+        if self._fd < 0:
+            data = await self.transport.receive_some(RAW_RECEIVE)
+            if not data:
+                self._incoming.write_eof()
+                return False
+            self._incoming.write(data)
+            return True
+        waited = False
+        while True:
+            try:
+                n = os.readv(self._fd, _SCRATCH)
+            except BlockingIOError:
+                waited = True
+                await trio.lowlevel.wait_readable(self._fd)
+                continue
+            except OSError as exc:
+                raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+            break
+        if not n:
             self._incoming.write_eof()
             return False
-        self._incoming.write(data)
+        self._incoming.write(_SCRATCH[0][:n])
+        if not waited:
+            await trio.lowlevel.checkpoint()
         return True
 
     async def receive_into(self, view: memoryview) -> int:
