@@ -80,7 +80,8 @@ def make_router_factory(config: ProxyConfig, service: CoordinatorService | None 
                               service.broker_of)
             return CoordinatingRouter(server, counters, accepted, handlers,
                                       None if inbound else node_id, client_host,
-                                      claims=service.claims, fleet=fleet)
+                                      claims=service.claims, fleet=fleet,
+                                      software=service.software)
         return ForwardingRouter(server, counters, accepted)
 
     return factory
@@ -129,7 +130,6 @@ async def serve(config: ProxyConfig, *,
     async with trio.open_nursery() as nursery:
         if service is not None:
             service.node_address = lambda node_id: upstream_of(server, node_id)
-            service.address_map = server
             await nursery.start(service.run)
             hand_off_s = min(config.shutdown_grace, hand_off_seconds(config))
             server.before_drain = lambda: service.let_go(hand_off_s)

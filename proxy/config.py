@@ -16,6 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from proxy.coordination.state_ids import check_prefix
+from proxy.journal.settings import SETTINGS as JOURNAL_SETTINGS
+from proxy.journal.settings import (
+    JournalSettings,
+    parse_acks,
+    parse_compression,
+    parse_source,
+    parse_topic,
+)
+from proxy.records import Compression
+
 
 class ConfigError(ValueError):
     """A setting has a value the proxy cannot use; the message names the setting and source."""
@@ -90,6 +101,25 @@ def _bool(text: str) -> bool:
     raise ValueError("on or off")
 
 
+def _auto_int(text: str) -> int:
+    """A positive number, or 'auto' (0)."""
+    if text.strip() in ("", "auto"):
+        return 0
+    return _positive_int(text)
+
+
+def _key_values(text: str) -> tuple[tuple[str, str], ...]:
+    out = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{item!r} is not key=value")
+        out.append((key.strip(), value.strip()))
+    return tuple(out)
+
+
 def _choice(*choices: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         value = text.strip().lower()
@@ -148,6 +178,15 @@ class Setting:
     def env(self) -> str:
         return "GROUPGATE_" + self.attr.upper()
 
+
+JOURNAL_PARSERS: dict[str, Callable[[str], Any]] = {
+    "journal-topic": parse_topic, "journal-partitions": int,
+    "journal-replication-factor": int, "journal-retention-ms": int,
+    "journal-buffer-events": _positive_int, "journal-snapshot-interval-ms": _positive_int,
+    "journal-acks": parse_acks, "journal-compression": parse_compression,
+    "journal-source": parse_source,
+}
+"""How each journal setting (:data:`proxy.journal.settings.SETTINGS`) is read."""
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("upstream", _hostport_list, None,
@@ -258,17 +297,42 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("fleet-address", _optional_hostport, "auto",
             "The address the other sidecars reach the fleet listener at (e.g. the pod IP and "
             "the fleet port); 'auto': fleet-listen, which then must not be a wildcard."),
-    Setting("fleet-routing", _choice("forward", "redirect"), "forward",
-            "How the members behind this sidecar reach a group another sidecar coordinates: "
-            "'forward' (this sidecar relays their group requests to it) or 'redirect' "
-            "(FindCoordinator names its fleet listener and clients connect there). See "
-            "docs/decisions/0014-fleet-routing.md."),
     Setting("takeover-wait-ms", _optional_int, "auto",
-            "How long a sidecar that takes a group over from another coordinator (one that "
-            "died or lost the broker's group) answers joins with COORDINATOR_LOAD_IN_PROGRESS "
-            "before it assigns partitions: the members the old coordinator assigned keep their "
-            "partitions until they hear from the new one. 'auto': group-session-timeout-ms, "
-            "the longest a member may go unheard before Kafka gives its partitions away."),
+            "How long a sidecar that takes a group over from another coordinator whose state "
+            "it cannot load (state-log off, or the group has no state in it) answers joins "
+            "with COORDINATOR_LOAD_IN_PROGRESS before it assigns partitions: the members the "
+            "old coordinator assigned keep their partitions until they hear from the new one. "
+            "'auto': group-session-timeout-ms, the longest a member may go unheard before "
+            "Kafka gives its partitions away."),
+    Setting("state-log", _bool, "on",
+            "Write each coordinated group's state (epochs, members, assignments) to a "
+            "compacted topic, so that a sidecar taking a group over loads it and members keep "
+            "their partitions through a coordinator failover or restart (docs/operations.md, "
+            "'Durable group state'). Needs the topic, transactional ids and their ACLs."),
+    Setting("state-log-topic", str, "_groupgate-group-state",
+            "The compacted topic of the group state (created when missing)."),
+    Setting("state-log-partitions", _positive_int, "16",
+            "Partitions of the state topic when it is created; never change it afterwards "
+            "(groups are hashed over the partition count)."),
+    Setting("state-log-replication-factor", _auto_int, "auto",
+            "Replication factor of the state topic when it is created; 'auto': the cluster's "
+            "broker count, at most 3 (min.insync.replicas is one less, between 1 and 2)."),
+    Setting("state-log-topic-config", _key_values, "",
+            "Topic configs of the state topic that replace the defaults when it is created, "
+            "comma separated key=value (e.g. segment.ms=600000)."),
+    Setting("state-log-transactional-id-prefix", str, "groupgate-state",
+            "Prefix of the transactional ids that fence the writers of the group state, one "
+            "per group (<prefix>-<group id>); the proxy's identity needs WRITE on them."),
+    Setting("state-log-transaction-timeout-ms", _positive_int, "15000",
+            "Transaction timeout of the state writers: how long a writer that died mid-write "
+            "can keep other groups of its partition from being loaded."),
+    Setting("state-log-write-timeout-ms", _positive_int, "10000",
+            "Longest one write of group state may take before the group is given up (its "
+            "answers fail; it is taken over again from the log)."),
+    Setting("state-log-load-timeout-ms", _positive_int, "60000",
+            "Longest reading a group's state may take when it is taken over."),
+    *(Setting(name, JOURNAL_PARSERS[name], default, help_text)
+      for name, default, help_text in JOURNAL_SETTINGS),
     Setting("group-metadata-refresh-ms", _positive_int, "5000",
             "How often the proxy reads the metadata of the topics its groups subscribe to "
             "(partition counts, topics created or deleted, regex matches)."),
@@ -375,7 +439,6 @@ class ProxyConfig:
     group_metadata_refresh_ms: int = 5_000
     fleet_listen: tuple[str, int] | None = None
     fleet_address: tuple[str, int] | None = None
-    fleet_routing: str = "forward"
     takeover_wait_ms: int | None = None
     security_protocol: str = "PLAINTEXT"
     tls_ca_file: str = ""
@@ -397,6 +460,24 @@ class ProxyConfig:
     fleet_tls_key_file: str = ""
     fleet_tls_ca_file: str = ""
     fleet_tls_server_name: str = ""
+    state_log: bool = True
+    state_log_topic: str = "_groupgate-group-state"
+    state_log_partitions: int = 16
+    state_log_replication_factor: int = 0
+    state_log_topic_config: tuple[tuple[str, str], ...] = ()
+    state_log_transactional_id_prefix: str = "groupgate-state"
+    state_log_transaction_timeout_ms: int = 15_000
+    state_log_write_timeout_ms: int = 10_000
+    state_log_load_timeout_ms: int = 60_000
+    journal_topic: str | None = None
+    journal_partitions: int = -1
+    journal_replication_factor: int = -1
+    journal_retention_ms: int = 7 * 24 * 3600 * 1000
+    journal_buffer_events: int = 100_000
+    journal_snapshot_interval_ms: int = 300_000
+    journal_acks: int = -1
+    journal_compression: Compression = Compression.GZIP
+    journal_source: str | None = None
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @property
@@ -410,6 +491,17 @@ class ProxyConfig:
         if self.fleet_listen is None:
             return None
         return self.fleet_address or self.fleet_listen
+
+    @property
+    def journal(self) -> JournalSettings:
+        """The group-event journal's settings (off while ``journal-topic`` is unset)."""
+        return JournalSettings(
+            topic=self.journal_topic, partitions=self.journal_partitions,
+            replication_factor=self.journal_replication_factor,
+            retention_ms=self.journal_retention_ms, buffer_events=self.journal_buffer_events,
+            snapshot_interval_ms=self.journal_snapshot_interval_ms, acks=self.journal_acks,
+            compression=self.journal_compression,
+            source=self.journal_source or f"{self.client_host}:{self.listen[1]}")
 
     @property
     def takeover_wait_seconds(self) -> float:
@@ -484,6 +576,19 @@ def load(args: argparse.Namespace | None = None,
                           "cannot know an ephemeral port")
     if values.get("takeover_wait_ms") is not None and values["takeover_wait_ms"] < 0:
         raise ConfigError("takeover-wait-ms must not be negative")
+    if (values.get("state_log_transaction_timeout_ms", 15_000)
+            <= values.get("state_log_write_timeout_ms", 10_000)):
+        raise ConfigError("state-log-transaction-timeout-ms must exceed "
+                          "state-log-write-timeout-ms (a transaction is aborted by its "
+                          "coordinator only after it)")
+    try:
+        ProxyConfig(**values).journal  # noqa: B018 (checks the journal settings together)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    try:
+        check_prefix(values.get("state_log_transactional_id_prefix", "groupgate-state"))
+    except ValueError as exc:
+        raise ConfigError(f"state-log-transactional-id-prefix: {exc}") from None
     check_security(values)
     return ProxyConfig(**values, sources=sources)
 
@@ -526,14 +631,9 @@ def check_security(values: Mapping[str, Any]) -> None:
         raise ConfigError("fleet-auth none on a SASL cluster: anyone reaching the fleet "
                           "listener could act in groups without authenticating; use sasl or "
                           "mtls")
-    if auth == "mtls":
-        if not (fleet_tls and values.get("fleet_tls_ca_file")):
-            raise ConfigError("fleet-auth mtls needs fleet-tls-cert-file, fleet-tls-key-file "
-                              "and fleet-tls-ca-file")
-        if values.get("fleet_routing") == "redirect":
-            raise ConfigError("fleet-auth mtls with fleet-routing redirect: applications "
-                              "connecting to the fleet listener have no fleet certificate; "
-                              "use fleet-auth sasl")
+    if auth == "mtls" and not (fleet_tls and values.get("fleet_tls_ca_file")):
+        raise ConfigError("fleet-auth mtls needs fleet-tls-cert-file, fleet-tls-key-file "
+                          "and fleet-tls-ca-file")
     if auth == "sasl":
         if not sasl:
             raise ConfigError("fleet-auth sasl needs a SASL cluster (security-protocol "

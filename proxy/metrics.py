@@ -51,6 +51,19 @@ LEASE_EVENTS = Counter("groupgate_group_lease_events",
                        "time: stopped acting), lost (the broker dropped the member)",
                        ["event"], registry=REGISTRY)
 
+JOURNAL_WRITTEN = Counter("groupgate_journal_events_written",
+                          "Group events written to the journal topic", registry=REGISTRY)
+JOURNAL_DROPPED = Counter("groupgate_journal_events_dropped",
+                          "Group events not written: the journal's buffer was full "
+                          "(buffer-full) or the broker refused them (rejected)",
+                          ["reason"], registry=REGISTRY)
+JOURNAL_BUFFERED = Gauge("groupgate_journal_buffered_events",
+                         "Group events waiting to be written to the journal topic",
+                         registry=REGISTRY)
+JOURNAL_WRITE_ERRORS = Counter("groupgate_journal_write_errors",
+                               "Journal writes that failed and are retried (broker unreachable, "
+                               "leader moved, topic not ready)", registry=REGISTRY)
+
 
 _REQUEST_COUNTS: dict[str, dict[int, int]] = {}
 """node label -> api key -> requests received."""

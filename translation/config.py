@@ -103,6 +103,11 @@ class GroupConfig:
     revoking classic member hears that it must revoke), its rebalance timeout, and half its
     session timeout; then the member gets what is free and collects the rest later. 0: never
     hold (Kafka's behaviour)."""
+    durable_state: bool = False
+    """Track which group and member records each call changes, for
+    :meth:`~translation.coordinator.GroupCoordinator.drain_records` (the driver writes them to
+    the group state topic and a coordinator taking over loads them). Off: nothing is tracked
+    and ``drain_records`` refuses."""
 
     def __post_init__(self) -> None:
         if not self.assignors:

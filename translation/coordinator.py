@@ -67,6 +67,16 @@ Every write to a group or a member goes through the verbs of
 :class:`~translation.state.CoordinatorState` (this class's base), which keep the invariants
 that span fields: indexes, timers and their effects, listeners told.
 
+Durable state (``GroupConfig.durable_state``): the verbs also mark which records
+(:mod:`translation.records`: a group record, and per member a member and an assignment record)
+their writes changed. The driver calls :meth:`GroupCoordinator.drain_records` after every
+engine call and writes what it returns to the group state topic; a coordinator taking a group
+over reads the group's records back and calls :meth:`GroupCoordinator.load_group`, which
+rebuilds it through the same verbs with every deadline re-armed from its own clock, so members
+keep their member ids, epochs and partitions across the failover. A response may leave only
+once every record drained up to the call that produced it is acknowledged (the simulator
+models this pipeline, :mod:`translation.simulation.simulator`); see :mod:`translation.durable`.
+
 Where Kafka and the KIP text differ, the engine follows Kafka (noted where it matters):
 a fenced or leaving member's target entry is dropped at once (the KIP's case study still
 shows it until the next computation); a member re-sending epoch 0 rejoins in place; the
@@ -87,13 +97,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from translation import describe as describe_mod
+from translation import durable, limits
 from translation import heartbeat as hb
-from translation import limits
 from translation import offsets as offsets_mod
 from translation.effects import Effect, GroupDeleted, GroupExpired, GroupLost, MemberFenced
 from translation.errors import ErrorCode, GroupError
 from translation.group import ConsumerGroup
 from translation.heartbeat import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+from translation.records import StateRecord
 from translation.state import CoordinatorState, EngineListener
 from translation.timers import TimerKey, TimerKind
 from translation.topics import TopicId, TopicsImage
@@ -260,12 +271,51 @@ class GroupCoordinator(CoordinatorState):
 
     def forget(self, group_id: str, reason: str) -> list[Effect]:
         """The group's lock is lost (another coordinator may hold it): forget the group and
-        its members at once, whatever state it is in; nothing of it is answered here again."""
+        its members at once, whatever state it is in; nothing of it is answered here again,
+        and none of its records is drained (its state is the next coordinator's to write)."""
         effects: list[Effect] = []
         group = self.groups.get(group_id)
         if group is not None:
-            self.drop_group(group, GroupLost(group_id, reason), effects)
+            self.drop_group(group, GroupLost(group_id, reason), effects, tombstones=False)
         return effects
+
+    # ------------------------------------------------------------------ durable state
+
+    def drain_records(self, wall_ms: int) -> list[StateRecord]:
+        """The records of everything changed since the last drain, one per key with its
+        current value (None: tombstone), grouped by group id; replayed in order (or folded by
+        key, as compaction leaves them) they give the engine's state. Call it after every
+        engine call that may have changed something (any request, ``tick``/``fire``,
+        ``update_topics``, ``delete_group``, migration); a steady heartbeat drains nothing.
+        ``wall_ms``: the wall clock (ms since the epoch), stamped on a group that became empty
+        so its expiry survives a failover. Needs ``GroupConfig.durable_state``."""
+        journal = self.journal
+        if journal is not None and not journal:
+            return []  # nothing changed (the steady heartbeat): no call further down
+        return durable.drain_records(self, wall_ms)
+
+    def group_records(self, group_id: str, wall_ms: int) -> list[StateRecord]:
+        """Every record of a group as it stands now, independent of what was drained (for a
+        first write of a group that has none yet, or to rewrite it whole)."""
+        return durable.group_records(self, group_id, wall_ms)
+
+    def load_group(self, group_id: str, records: Iterable[StateRecord], now_ms: int,
+                   wall_ms: int) -> list[Effect]:
+        """Take ``group_id`` over from its records (as read from the topic, in order, to the
+        end; other groups' records are skipped): members keep their member ids, epochs,
+        partitions and targets, every member gets a full session from ``now_ms``, a member
+        still revoking its rebalance timeout, an empty group expires as it would have (by
+        ``wall_ms``). No epoch is bumped and no target computed because of the load; a topic
+        that changed meanwhile bumps the epoch as ``update_topics`` would. Requests the old
+        coordinator held (a deferred JoinGroup, a held SyncGroup) died with it: their clients
+        send them again. The engine's topic image must be current (a fresh Metadata view)
+        before the load, as for any request. Raises
+        :class:`~translation.durable.StateLoadError` for records that do not make a group."""
+        return durable.load_groups(self, records, now_ms, wall_ms, only=group_id)
+
+    def load(self, records: Iterable[StateRecord], now_ms: int, wall_ms: int) -> list[Effect]:
+        """:meth:`load_group` for every group ``records`` hold."""
+        return durable.load_groups(self, records, now_ms, wall_ms)
 
     def delete_group(self, group_id: str) -> tuple[ErrorCode, list[Effect]]:
         """DeleteGroups: NON_EMPTY_GROUP while the group has members, else the group is

@@ -123,6 +123,18 @@ class GroupLost:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupLoaded:
+    """The group was rebuilt from its records (this coordinator took it over): its members go
+    on with their member ids, epochs and partitions; every member has a full session from the
+    load."""
+
+    group_id: str
+    group_epoch: int
+    assignment_epoch: int
+    members: int
+
+
+@dataclass(frozen=True, slots=True)
 class JoinCompleted:
     """A classic JoinGroup the engine answered with "pending" is complete: send ``response``
     to the client whose JoinGroup (``group_id``, ``member_id``) the proxy is holding."""
@@ -171,6 +183,7 @@ Effect = (
     | GroupExpired
     | GroupDeleted
     | GroupLost
+    | GroupLoaded
     | JoinCompleted
     | SyncCompleted
     | GroupHandedBack

@@ -6,6 +6,10 @@ regexes, the *subscription metadata* (partition count of every subscribed topic 
 change bumps the group epoch), the target assignment, the partition ownership map and the
 set of members not yet reconciled to the target (so the group state is O(1) too).
 
+When the engine keeps durable state, the group also marks which of its records changed
+(:mod:`translation.changes`): its methods that write a member mark that member, the engine's
+verbs mark the rest (see :mod:`translation.state`).
+
 Group states: EMPTY (no members), ASSIGNING (group epoch > assignment epoch), RECONCILING
 (some member not STABLE at the assignment epoch), STABLE, DEAD (deleted).
 """
@@ -17,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from translation import regex as regex_mod
 from translation.assignors.base import MemberSubscription, SubscriptionType
+from translation.changes import GroupChanges
 from translation.errors import ErrorCode, GroupError
 from translation.member import ConsumerGroupMember
 from translation.ownership import PartitionOwners
@@ -53,9 +58,12 @@ class ConsumerGroup:
         "_specs",
         "_topic_ids_cache",
         "assignor_counts",
+        "changes",
         "dead",
+        "empty_since_wall_ms",
         "group_epoch",
         "group_id",
+        "journal",
         "last_assignment_ms",
         "members",
         "owners",
@@ -92,6 +100,12 @@ class ConsumerGroup:
         came due meanwhile, with their payloads; None while active."""
         self.last_assignment_ms: int | None = None
         """When the target was last computed (None: never)."""
+        self.journal: dict[str, ConsumerGroup] | None = None
+        """The engine's groups with changes not yet drained (None: no durable state kept)."""
+        self.changes: GroupChanges | None = None
+        """What changed since the last drain; None: nothing (or no durable state kept)."""
+        self.empty_since_wall_ms: int | None = None
+        """Wall-clock time the group became empty, as of the last drain of its records."""
         self._topic_ids_cache: dict[tuple[frozenset[str], str | None], frozenset[TopicId]] = {}
         self._specs: dict[str, MemberSubscription] = {}
         """Assignor input per member, kept between computations; stale entries are dropped."""
@@ -168,6 +182,36 @@ class ConsumerGroup:
             return -1
         return self.members[owner].member_epoch
 
+    # -- changes since the last drain (durable state) -------------------------------------
+
+    def _changed(self) -> GroupChanges | None:
+        journal = self.journal
+        if journal is None:
+            return None
+        changes = self.changes
+        if changes is None:
+            changes = self.changes = GroupChanges()
+            journal[self.group_id] = self
+        return changes
+
+    def mark_group(self) -> None:
+        """The group record changed (epochs, preferred assignor, subscription metadata)."""
+        changes = self._changed()
+        if changes is not None:
+            changes.group = True
+
+    def mark_member(self, member_id: str) -> None:
+        """The member's member record changed (or the member left)."""
+        changes = self._changed()
+        if changes is not None:
+            changes.members.add(member_id)
+
+    def mark_assignment(self, member_id: str) -> None:
+        """The member's assignment record changed (or the member left)."""
+        changes = self._changed()
+        if changes is not None:
+            changes.assignments.add(member_id)
+
     # -- membership ----------------------------------------------------------------------
 
     def add_member(self, member: ConsumerGroupMember, image: TopicsImage) -> None:
@@ -189,6 +233,8 @@ class ConsumerGroup:
             self.owners.add(member.member_id, topic_id, ps)
         self._spec_missing.add(member.member_id)
         self.track(member)
+        self.mark_member(member.member_id)
+        self.mark_assignment(member.member_id)
 
     def remove_member(self, member_id: str) -> ConsumerGroupMember:
         member = self.members.pop(member_id)
@@ -210,6 +256,8 @@ class ConsumerGroup:
         self._spec_missing.discard(member_id)
         self.unreconciled.discard(member_id)
         self.target.members.pop(member_id, None)
+        self.mark_member(member_id)
+        self.mark_assignment(member_id)
         return member
 
     def update_subscription(
@@ -237,17 +285,20 @@ class ConsumerGroup:
         member.subscribed_topic_names = names
         member.subscribed_topic_regex = regex
         self.invalidate_spec(member.member_id)
+        self.mark_member(member.member_id)
 
     def adopt_instance_id(self, member: ConsumerGroupMember, instance_id: str) -> None:
         """A dynamic member rejoining with an instance id becomes static."""
         member.instance_id = instance_id
         self.static_members[instance_id] = member.member_id
+        self.mark_member(member.member_id)
 
     def update_assignor(self, member: ConsumerGroupMember, assignor: str) -> None:
         if member.server_assignor is not None:
             _decr(self.assignor_counts, member.server_assignor)
         _incr(self.assignor_counts, assignor)
         member.server_assignor = assignor
+        self.mark_member(member.member_id)
 
     def compute_preferred_assignor(self, configured: Sequence[str]) -> str:
         """Most common server assignor among members; ties and none go by configured order."""
@@ -258,6 +309,20 @@ class ConsumerGroup:
             if self.assignor_counts.get(name) == best:
                 return name
         return configured[0]
+
+    def restore(self, subscription_metadata: dict[TopicId, int], preferred_assignor: str,
+                empty_since_wall_ms: int | None) -> None:
+        """What a group rebuilt from its records (:mod:`translation.durable`) takes as stored
+        rather than recomputes: the subscription metadata its target was computed from and its
+        preferred assignor (recomputing either could bump the epoch for nothing), and when it
+        became empty."""
+        self.subscription_metadata = subscription_metadata
+        self.preferred_assignor = preferred_assignor
+        self.empty_since_wall_ms = empty_since_wall_ms
+        self._topic_ids_cache.clear()
+        self._specs.clear()
+        self._spec_kinds.clear()
+        self._spec_missing = set(self.members)
 
     # -- subscription metadata -----------------------------------------------------------
 
@@ -294,6 +359,7 @@ class ConsumerGroup:
         if metadata == self.subscription_metadata:
             return False
         self.subscription_metadata = metadata
+        self.mark_group()
         self._topic_ids_cache.clear()
         self._specs.clear()
         self._spec_kinds.clear()

@@ -19,10 +19,15 @@ invariants that span more than one field, the way Kafka routes every write throu
 * every timer is armed with :meth:`arm_timer` and cancelled with :meth:`cancel_timer`, which
   emit the matching :class:`~translation.effects.TimerArmed` /
   :class:`~translation.effects.TimerCancelled` effect, so a driver's own timers never drift
-  from the engine's.
+  from the engine's;
+* with ``GroupConfig.durable_state``, each verb marks the records its write changes (the group
+  record, a member's member or assignment record; :mod:`translation.changes`), so
+  :meth:`~translation.coordinator.GroupCoordinator.drain_records` writes exactly what changed.
+  A verb that changes nothing marks nothing: the steady heartbeat produces no record.
 
-Listeners (:class:`EngineListener`, the classic-protocol translation) hear about target
-computations, member removals and replacements, and timers of kinds the core does not handle.
+Listeners (:class:`EngineListener`: the classic-protocol translation, the proxy's group-event
+journal) hear about target computations, member removals, replacements and assignment moves, and
+timers of kinds the core does not handle.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from translation.assignors.base import AssignorError, PartitionAssignor
+from translation.classic.member import ClassicMemberMetadata
 from translation.config import GroupConfig
 from translation.effects import (
     Effect,
@@ -46,7 +52,12 @@ from translation.effects import (
     TimerCancelled,
 )
 from translation.group import ConsumerGroup
-from translation.member import LEAVE_GROUP_STATIC_MEMBER_EPOCH, ConsumerGroupMember, MemberState
+from translation.member import (
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    ConsumerGroupMember,
+    MemberState,
+    PartitionEpochs,
+)
 from translation.reconciliation import OwnedPartitions, reconcile
 from translation.target import TargetAssignment, compute_target
 from translation.timers import TimerKey, TimerKind, Timers
@@ -80,8 +91,25 @@ class EngineListener(Protocol):
     ) -> None:
         """A static member rejoined as ``new``; ``old`` is already out of ``group``."""
 
+    def member_reconciled(
+        self,
+        group: ConsumerGroup,
+        member: ConsumerGroupMember,
+        assigned_before: PartitionEpochs,
+        revoking_before: PartitionEpochs,
+        effects: list[Effect],
+    ) -> None:
+        """``member``'s assignment moved (:meth:`CoordinatorState.reconcile_member` changed it,
+        or a static leave released what it was revoking); ``assigned_before`` and
+        ``revoking_before`` are what it held before (the verbs replace those maps, never
+        change them in place)."""
+
     def group_dropped(self, group: ConsumerGroup, effects: list[Effect]) -> None:
         """``group`` is forgotten (expired, deleted or handed back)."""
+
+    def group_loaded(self, group: ConsumerGroup, now_ms: int, effects: list[Effect]) -> None:
+        """``group`` was rebuilt from its records (:mod:`translation.durable`): arm the timers
+        of the listener's own kinds that its members' positions call for."""
 
     def group_changed(self, group: ConsumerGroup, now_ms: int, effects: list[Effect]) -> None:
         """A heartbeat or a timer of ``group`` was handled (partitions may have been released)."""
@@ -104,6 +132,9 @@ class CoordinatorState:
         self.image: TopicsImage = topics if topics is not None else TopicsImage()
         self.timers = Timers()
         self.listeners: list[EngineListener] = []
+        self.journal: dict[str, ConsumerGroup] | None = {} if config.durable_state else None
+        """Groups with changes not yet drained, first changed first (None: no durable state
+        kept, see :mod:`translation.changes`)."""
 
     # ------------------------------------------------------------------ groups
 
@@ -116,22 +147,45 @@ class CoordinatorState:
         if target is not None:
             group.target = target
         self.groups[group_id] = group
+        journal = self.journal
+        if journal is not None:
+            group.journal = journal
+            dropped = journal.get(group_id)
+            if dropped is not None and dropped.changes is not None:
+                # Dropped and created again before a drain: the old group's keys the new one
+                # does not rewrite become tombstones.
+                group.changes = dropped.changes
+                journal[group_id] = group
+            group.mark_group()
         effects.append(GroupCreated(group_id))
         return group
 
-    def drop_group(self, group: ConsumerGroup, effect: Effect, effects: list[Effect]) -> None:
-        """Forget ``group`` (expired, deleted, handed back): ``effect`` says which."""
+    def drop_group(self, group: ConsumerGroup, effect: Effect, effects: list[Effect], *,
+                   tombstones: bool = True) -> None:
+        """Forget ``group`` (expired, deleted, handed back): ``effect`` says which. Its records
+        become tombstones at the next drain, unless ``tombstones`` is False (the group's lock is
+        lost: another coordinator writes its records now, and nothing of it is written here)."""
         group_id = group.group_id
         self.cancel_timer(TimerKey(TimerKind.GROUP_EXPIRY, group_id), effects)
         self.cancel_timer(TimerKey(TimerKind.ASSIGNMENT, group_id), effects)
         group.dead = True
         self.groups.pop(group_id, None)
+        if self.journal is not None:
+            if tombstones:
+                group.mark_group()
+                for member_id in group.members:
+                    group.mark_member(member_id)
+                    group.mark_assignment(member_id)
+            else:
+                self.journal.pop(group_id, None)
+                group.changes = None
         for listener in self.listeners:
             listener.group_dropped(group, effects)
         effects.append(effect)
 
     def bump_group_epoch(self, group: ConsumerGroup, reason: str, effects: list[Effect]) -> None:
         group.group_epoch += 1
+        group.mark_group()
         effects.append(GroupEpochBumped(group.group_id, group.group_epoch, reason))
 
     def refresh_group(self, group: ConsumerGroup) -> None:
@@ -139,6 +193,7 @@ class CoordinatorState:
         preferred assignor, who is reconciled): after a group is installed in one go."""
         group.refresh_subscription_metadata(self.image)
         group.preferred_assignor = group.compute_preferred_assignor(self.assignor_names)
+        group.mark_group()
         group.track_all()
 
     # ------------------------------------------------------------------ members
@@ -183,19 +238,28 @@ class CoordinatorState:
     ) -> bool:
         """Change a member's fields (None: unchanged); ``subscription`` is the topic names and
         regex it subscribes to. Returns whether the subscription changed (the caller bumps the
-        group epoch once for everything that changed)."""
+        group epoch once for everything that changed). Only a field that really changes marks
+        the member's record (every heartbeat passes its client id and host)."""
         if instance_id is not None and member.instance_id is None:
             group.adopt_instance_id(member, instance_id)
-        if rack_id is not None:
+        changed = False
+        if rack_id is not None and rack_id != member.rack_id:
             member.rack_id = rack_id
-        if rebalance_timeout_ms is not None:
+            changed = True
+        if rebalance_timeout_ms is not None and rebalance_timeout_ms != member.rebalance_timeout_ms:
             member.rebalance_timeout_ms = rebalance_timeout_ms
-        if session_timeout_ms is not None:
+            changed = True
+        if session_timeout_ms is not None and session_timeout_ms != member.session_timeout_ms:
             member.session_timeout_ms = session_timeout_ms
-        if client_id is not None:
+            changed = True
+        if client_id is not None and client_id != member.client_id:
             member.client_id = client_id
-        if client_host is not None:
+            changed = True
+        if client_host is not None and client_host != member.client_host:
             member.client_host = client_host
+            changed = True
+        if changed:
+            group.mark_member(member.member_id)
         if server_assignor is not None and server_assignor != member.server_assignor:
             group.update_assignor(member, server_assignor)
         if subscription is None:
@@ -205,6 +269,32 @@ class CoordinatorState:
             return False
         group.update_subscription(member, names, regex, self.image)
         return True
+
+    def update_classic_metadata(self, group: ConsumerGroup, member: ConsumerGroupMember, *,
+                                session_timeout_ms: int, protocols: tuple[str, ...],
+                                subscription_version: int,
+                                user_data: bytes | None) -> ClassicMemberMetadata:
+        """A classic member's JoinGroup-side facts (:mod:`translation.classic.member`): created
+        on its first JoinGroup, updated by the next ones; returns them."""
+        meta = member.classic
+        if meta is None:
+            meta = member.classic = ClassicMemberMetadata(
+                session_timeout_ms, protocols, subscription_version, user_data=user_data)
+        elif (meta.session_timeout_ms, meta.protocols, meta.subscription_version,
+              meta.user_data) == (session_timeout_ms, protocols, subscription_version, user_data):
+            return meta
+        else:
+            meta.session_timeout_ms = session_timeout_ms
+            meta.protocols = protocols
+            meta.subscription_version = subscription_version
+            meta.user_data = user_data
+        group.mark_member(member.member_id)
+        return meta
+
+    def classic_position_changed(self, group: ConsumerGroup, member: ConsumerGroupMember) -> None:
+        """A classic member's state or given generation changed (the classic layer moves it,
+        :mod:`translation.classic.member`): its assignment record holds them."""
+        group.mark_assignment(member.member_id)
 
     def remove_member(self, group: ConsumerGroup, member: ConsumerGroupMember, reason: str,
                       now_ms: int, effects: list[Effect]) -> None:
@@ -223,16 +313,20 @@ class CoordinatorState:
                      effects: list[Effect]) -> None:
         """Epoch -2: the member keeps its assigned partitions (nobody else gets them) until it
         rejoins or its session expires; partitions it was revoking are released now."""
-        for topic_id, ps in member.pending_revocation.items():
+        assigned_before, revoking_before = member.assigned, member.pending_revocation
+        for topic_id, ps in revoking_before.items():
             group.owners.remove(member.member_id, topic_id, ps)
         member.pending_revocation = {}
-        member.assigned = {t: dict.fromkeys(ps, 0) for t, ps in member.assigned.items()}
+        member.assigned = {t: dict.fromkeys(ps, 0) for t, ps in assigned_before.items()}
         member.previous_member_epoch = member.member_epoch
         member.member_epoch = LEAVE_GROUP_STATIC_MEMBER_EPOCH
         group.track(member)
+        group.mark_assignment(member.member_id)
         self.cancel_timer(TimerKey(TimerKind.REBALANCE, group.group_id, member.member_id),
                           effects)
         self.schedule_session_timeout(group, member, now_ms, effects)
+        for listener in self.listeners:
+            listener.member_reconciled(group, member, assigned_before, revoking_before, effects)
         effects.append(MemberLeft(group.group_id, member.member_id, static=True))
 
     # ------------------------------------------------------------------ target and reconciliation
@@ -247,6 +341,7 @@ class CoordinatorState:
         preferred = group.compute_preferred_assignor(self.assignor_names)
         if preferred != group.preferred_assignor:
             group.preferred_assignor = preferred
+            group.mark_group()
             reasons.append("preferred assignor changed")
         if reasons:
             self.bump_group_epoch(group, "; ".join(reasons), effects)
@@ -293,6 +388,9 @@ class CoordinatorState:
             return
         group.invalidate_specs(changed)
         group.new_target_installed()
+        group.mark_group()
+        for member_id in changed:
+            group.mark_assignment(member_id)
         effects.append(
             TargetAssignmentComputed(group.group_id, group.target.epoch, name, len(changed))
         )
@@ -316,16 +414,21 @@ class CoordinatorState:
             return False
         if target is None:
             target = group.target.of(member.member_id)
+        assigned_before, revoking_before = member.assigned, member.pending_revocation
         changed = reconcile(member, epoch, target, group.owners, owned,
                             subscription_changed=subscription_changed)
         if changed:
             group.track(member)
+            group.mark_assignment(member.member_id)
             key = TimerKey(TimerKind.REBALANCE, group.group_id, member.member_id)
             if member.state is MemberState.UNREVOKED_PARTITIONS:
                 self.arm_timer(key, now_ms + max(member.rebalance_timeout_ms, 0), effects,
                                payload=member.member_epoch)
             else:
                 self.cancel_timer(key, effects)
+            for listener in self.listeners:
+                listener.member_reconciled(group, member, assigned_before, revoking_before,
+                                           effects)
         return changed
 
     # ------------------------------------------------------------------ timers

@@ -4,8 +4,11 @@
 invariant and the tail of the event trace. ``groupgate simulate --seeds COUNT [--start S]
 [--members M]`` runs many seeds and prints a summary line, listing each failing seed with the
 command that replays it. ``--classic-share F`` makes each new client a classic
-(JoinGroup/SyncGroup) consumer with probability F instead of the per-seed choice. The
-simulation itself is pure code in ``translation.simulation``.
+(JoinGroup/SyncGroup) consumer with probability F instead of the per-seed choice.
+``--failover-rate R`` fails the coordinator over R times per simulated second of chaos on
+average: the engine's records go through a simulated write pipeline, and a new coordinator
+loaded from the acknowledged ones takes over (``--write-delay-ms`` bounds how long a write
+takes to be acknowledged). The simulation itself is pure code in ``translation.simulation``.
 """
 
 from __future__ import annotations
@@ -32,6 +35,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="probability that a new client speaks the classic protocol (default: per seed)",
     )
     parser.add_argument(
+        "--failover-rate",
+        type=float,
+        default=None,
+        metavar="R",
+        help="coordinator failovers per simulated second of chaos (default 0: none)",
+    )
+    parser.add_argument(
+        "--write-delay-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="with failovers: a write is acknowledged 1 to MS ms after it is made (default 30)",
+    )
+    parser.add_argument(
         "--trace", type=int, default=40, help="event trace lines to print on failure (default 40)"
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="print every seed's stats")
@@ -51,18 +68,35 @@ def _knobs(args: argparse.Namespace) -> dict[str, object]:
     knobs: dict[str, object] = {"trace_length": args.trace}
     if args.classic_share is not None:
         knobs["classic_share"] = args.classic_share
+    if args.failover_rate is not None:
+        knobs["failover_rate"] = args.failover_rate
+    if args.write_delay_ms is not None:
+        knobs["write_delay_ms"] = args.write_delay_ms
     return knobs
 
 
 def _replay(result: SimulationResult, args: argparse.Namespace) -> str:
-    if args.classic_share is None:
-        return result.replay
-    return f"{result.replay} --classic-share {args.classic_share}"
+    replay = result.replay
+    if args.members is not None:
+        replay += f" --members {args.members}"
+    if args.classic_share is not None:
+        replay += f" --classic-share {args.classic_share}"
+    if args.failover_rate is not None:
+        replay += f" --failover-rate {args.failover_rate}"
+    if args.write_delay_ms is not None:
+        replay += f" --write-delay-ms {args.write_delay_ms}"
+    return replay
 
 
 def run(args: argparse.Namespace) -> int:
     if args.classic_share is not None and not 0.0 <= args.classic_share <= 1.0:
         print("--classic-share must be between 0 and 1")
+        return 2
+    if args.failover_rate is not None and args.failover_rate < 0:
+        print("--failover-rate must not be negative")
+        return 2
+    if args.write_delay_ms is not None and args.write_delay_ms < 1:
+        print("--write-delay-ms must be at least 1")
         return 2
     if args.seed is not None:
         started = time.perf_counter()

@@ -42,7 +42,11 @@ class ClassicHandler(ApiHandler):
         return Answer(self.answer(request))
 
     def is_local(self, request: GroupRequest) -> bool:
-        return self.service.serves_classic(request.value["group_id"])
+        value = request.value
+        member_id = value.get("member_id") or ""
+        if not member_id and value.get("members"):  # LeaveGroup v3+: a batch of members
+            member_id = value["members"][0].get("member_id") or ""
+        return self.service.serves_classic(value["group_id"], member_id)
 
     async def answer(self, request: GroupRequest) -> Value:
         raise NotImplementedError
@@ -87,9 +91,12 @@ class HeartbeatHandler(ClassicHandler):
         service = self.service
         if service.classic is None or not self.is_local(request):
             return PASS
-        return Answer(convert.heartbeat_response(
-            service.classic_heartbeat(convert.heartbeat_request(request.value, request.version)),
-            request.version))
+        return Answer(self._answer(request))
+
+    async def _answer(self, request: GroupRequest) -> Value:
+        response = await self.service.classic_heartbeat(
+            convert.heartbeat_request(request.value, request.version))
+        return convert.heartbeat_response(response, request.version)
 
     def failure(self, request: GroupRequest, error: int) -> Value:
         return convert.heartbeat_response(HeartbeatResponse(error_code=error), request.version)
@@ -102,9 +109,12 @@ class LeaveGroupHandler(ClassicHandler):
         service = self.service
         if service.classic is None or not self.is_local(request):
             return PASS
-        return Answer(convert.leave_group_response(
-            service.leave_group(convert.leave_group_request(request.value, request.version)),
-            request.version))
+        return Answer(self._answer(request))
+
+    async def _answer(self, request: GroupRequest) -> Value:
+        response = await self.service.leave_group(
+            convert.leave_group_request(request.value, request.version))
+        return convert.leave_group_response(response, request.version)
 
     def failure(self, request: GroupRequest, error: int) -> Value:
         return convert.leave_group_response(LeaveGroupResponse(error_code=error),

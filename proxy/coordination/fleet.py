@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import logging
-import zlib
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -158,33 +157,37 @@ def read_holder(described: dict[str, Any], own_member_ids: frozenset[str] = froz
     return Holder("sidecar", card=card, member_id=member_id)
 
 
-REDIRECT_NODE_IDS: Final = (1_000_000_000, 2_000_000_000)
-"""The range of node ids under which FindCoordinator names another sidecar (``redirect``
-routing): far above any broker id, so that clients give it a connection of its own."""
-
-
-def redirect_node_id(address: Address) -> int:
-    """A stable node id for the sidecar at ``address`` within :data:`REDIRECT_NODE_IDS`."""
-    low, high = REDIRECT_NODE_IDS
-    return low + zlib.crc32(f"{address[0]}:{address[1]}".encode()) % (high - low)
-
-
-def mark_forwarded(client_id: str | None, client_host: str, node_id: int | None = None) -> str:
+def mark_forwarded(client_id: str | None, client_host: str, node_id: int | None = None,
+                   software: tuple[str, str] | None = None) -> str:
     """The client id a relayed request carries: the mark, the broker node whose listener the
-    application sent it to (empty: the bootstrap listener), its host and its client id."""
+    application sent it to (empty: the bootstrap listener), its host, the client software it
+    named in ApiVersions (KIP-511; ``name/version``, empty if unknown) and its client id."""
     node = "" if node_id is None else str(node_id)
-    return f"{FORWARD_MARK}{node}|{client_host}|{client_id or ''}"
+    named = f"{software[0]}/{software[1]}" if software is not None else ""
+    return f"{FORWARD_MARK}{node}|{client_host}|{named}|{client_id or ''}"
 
 
-def unmark(client_id: str | None) -> tuple[str, str, int | None] | None:
-    """(application client id, application host, node of its listener) of a relayed request,
-    None for others."""
+@dataclass(frozen=True, slots=True)
+class Relayed:
+    """What a relayed request's mark says of the application behind it."""
+
+    client_id: str
+    client_host: str
+    node_id: int | None
+    software: tuple[str, str] | None
+
+
+def unmark(client_id: str | None) -> Relayed | None:
+    """What the mark of a relayed request says, None for other requests."""
     if client_id is None or not client_id.startswith(FORWARD_MARK):
         return None
-    node, _, rest = client_id[len(FORWARD_MARK):].partition("|")
-    host, _, original = rest.partition("|")
+    parts = client_id[len(FORWARD_MARK):].split("|", 3)
+    if len(parts) != 4:
+        return None
+    node, host, named, original = parts
     try:
         node_id = int(node) if node else None
     except ValueError:
         return None
-    return original, host, node_id
+    name, _, version = named.partition("/")
+    return Relayed(original, host, node_id, (name, version) if name and version else None)

@@ -43,7 +43,7 @@ generation fails and is retried by its client after newer ones have landed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import trio
 
@@ -165,9 +165,10 @@ class BrokerMembership:
         """Told when :attr:`interrupted` changes."""
         self.on_lost: Callable[[str], None] | None = None
         """Told once the lease held earlier is lost for good (the task has ended)."""
-        self.on_established: Callable[[], None] | None = None
-        """Told once, when the first join succeeded, before anyone waiting on :attr:`settled`
-        runs (so that whatever it decides applies to every waiting request alike)."""
+        self.on_established: Callable[[], Awaitable[None]] | None = None
+        """Awaited once, when the first join succeeded, before anyone waiting on
+        :attr:`settled` runs (so that whatever it decides, or loads, applies to every waiting
+        request alike); if it raises, the membership fails and leaves the broker's group."""
         self.lease_deadline = float("inf")
         """trio time until which the proxy may act for the group (see :data:`LEASE_FRACTION`)."""
         self.previous_generation = -1
@@ -354,9 +355,37 @@ class BrokerMembership:
                     first = False
                     metrics.LEASE_EVENTS.labels("won").inc()
                     if self.on_established is not None:
-                        self.on_established()
+                        try:
+                            await self._established_hook(self.on_established)
+                        except Exception as exc:
+                            log.warning("group %s: not coordinating it: %s", self.group_id, exc)
+                            await self._leave_quietly()
+                            self.fail(str(exc))
+                            return
                     self.settled.set()
                 await self._heartbeat_until_rejoin()
+
+    async def _established_hook(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Run ``hook`` (e.g. loading the group's state) while heartbeating, so that a slow
+        hook does not let the broker drop the member; a heartbeat error ends it (the
+        takeover fails and is tried again from the start)."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._heartbeat_during_hook)
+            await hook()
+            nursery.cancel_scope.cancel()
+
+    async def _heartbeat_during_hook(self) -> None:
+        assert self._link is not None
+        while True:
+            await trio.sleep(self.session_timeout_ms / 3000)
+            sent = trio.current_time()
+            response = await self._link.request(ApiKey.HEARTBEAT, HEARTBEAT_VERSION, {
+                "group_id": self.group_id, "generation_id": self.generation,
+                "member_id": self.member_id, "group_instance_id": None})
+            if response["error_code"] != ErrorCode.NONE:
+                raise MembershipRefused(f"heartbeat error {response['error_code']} while "
+                                        "taking the group over")
+            self.lease_deadline = sent + LEASE_FRACTION * self.session_timeout_ms / 1000
 
     async def _connect(self) -> BrokerLink:
         if self.coordinator is None or self._link is None:

@@ -35,6 +35,7 @@ from proxy.coordination.handler import (
     ApiHandler,
     GroupRequest,
     Outcome,
+    Pass,
     Upstream,
     Value,
 )
@@ -112,8 +113,14 @@ class OffsetCommitHandler(ApiHandler):
     """The first version carrying member id and generation."""
 
     def decide(self, request: GroupRequest) -> Outcome:
-        membership = self.service.membership(request.value["group_id"])
+        group_id = request.value["group_id"]
+        membership = self.service.membership(group_id)
         if membership is None:
+            if (group_id in self.service.memberships
+                    or self.service.may_load(group_id, request.value.get("member_id") or "")):
+                # being taken over, or a member of a coordinator that is gone whose state
+                # the log may hold: the broker would refuse it
+                return Answer(self._after_takeover(request))
             return PASS
         if _moved(request, membership):
             return Answer(commit_error(request.value, int(ErrorCode.NOT_COORDINATOR)))
@@ -144,6 +151,22 @@ class OffsetCommitHandler(ApiHandler):
             # GROUP_ID_NOT_FOUND on a commit as final.
             return ErrorCode.UNKNOWN_MEMBER_ID
         return error
+
+    async def _after_takeover(self, request: GroupRequest) -> Value | Upstream:
+        """Take the group over (loading its state) or wait for the takeover under way, then
+        decide the commit as if it came now."""
+        group_id = request.value["group_id"]
+        waited = await self.service.load_for_member(group_id,
+                                                    request.value.get("member_id") or "")
+        if waited is not None:
+            return commit_error(request.value, int(waited))
+        outcome = self.decide(request)
+        if isinstance(outcome, Pass):
+            return Upstream(request.value, _unchanged)
+        if isinstance(outcome, Upstream):
+            return outcome
+        answer = outcome.value
+        return answer if isinstance(answer, dict) else await answer
 
     async def _when_stable(self, request: GroupRequest, membership: BrokerMembership
                            ) -> Value | Upstream:

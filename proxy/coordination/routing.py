@@ -48,7 +48,7 @@ from proxy.connection import (
     RequestInfo,
     Rewrite,
 )
-from proxy.coordination import classic, consumer_group, find_coordinator, listing, offsets
+from proxy.coordination import classic, consumer_group, listing, offsets
 from proxy.coordination.fleet import mark_forwarded, unmark
 from proxy.coordination.handler import (
     ApiHandler,
@@ -61,6 +61,7 @@ from proxy.coordination.handler import (
 from proxy.coordination.peek import group_id_of
 from proxy.coordination.peers import LOCAL, LOOKUP, RELAY, FleetSide, Route
 from proxy.coordination.service import CoordinatorService
+from proxy.journal.clients import ClientSoftwareDirectory
 from proxy.metrics import RequestCounters
 from proxy.rewrite import AddressMap
 from proxy.router import ForwardingRouter, body_offset
@@ -81,13 +82,9 @@ HANDLERS = (*consumer_group.HANDLERS, *classic.HANDLERS, *offsets.HANDLERS, *lis
 
 
 def handler_table(service: CoordinatorService) -> dict[int, ApiHandler]:
-    """One handler per examined API key (FindCoordinator only with ``fleet-routing``
-    ``redirect``: otherwise it is forwarded and its answer rewritten like any address)."""
+    """One handler per examined API key."""
     table: dict[int, ApiHandler] = {}
-    makers = list(HANDLERS)
-    if service.config.fleet_routing == "redirect":
-        makers += find_coordinator.HANDLERS
-    for make in makers:
+    for make in HANDLERS:
         handler = make(service)
         assert handler.api_key not in table, handler.api_key
         table[handler.api_key] = handler
@@ -103,13 +100,14 @@ def served_versions(handlers: dict[int, ApiHandler]) -> dict[int, tuple[int, int
 class CoordinatingRouter(ForwardingRouter):
     """Per-connection routing with the coordinator service behind it."""
 
-    __slots__ = ("_claims", "_client_host", "_fleet", "_handlers", "_node_id")
+    __slots__ = ("_claims", "_client_host", "_fleet", "_handlers", "_node_id", "_software")
 
     def __init__(self, address_map: AddressMap, counters: RequestCounters,
                  accepted: dict[int, tuple[int, int]], handlers: dict[int, ApiHandler],
                  node_id: int | None, client_host: str,
                  claims: Callable[[str], bool] = lambda _group_id: True,
-                 fleet: FleetSide | None = None) -> None:
+                 fleet: FleetSide | None = None,
+                 software: ClientSoftwareDirectory | None = None) -> None:
         super().__init__(address_map, counters, accepted, served_versions(handlers))
         self._handlers = handlers
         self._node_id = node_id
@@ -118,6 +116,8 @@ class CoordinatingRouter(ForwardingRouter):
         """Whether the proxy coordinates (or is taking over) a group."""
         self._fleet = fleet
         """This connection's place among several sidecars (None: this proxy decides all)."""
+        self._software = software
+        """Where the client software named in ApiVersions (KIP-511) is noted (the journal)."""
 
     async def aclose(self) -> None:
         """The client's connection closed: close the links it opened."""
@@ -141,6 +141,9 @@ class CoordinatingRouter(ForwardingRouter):
         return FORWARD
 
     def classify(self, request: RequestInfo) -> int:
+        if (request.api_key == ApiKey.API_VERSIONS and request.complete
+                and self._software is not None):
+            self._software.note_request(self._client_host, request.frame, request.api_version)
         action = super().classify(request)
         if action == FORWARD and request.api_key in self._handlers:
             return EXAMINE
@@ -164,7 +167,10 @@ class CoordinatingRouter(ForwardingRouter):
         client_id, client_host, node_id = header.client_id, self._client_host, self._node_id
         relayed = unmark(client_id) if fleet is not None and fleet.inbound else None
         if relayed is not None:
-            client_id, client_host, node_id = relayed
+            client_id, client_host, node_id = (relayed.client_id, relayed.client_host,
+                                               relayed.node_id)
+            if relayed.software is not None and self._software is not None:
+                self._software.note(client_host, client_id, *relayed.software)
         return GroupRequest(handler.api_key, version, request.correlation_id, client_id,
                             client_host, node_id, bytes(frame[:header.header_length]), value)
 
@@ -176,8 +182,8 @@ class CoordinatingRouter(ForwardingRouter):
             if fleet is not None:
                 groups = handler.group_ids(group_request)
                 if fleet.inbound:
-                    # relayed by another sidecar (or a client sent here by FindCoordinator):
-                    # decided here or refused, never passed on again
+                    # relayed by another sidecar: decided here or refused, never passed on
+                    # again
                     if not all(self._claims(g) for g in groups):
                         return Local(self._encode(handler, group_request, handler.failure(
                             group_request, NOT_COORDINATOR)))
@@ -224,7 +230,10 @@ class CoordinatingRouter(ForwardingRouter):
         try:
             value = await self._fleet.links.request(
                 address, request.api_key, request.version, request.value,
-                mark_forwarded(request.client_id, request.client_host, request.node_id))
+                mark_forwarded(request.client_id, request.client_host, request.node_id,
+                               self._software.lookup(request.client_host,
+                                                     request.client_id or "")
+                               if self._software is not None else None))
         except UpstreamError as exc:
             log.info("relaying api key %d for %s to %s:%d failed: %s", request.api_key,
                      ",".join(groups), *address, exc)

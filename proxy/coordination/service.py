@@ -42,6 +42,7 @@ network:
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Generic, TypeVar
@@ -51,13 +52,17 @@ from cachetools import TTLCache
 
 from proxy import __version__, metrics
 from proxy.config import ProxyConfig
+from proxy.coordination.durability import Durability
 from proxy.coordination.fleet import Card
 from proxy.coordination.handoff import HandOff
 from proxy.coordination.links import Address, LinkPool
 from proxy.coordination.membership import BrokerMembership
 from proxy.coordination.peers import Directory, Routes
+from proxy.coordination.state_log import StateLog, StateLogSettings
 from proxy.coordination.topics import TopicWatcher
-from proxy.rewrite import AddressMap
+from proxy.journal.clients import ClientSoftwareDirectory
+from proxy.journal.observer import JournalObserver
+from proxy.journal.writer import JournalWriter, run_snapshots
 from translation.assignors import BUILTIN_ASSIGNORS
 from translation.classic.coordinator import ClassicGroupCoordinator
 from translation.classic.messages import (
@@ -93,12 +98,15 @@ from translation.effects import (
 )
 from translation.errors import ErrorCode, GroupError
 from translation.heartbeat import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+from translation.records import key_group_id
 from translation.topics import TopicsImage
 
 log = logging.getLogger("groupgate.coordination")
 RESTART_SECONDS = 1.0
 """How long a failed task of the service waits before it is started again."""
 
+JOURNAL_DRAIN_SECONDS = 5.0
+"""How long a stopping proxy waits for its journal events to be written."""
 TOPIC_WAIT_SECONDS = 3.0
 """How long a joining member naming an unknown topic waits for a metadata refresh."""
 TAKEOVER_WAIT_SECONDS = 10.0
@@ -144,6 +152,12 @@ class Held(Generic[R]):
         return self.response
 
 
+def wall_ms() -> int:
+    """The wall clock in milliseconds (for times that must survive a restart: the engine's
+    own clock is per process)."""
+    return int(time.time() * 1000)
+
+
 def group_config(config: ProxyConfig) -> GroupConfig:
     return GroupConfig(
         assignors=[cls() for cls in BUILTIN_ASSIGNORS],
@@ -156,7 +170,30 @@ def group_config(config: ProxyConfig) -> GroupConfig:
         empty_group_expiry_ms=config.group_empty_expiry_ms,
         quiet_classic_advance=config.classic_quiet_advance,
         classic_sync_hold_ms=config.classic_sync_hold_ms,
+        durable_state=config.state_log,
     )
+
+
+def state_log_settings(config: ProxyConfig) -> StateLogSettings:
+    return StateLogSettings(
+        topic=config.state_log_topic, partitions=config.state_log_partitions,
+        replication_factor=config.state_log_replication_factor,
+        topic_configs=dict(config.state_log_topic_config),
+        transactional_id_prefix=config.state_log_transactional_id_prefix,
+        transaction_timeout_ms=config.state_log_transaction_timeout_ms,
+        write_timeout=config.state_log_write_timeout_ms / 1000,
+        load_timeout=config.state_log_load_timeout_ms / 1000)
+
+
+def issued_by_a_broker(member_id: str) -> bool:
+    """Whether ``member_id`` has the shape of the ids a Kafka broker gives classic members:
+    the client id, a dash and a UUID."""
+    if len(member_id) <= 37 or member_id[-37] != "-":
+        return False
+    try:
+        return str(uuid.UUID(member_id[-36:])) == member_id[-36:]
+    except ValueError:
+        return False
 
 
 def issued_by_a_proxy(member_id: str) -> bool:
@@ -186,8 +223,6 @@ class CoordinatorService:
                                    self._install_topics)
         self.node_address: Callable[[int | None], Address] = lambda _node: config.upstream[0]
         """Upstream address of a broker node (the server's directory; set by the app)."""
-        self.address_map: AddressMap | None = None
-        """The proxy's listener for each broker (the server; set by the app)."""
         self._pending_names: dict[str, int] = {}
         self._pending_regex = 0
         self.classic: ClassicGroupCoordinator | None = (
@@ -207,8 +242,31 @@ class CoordinatorService:
         """What this sidecar tells the others in the broker's groups it holds."""
         self.directory = Directory(lambda: self.pool, config.upstream)
         self.routes = Routes(self.claims, self.directory, config.advertised_fleet_address)
+        self.durability: Durability | None = None
+        """The group state log (``state-log``): what the engine changes is written there
+        before the answers depending on it leave, and loaded when a group is taken over."""
+        if config.state_log:
+            state_log = StateLog(config.upstream, state_log_settings(config),
+                                 group_of=key_group_id, connect_timeout=config.connect_timeout,
+                                 max_frame_bytes=max(config.max_frame_bytes, 8 << 20))
+            self.durability = Durability(state_log, self.engine, wall_ms, self.now_ms,
+                                         self._refresh_for_load)
+            self.durability.lost = self._state_lost
+        self.software = ClientSoftwareDirectory()
+        """What clients said they are in ApiVersions (KIP-511), for the journal."""
+        self.observer: JournalObserver | None = None
+        self.journal: JournalWriter | None = None
+        """The group-event journal (``journal-topic``; docs/pipeline.md)."""
+        journal_settings = config.journal
+        if journal_settings.enabled:
+            self.observer = JournalObserver(source=journal_settings.source,
+                                            software=self.software.lookup)
+            self.observer.attach(self.engine)
+            self.journal = JournalWriter(journal_settings, self.pool, config.upstream)
         metrics.GROUPS_HELD.set_function(
             lambda: sum(1 for m in self.memberships.values() if m.established and not m.left))
+        self.stepping_down = False
+        """The proxy is stopping with the state log on: it answers no group request."""
         self._loading: dict[str, float] = {}
         """Groups taken over from another coordinator: trio time until which their joins are
         answered COORDINATOR_LOAD_IN_PROGRESS (``takeover-wait-ms``)."""
@@ -223,6 +281,14 @@ class CoordinatorService:
             nursery.start_soon(self._supervised, "timer task", self._timers)
             if watch_topics:
                 nursery.start_soon(self._supervised, "topic watcher", self.topics.run)
+            if self.durability is not None:
+                nursery.start_soon(self._supervised, "state log", self.durability.run)
+            if self.journal is not None and self.observer is not None:
+                nursery.start_soon(self._supervised, "journal writer", self.journal.run)
+                interval = self.config.journal.snapshot_interval_ms / 1000
+                observer, journal = self.observer, self.journal
+                nursery.start_soon(self._supervised, "journal snapshots",
+                                   lambda: run_snapshots(observer, journal, interval))
             task_status.started()
 
     async def _supervised(self, name: str, task: Callable[[], Awaitable[None]]) -> None:
@@ -252,9 +318,16 @@ class CoordinatorService:
                 del self.memberships[group_id]
 
     async def let_go(self, timeout_s: float) -> None:
-        """Make every member drop its partitions before the groups are given up: from now on
-        each member's next request is answered UNKNOWN_MEMBER_ID (:mod:`.handoff`); waits
-        until all have been told or ``timeout_s`` has passed."""
+        """Before the proxy stops. With the state log: stop answering (members get the
+        retriable COORDINATOR_NOT_AVAILABLE and keep their partitions), write what is
+        pending and leave the broker's groups at once, so that the next coordinator loads
+        them and nobody is disturbed. Without it: make every member drop its partitions
+        before the groups are given up: from now on each member's next request is answered
+        UNKNOWN_MEMBER_ID (:mod:`.handoff`); waits until all have been told or ``timeout_s``
+        has passed."""
+        if self.durability is not None:
+            await self._step_down(timeout_s)
+            return
         self.hand_off.start(self.engine)
         for key, held in list(self.held_joins.items()):
             held.resolve(JoinGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID),
@@ -269,6 +342,24 @@ class CoordinatorService:
                  "partitions%s", len(self.engine.groups), members - untold, members,
                  f"; {untold} not heard from within {timeout_s:.1f}s" if untold else "")
 
+    async def _step_down(self, timeout_s: float) -> None:
+        assert self.durability is not None
+        self.stepping_down = True
+        for group_id in {key[0] for key in (*self.held_joins, *self.held_syncs)}:
+            self._answer_held(group_id, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        await self.durability.flush(timeout_s)
+        groups = list(self.memberships)
+        with trio.CancelScope(shield=True):
+            async with trio.open_nursery() as nursery:
+                for membership in list(self.memberships.values()):
+                    nursery.start_soon(membership.leave)
+        for group_id in groups:
+            self.durability.release(group_id)
+            self.apply(self.engine.forget(group_id, "this proxy is stopping"))
+        self.memberships.clear()
+        log.info("stepping down: %d group(s) written and left for the next coordinator to "
+                 "load", len(groups))
+
     def _handing_off(self, group_id: str, member_id: str) -> bool:
         """While handing off: note that ``member_id`` is being told; True if it is."""
         if not self.hand_off.active:
@@ -279,11 +370,15 @@ class CoordinatorService:
     async def aclose(self) -> None:
         """Leave every broker-side group (so direct clients can take over) and stop."""
         with trio.CancelScope(shield=True):
+            if self.journal is not None:
+                await self.journal.drain(JOURNAL_DRAIN_SECONDS)
             async with trio.open_nursery() as nursery:
                 for membership in list(self.memberships.values()):
                     nursery.start_soon(membership.leave)
             self.memberships.clear()
             await self.pool.aclose()
+            if self.durability is not None:
+                await self.durability.aclose()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
@@ -363,6 +458,11 @@ class CoordinatorService:
                 return ConsumerGroupHeartbeatResponse(
                     error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                     error_message="groupgate is handing its groups off")
+        elif (waited := await self.load_for_member(
+                group_id, request.member_id, request.subscribed_topic_names or ())) is not None:
+            return ConsumerGroupHeartbeatResponse(
+                error_code=int(waited),
+                error_message=f"groupgate is taking group {group_id} over")
         elif request.member_epoch > 0 and self.engine.group(group_id) is None:
             # The group is unknown here (e.g. the proxy restarted and lost its state): the
             # member must rejoin with epoch 0. Kafka would say GROUP_ID_NOT_FOUND, which
@@ -375,6 +475,10 @@ class CoordinatorService:
         if response.error_code:
             self._release_if_unused(group_id)
         self._refresh_if_unknown(request.subscribed_topic_names or ())
+        if (failed := await self._settled(group_id)) is not None:
+            return ConsumerGroupHeartbeatResponse(
+                error_code=int(ErrorCode.NOT_COORDINATOR),
+                error_message=f"groupgate could not record group {group_id}: {failed}")
         return response
 
     def _release_if_unused(self, group_id: str) -> None:
@@ -393,7 +497,7 @@ class CoordinatorService:
         ``topics``, those of the member that starts the group); returns why not, or None."""
         membership = self.memberships.get(group_id)
         if membership is None:
-            if self.hand_off.active:
+            if self.hand_off.active or self.stepping_down:
                 return "the proxy is stopping"
             if len(self.memberships) >= self.config.max_groups:
                 return (f"the proxy coordinates its maximum of {self.config.max_groups} groups "
@@ -415,6 +519,56 @@ class CoordinatorService:
             self.directory.forget(group_id)
             return membership.failure
         return None
+
+    async def _established(self, membership: BrokerMembership) -> None:
+        """The broker's group is held for the first time: with the state log, load the
+        group's state (members keep their ids, epochs and partitions); if there is none and
+        another coordinator may have served the group, wait before assigning."""
+        if self.durability is not None:
+            loaded = await self.durability.take_over(membership.group_id)
+            self.apply(loaded.effects)
+            if loaded.records:
+                if self.journal is not None and self.observer is not None:
+                    self.journal.record_all(self.observer.snapshot(membership.group_id,
+                                                                   wall_ms()))
+                return
+        self._start_loading(membership)
+
+    async def _refresh_for_load(self, names: Iterable[str], regex: bool) -> None:
+        """Topic metadata for a group about to be loaded: its members' topics must be in the
+        image, or the load would see them as deleted."""
+        await self._await_subscription("", names, "." if regex else None)
+
+    def _state_lost(self, group_id: str, reason: str) -> None:
+        """The group's state could not be written: give the group up (leave the broker's
+        group), so that it is taken over again from what the log holds."""
+        membership = self.memberships.get(group_id)
+        if membership is None:
+            return
+        self._membership_lost(membership, reason)
+        if self._nursery is not None:
+            self._nursery.start_soon(membership.leave)
+
+    async def taken_over(self, group_id: str) -> ErrorCode | None:
+        """If the broker's group ``group_id`` is being taken over (its state loaded), wait
+        for that; the error to answer with if it failed or takes too long, else None."""
+        membership = self.memberships.get(group_id)
+        if membership is None or membership.settled.is_set():
+            return None
+        with trio.move_on_after(TAKEOVER_WAIT_SECONDS):
+            await membership.settled.wait()
+        if not membership.settled.is_set():
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        if membership.failure is not None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return None
+
+    async def _settled(self, group_id: str) -> str | None:
+        """With the state log: wait until what the engine changed for ``group_id`` so far is
+        written; why not, if it never will be (the answer must then not leave)."""
+        if self.durability is None:
+            return None
+        return await self.durability.settled(group_id)
 
     def _start_loading(self, membership: BrokerMembership) -> None:
         """A group just taken over: if another groupgate may have coordinated it until
@@ -453,7 +607,7 @@ class CoordinatorService:
         membership.on_interrupted = (
             lambda interrupted: self._membership_interrupted(group_id, interrupted))
         membership.on_lost = lambda reason: self._membership_lost(membership, reason)
-        membership.on_established = lambda: self._start_loading(membership)
+        membership.on_established = lambda: self._established(membership)
         self.memberships[group_id] = membership
 
     def _membership_lost(self, membership: BrokerMembership, reason: str) -> None:
@@ -466,6 +620,8 @@ class CoordinatorService:
         self._loading.pop(group_id, None)
         self.directory.forget(group_id)
         self.apply(self.engine.forget(group_id, reason))
+        if self.durability is not None:
+            self.durability.release(group_id)
 
     def _membership_interrupted(self, group_id: str, interrupted: bool) -> None:
         """The proxy lost (or regained) its hold on the broker's group: while it does not
@@ -483,6 +639,8 @@ class CoordinatorService:
     def _not_coordinating(self, group_id: str) -> bool:
         """Whether requests of ``group_id`` must wait: its broker membership is interrupted, or
         its lease ran out before the membership's task could notice."""
+        if self.stepping_down:
+            return True
         membership = self.memberships.get(group_id)
         return membership is not None and (membership.interrupted or membership.lease_expired())
 
@@ -506,8 +664,16 @@ class CoordinatorService:
             return error
         membership = self.memberships.pop(group_id, None)
         if membership is not None:
-            await membership.leave()
+            await self._give_up(group_id, membership)
         return ErrorCode.NONE
+
+    async def _give_up(self, group_id: str, membership: BrokerMembership) -> None:
+        """The engine is done with the group (deleted, expired, handed back): once its last
+        records (tombstones) are written, stop writing it and leave the broker's group."""
+        if self.durability is not None:
+            await self.durability.settled(group_id)
+            self.durability.release(group_id)
+        await membership.leave()
 
     async def _await_topics(self, request: ConsumerGroupHeartbeatRequest) -> None:
         await self._await_subscription(request.group_id, request.subscribed_topic_names or (),
@@ -547,12 +713,40 @@ class CoordinatorService:
         the proxy last tried to take it over (remembered for :data:`BROKER_ACTIVE_SECONDS`)."""
         return group_id in self._broker_active
 
-    def serves_classic(self, group_id: str) -> bool:
+    def serves_classic(self, group_id: str, member_id: str = "") -> bool:
         """Whether SyncGroup, Heartbeat and LeaveGroup of ``group_id`` are the engine's: the
-        engine has the group, or the proxy holds the broker's group of that id."""
+        engine has the group, the proxy holds the broker's group of that id or is taking it
+        over, or (with the state log) ``member_id`` is a member the log may know of a group
+        free at the broker (:meth:`may_load`)."""
         if self.classic is None:
             return False
-        return self.engine.group(group_id) is not None or self.coordinates(group_id)
+        return (self.engine.group(group_id) is not None or group_id in self.memberships
+                or self.may_load(group_id, member_id))
+
+    def may_load(self, group_id: str, member_id: str) -> bool:
+        """Whether a request of member ``member_id`` for ``group_id``, which this sidecar does
+        not hold, should take the group over to load its state: the state log is on, the
+        broker's group is free (its coordinator died or left) or held by this sidecar's own
+        former member, and the member id is not one a broker gave (a member of the broker's
+        own group, e.g. Kafka Connect). The broker would refuse the member; the log may know
+        it."""
+        if (self.durability is None or not member_id or issued_by_a_broker(member_id)
+                or self.claims(group_id) or self.hand_off.active or self.stepping_down):
+            return False
+        view = self.directory.view(group_id)
+        return view is not None and view.kind in ("free", "sidecar")
+
+    async def load_for_member(self, group_id: str, member_id: str,
+                              topics: Iterable[str] = ()) -> ErrorCode | None:
+        """A member's request for a group not held here (:meth:`may_load`): take it over
+        (loading its state) first; the error to answer with if that failed."""
+        if self.claims(group_id) or not self.may_load(group_id, member_id):
+            return await self.taken_over(group_id)
+        with trio.move_on_after(TAKEOVER_WAIT_SECONDS) as waiting:
+            failure = await self._take_over(group_id, topics)
+        if waiting.cancelled_caught:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE if failure is not None else None
 
     def takes_join(self, request: JoinGroupRequest) -> bool:
         """Whether the engine takes this classic JoinGroup (else it is forwarded untouched)."""
@@ -568,9 +762,23 @@ class CoordinatorService:
                 and not issued_by_a_proxy(request.member_id)):
             # A member id the engine did not hand out, for a group it does not serve: the
             # member belongs to the broker's group.
+            self._passed_through(request, "a member of the broker's own group")
             return False
         active = not coordinated and self.broker_group_active(group_id)
-        return classify_classic_join(self.engine, request, broker_group_active=active).to_engine
+        routing = classify_classic_join(self.engine, request, broker_group_active=active)
+        if not routing.to_engine:
+            self._passed_through(request, routing.reason)
+        return routing.to_engine
+
+    def _passed_through(self, request: JoinGroupRequest, reason: str) -> None:
+        """Tell the journal that a group's JoinGroup went to the broker, and why."""
+        if self.journal is None or self.observer is None:
+            return
+        protocols = request.protocols
+        self.journal.record_all(self.observer.passed_through(
+            request.group_id, reason, wall_ms(), protocol_type=request.protocol_type,
+            assignor=protocols[0].name if protocols else None,
+            client_id=request.client_id or "", client_host=request.client_host or ""))
 
     def _issued(self, group_id: str, member_id: str) -> bool:
         return (group_id, member_id) in self._issued_ids
@@ -594,6 +802,11 @@ class CoordinatorService:
             return JoinGroupResponse(
                 error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), member_id=request.member_id,
                 error_message=f"groupgate is not holding the broker's group {group_id} now")
+        if request.member_id and self.engine.group(group_id) is None:
+            # A member of a coordinator that is gone: with the state log, it may know it.
+            waited = await self.load_for_member(group_id, request.member_id)
+            if waited is not None:
+                return JoinGroupResponse(error_code=int(waited), member_id=request.member_id)
         if (request.member_id and self.engine.group(group_id) is None
                 and not self._issued(group_id, request.member_id)):
             # a member of a proxy that is gone (killed, restarted): it must join afresh
@@ -642,7 +855,7 @@ class CoordinatorService:
             self._refresh_if_unknown(topics)
             if response.error_code == int(ErrorCode.MEMBER_ID_REQUIRED):
                 self._remember_issued(group_id, response.member_id)
-            return response
+            return await self._recorded_join(group_id, response)
         self._refresh_if_unknown(topics)
         member_id = response.member_id
         held: Held[JoinGroupResponse] = Held()
@@ -660,7 +873,15 @@ class CoordinatorService:
                 error_code=int(ErrorCode.REBALANCE_IN_PROGRESS), member_id=member_id,
                 error_message="the group's assignment was not ready within the rebalance "
                               "timeout; rejoin")
-        return answer
+        return await self._recorded_join(group_id, answer)
+
+    async def _recorded_join(self, group_id: str, response: JoinGroupResponse
+                             ) -> JoinGroupResponse:
+        if (failed := await self._settled(group_id)) is not None:
+            return JoinGroupResponse(error_code=int(ErrorCode.NOT_COORDINATOR),
+                                     member_id=response.member_id,
+                                     error_message=f"group state not recorded: {failed}")
+        return response
 
     async def sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse:
         """A classic SyncGroup; waits while the engine holds it (the member waits for
@@ -670,10 +891,13 @@ class CoordinatorService:
             return SyncGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))
         if self._not_coordinating(request.group_id):
             return SyncGroupResponse(error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+        if (waited := await self.load_for_member(request.group_id,
+                                                  request.member_id)) is not None:
+            return SyncGroupResponse(error_code=int(waited))
         response, effects = self.classic.sync_group(request, self.now_ms())
         self.apply(effects)
         if not isinstance(response, HeldRequest):
-            return response
+            return await self._recorded_sync(request.group_id, response)
         held: Held[SyncGroupResponse] = Held()
         key = (request.group_id, request.member_id)
         self.held_syncs[key] = held
@@ -686,30 +910,58 @@ class CoordinatorService:
             return SyncGroupResponse(
                 error_code=int(ErrorCode.REBALANCE_IN_PROGRESS),
                 error_message="the held SyncGroup was not answered in time; rejoin")
-        return answer
+        return await self._recorded_sync(request.group_id, answer)
 
-    def classic_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+    async def _recorded_sync(self, group_id: str, response: SyncGroupResponse
+                             ) -> SyncGroupResponse:
+        if (failed := await self._settled(group_id)) is not None:
+            return SyncGroupResponse(error_code=int(ErrorCode.NOT_COORDINATOR),
+                                     error_message=f"group state not recorded: {failed}")
+        return response
+
+    async def classic_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
         assert self.classic is not None
         if self._handing_off(request.group_id, request.member_id):
             return HeartbeatResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))
         if self._not_coordinating(request.group_id):
             return HeartbeatResponse(error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+        if (waited := await self.load_for_member(request.group_id,
+                                                  request.member_id)) is not None:
+            return HeartbeatResponse(error_code=int(waited))
         response, effects = self.classic.heartbeat(request, self.now_ms())
         self.apply(effects)
+        if (failed := await self._settled(request.group_id)) is not None:
+            return HeartbeatResponse(error_code=int(ErrorCode.NOT_COORDINATOR),
+                                     error_message=f"group state not recorded: {failed}")
         return response
 
-    def leave_group(self, request: LeaveGroupRequest) -> LeaveGroupResponse:
+    async def leave_group(self, request: LeaveGroupRequest) -> LeaveGroupResponse:
         assert self.classic is not None
+        if self._not_coordinating(request.group_id):
+            return LeaveGroupResponse(error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+        member_ids = [m.member_id for m in request.members]
+        if (waited := await self.load_for_member(request.group_id,
+                                                  member_ids[0] if member_ids else "")) is not None:
+            return LeaveGroupResponse(error_code=int(waited))
         response, effects = self.classic.leave_group(request, self.now_ms())
         self.apply(effects)
         for member in request.members:
             self._handing_off(request.group_id, member.member_id)
+        if (failed := await self._settled(request.group_id)) is not None:
+            log.info("group %s: LeaveGroup not answered: the group state was not recorded: "
+                     "%s", request.group_id, failed)
+            return LeaveGroupResponse(error_code=int(ErrorCode.NOT_COORDINATOR))
         return response
 
     # -- engine effects, timers, topics -------------------------------------------------------
 
     def apply(self, effects: list[Effect]) -> None:
-        """The one place the effects of every engine call are handled."""
+        """The one place the effects of every engine call are handled (and, with the state
+        log, what the call changed is queued to be written)."""
+        if self.durability is not None:
+            self.durability.submit(self.engine.drain_records(wall_ms()))
+        if self.journal is not None and self.observer is not None:
+            self.journal.record_all(self.observer.observe(effects, wall_ms()))
         for effect in effects:
             if isinstance(effect, TimerArmed):
                 self._timer_wake.set()
@@ -730,7 +982,7 @@ class CoordinatorService:
                          effect.reason)
                 membership = self.memberships.pop(effect.group_id, None)
                 if membership is not None and self._nursery is not None:
-                    self._nursery.start_soon(membership.leave)
+                    self._nursery.start_soon(self._give_up, effect.group_id, membership)
             elif isinstance(effect, GroupLost):
                 log.warning("group %s: forgotten: %s", effect.group_id, effect.reason)
                 self._answer_held(effect.group_id, ErrorCode.NOT_COORDINATOR)
@@ -738,7 +990,7 @@ class CoordinatorService:
                 log.info("group %s: expired after staying empty", effect.group_id)
                 membership = self.memberships.pop(effect.group_id, None)
                 if membership is not None and self._nursery is not None:
-                    self._nursery.start_soon(membership.leave)
+                    self._nursery.start_soon(self._give_up, effect.group_id, membership)
             elif isinstance(effect, GroupCreated | MemberJoined | MemberLeft | MemberFenced
                             | TargetAssignmentComputed | TargetAssignmentFailed):
                 log.info("%s", effect)

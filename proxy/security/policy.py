@@ -51,8 +51,8 @@ class ListenerPolicy:
     """Clients must authenticate (through to the broker) before anything but ApiVersions and
     the SASL APIs is answered."""
     fleet_users: frozenset[str] | None = None
-    """Fleet listener with SASL: the user names that may relay (None: not the fleet listener,
-    or every user the broker authenticates, with ``redirect`` routing)."""
+    """Fleet listener with SASL: the user names that may send anything once authenticated
+    (None: not such a listener)."""
     fleet_certificate: bool = False
     """Fleet listener with mTLS: the peer proved it is a sidecar with its certificate."""
 
@@ -120,7 +120,6 @@ class Security:
                 [p for p in (fcert, fkey, fca) if p is not None])
         users = [u.strip() for u in config.fleet_users.split(",") if u.strip()]
         self._fleet_users = frozenset(users) if users else None
-        self.fleet_redirect = config.fleet_routing == "redirect"
 
     # -- what the proxy connects to ---------------------------------------------------------
 
@@ -156,11 +155,10 @@ class Security:
         if not fleet:
             return ListenerPolicy(self.listener_tls, sasl)
         if self.fleet_auth == FLEET_AUTH_MTLS:
-            # the certificate proves a sidecar; with redirect routing mtls is refused by load()
+            # the TLS handshake requires a certificate of the fleet CA: it proves a sidecar
             return ListenerPolicy(self.fleet_server_tls, False, fleet_certificate=True)
         if self.fleet_auth == FLEET_AUTH_SASL:
-            return ListenerPolicy(self.fleet_server_tls, True,
-                                  fleet_users=None if self.fleet_redirect else self.fleet_users())
+            return ListenerPolicy(self.fleet_server_tls, True, fleet_users=self.fleet_users())
         return ListenerPolicy(self.fleet_server_tls, False)
 
     def fleet_users(self) -> frozenset[str]:

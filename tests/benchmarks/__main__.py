@@ -15,15 +15,21 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "engine": ("tests.benchmarks.engine",
                "assignor and heartbeat throughput of the engine vs Kafka's"),
     "fleet": ("tests.benchmarks.fleet",
-              "several sidecars, one group: forward and redirect routing side by side"),
+              "several sidecars, one group: relayed vs local members, coordinator SIGKILL"),
     "restart": ("tests.benchmarks.restart",
                 "how long a mixed group waits after its proxy is SIGKILLed and restarted"),
     "routing": ("tests.benchmarks.routing",
                 "per-request cost of the coordinating router, in process"),
+    "state-log": ("tests.benchmarks.state_log",
+                  "group state log: write latency and rate, load time, record batch code"),
     "passthrough": ("tests.benchmarks.passthrough",
                     "groupgate bench passthrough against a test-bed broker"),
     "security": ("tests.benchmarks.security",
                  "SCRAM, test certificates and TLS stream costs, in process"),
+    "report-scale": ("tests.benchmarks.report_scale",
+                     "groupgate report on 1, 3 and 10 million synthetic journal events"),
+    "records": ("tests.benchmarks.records",
+                "record batches of journal events: proxy.records vs kafka-python"),
 }
 
 

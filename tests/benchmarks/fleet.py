@@ -1,5 +1,8 @@
-"""``dev/bench fleet``: several sidecars, one group, with ``forward`` and ``redirect`` routing
-side by side.
+"""``dev/bench fleet``: several sidecars, one group: what members behind the coordinating
+sidecar and behind the others see, and a SIGKILL of the coordinating sidecar.
+
+(Decision record 0014 compares forward and redirect routing with this command, run at the
+commit that still had the redirect prototype.)
 
 Each run is a scripted soak (:mod:`tests.benchmarks.soak.run`) in pods (network namespaces,
 a sidecar each, the broker on the bridge): one group, ``--members-per-pod`` members in every pod
@@ -7,8 +10,7 @@ a sidecar each, the broker on the bridge): one group, ``--members-per-pod`` memb
 asynchronous commits after every record, so many are in flight), continuous production, and
 three events: a member joins at 25 s (scale-out), the sidecar coordinating the group is
 SIGKILLed at 50 s and started again a second later (as Kubernetes restarts a container), a
-member joins at 90 s. Runs alternate between the routings so that both see the same machine
-state. Reported per routing (medians over runs):
+member joins at 90 s. Reported (medians over runs):
 
 * commit latency as the members see it (commit callback minus send), for members in the
   coordinating pod and for the others, median and p99;
@@ -40,8 +42,6 @@ KINDS = ("confluent/consumer/async", "confluent/classic/async")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--routing", default="forward,redirect",
-                        help="comma separated: forward, redirect")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--pods", type=int, default=3)
     parser.add_argument("--members-per-pod", type=int, default=2)
@@ -50,12 +50,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workdir", type=Path, default=None)
 
 
-def settings_for(routing: str, args: argparse.Namespace, seed: int) -> soak.Settings:
+def settings_for(args: argparse.Namespace, seed: int) -> soak.Settings:
     initial = tuple(f"{GROUP}:{KINDS[i % len(KINDS)]}@{pod}"
                     for pod in range(1, args.pods + 1) for i in range(args.members_per_pod))
     return soak.Settings(duration_s=args.duration, seed=seed, pods=args.pods,
                          groups=(GROUP,), initial=initial, script=SCRIPT,
-                         fleet_routing=routing, max_members=args.pods * args.members_per_pod + 4,
+                         max_members=args.pods * args.members_per_pod + 4,
                          catch_up_s=120.0)
 
 
@@ -84,13 +84,13 @@ def _pct(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def one_run(routing: str, args: argparse.Namespace, seed: int, workdir: Path) -> dict[str, Any]:
-    run = soak.Soak(settings_for(routing, args, seed), workdir, out=print)
+def one_run(args: argparse.Namespace, seed: int, workdir: Path) -> dict[str, Any]:
+    run = soak.Soak(settings_for(args, seed), workdir, out=print)
     result = run.run()
     latencies = commit_latencies(run)
     served = {f["event"]: f for f in result["served_again"]}
     figures: dict[str, Any] = {
-        "routing": routing, "seed": seed,
+        "routing": "forward", "seed": seed,
         "violations": result["violations"],
         "commit_ms": {k: {"n": len(v), "p50": _pct(v, 0.5), "p99": _pct(v, 0.99)}
                       for k, v in latencies.items()},
@@ -160,13 +160,9 @@ def table(summary: dict[str, dict[str, Any]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    routings = [r for r in args.routing.split(",") if r]
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="groupgate-fleet-"))
-    runs = []
-    for i in range(args.repeat):
-        for routing in routings:
-            runs.append(one_run(routing, args, 100 + i, workdir / f"{routing}-{i}"))
-    summary = summarize(runs, routings)
+    runs = [one_run(args, 100 + i, workdir / f"run-{i}") for i in range(args.repeat)]
+    summary = summarize(runs, ["forward"])
     print(table(summary))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -106,7 +106,7 @@ from translation.effects import (
 )
 from translation.errors import ErrorCode, GroupError
 from translation.group import ConsumerGroup
-from translation.member import ConsumerGroupMember, MemberProtocol, MemberState
+from translation.member import ConsumerGroupMember, MemberProtocol, MemberState, PartitionEpochs
 from translation.timers import TimerKey, TimerKind
 from translation.topics import TopicId, TopicsImage
 
@@ -174,8 +174,11 @@ class ClassicGroupCoordinator:
         and the held-request indexes follow."""
         meta = member.classic
         assert meta is not None
+        state = meta.state
         before = meta.transition(event, pending_join)
         after = meta.held
+        if meta.state is not state:
+            self.engine.classic_position_changed(group, member)
         if before is after:
             return
         if before is not Held.NOTHING:
@@ -316,15 +319,10 @@ class ClassicGroupCoordinator:
         elif joining.is_new:
             engine.add_member(group, member, effects)
             reasons.append("member joined")
-        names = tuple(p.name for p in request.protocols)
-        meta = member.classic
-        if meta is None:
-            meta = member.classic = ClassicMemberMetadata(session, names, subscription.version)
-        else:
-            meta.session_timeout_ms = session
-            meta.protocols = names
-            meta.subscription_version = subscription.version
-        meta.user_data = subscription.user_data
+        engine.update_classic_metadata(
+            group, member, session_timeout_ms=session,
+            protocols=tuple(p.name for p in request.protocols),
+            subscription_version=subscription.version, user_data=subscription.user_data)
         if engine.update_member(
             group,
             member,
@@ -389,7 +387,9 @@ class ClassicGroupCoordinator:
         assert meta is not None
         self._reconcile(group, member, _owned_ids(owned, engine.image), now_ms, effects)
         self._move(group, member, ClassicEvent.JOIN_ANSWERED)
-        meta.generation = member.member_epoch
+        if meta.generation != member.member_epoch:
+            meta.generation = member.member_epoch
+            engine.classic_position_changed(group, member)
         if member.state is not MemberState.UNREVOKED_PARTITIONS:
             self.told_at.pop((group.group_id, member.member_id), None)
         engine.cancel_timer(
@@ -830,12 +830,34 @@ class ClassicGroupCoordinator:
                 else ErrorCode.UNKNOWN_MEMBER_ID)
         self._forget(group, old, code, effects)
 
+    def member_reconciled(self, group: ConsumerGroup, member: ConsumerGroupMember,
+                          assigned_before: PartitionEpochs, revoking_before: PartitionEpochs,
+                          effects: list[Effect]) -> None:
+        """Nothing to do: held requests follow from ``group_changed`` after every call."""
+
     def group_dropped(self, group: ConsumerGroup, effects: list[Effect]) -> None:
         for index in self.held.values():
             index.pop(group.group_id, None)
 
     def group_changed(self, group: ConsumerGroup, now_ms: int, effects: list[Effect]) -> None:
         self._release_held_syncs(group, now_ms, effects)
+
+    def group_loaded(self, group: ConsumerGroup, now_ms: int, effects: list[Effect]) -> None:
+        """A member loaded while preparing a rebalance must (re)join, one completing it must
+        sync, each within its rebalance timeout from the load (a request the old coordinator
+        held died with it; the client sends it again)."""
+        for member in group.members.values():
+            meta = member.classic
+            if meta is None:
+                continue
+            if meta.state is ClassicMemberState.PREPARE_REBALANCE:
+                kind = TimerKind.CLASSIC_JOIN
+            elif meta.state is ClassicMemberState.COMPLETING_REBALANCE:
+                kind = TimerKind.CLASSIC_SYNC
+            else:
+                continue
+            self.engine.arm_timer(TimerKey(kind, group.group_id, member.member_id),
+                                  now_ms + max(member.rebalance_timeout_ms, 0), effects)
 
     def timer_fired(
         self, group: ConsumerGroup, key: TimerKey, now_ms: int, effects: list[Effect]

@@ -12,6 +12,9 @@
   :func:`check_commit_verdict`).
 * At quiescence, every subscribed partition is owned by exactly one member and the group is
   STABLE (:func:`check_quiescent`).
+* A group loaded from its records is the group that wrote them: epochs, members, assignments
+  with their epochs, target, and every derived index (:func:`group_differences`), except the
+  requests it held, which are not state.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Iterable, Mapping
 
 from translation.errors import ErrorCode
 from translation.group import ConsumerGroup, GroupState
+from translation.member import ConsumerGroupMember
 from translation.topics import TopicId, TopicsImage
 
 TP = tuple[TopicId, int]
@@ -216,3 +220,82 @@ def check_quiescent(
         raise InvariantViolation(
             f"partitions owned but not subscribed at quiescence: {sorted(map(_fmt_tp, stray))}"
         )
+
+
+def _partitions(source: Mapping[TopicId, Mapping[int, int]]) -> dict[TopicId, dict[int, int]]:
+    return {t: dict(ps) for t, ps in source.items() if ps}
+
+
+def _member_facts(member: ConsumerGroupMember) -> dict[str, object]:
+    meta = member.classic
+    return {
+        "instance_id": member.instance_id,
+        "rack_id": member.rack_id,
+        "client_id": member.client_id,
+        "client_host": member.client_host,
+        "subscribed_topic_names": member.subscribed_topic_names,
+        "subscribed_topic_regex": member.subscribed_topic_regex,
+        "server_assignor": member.server_assignor,
+        "rebalance_timeout_ms": member.rebalance_timeout_ms,
+        "session_timeout_ms": member.session_timeout_ms,
+        "protocol": member.protocol,
+        "member_epoch": member.member_epoch,
+        "previous_member_epoch": member.previous_member_epoch,
+        "state": member.state,
+        "assigned": _partitions(member.assigned),
+        "pending_revocation": _partitions(member.pending_revocation),
+        "classic": None if meta is None else (
+            meta.session_timeout_ms, meta.protocols, meta.subscription_version, meta.state,
+            meta.generation, meta.user_data),
+    }
+
+
+def _group_facts(group: ConsumerGroup) -> dict[str, object]:
+    return {
+        "group_epoch": group.group_epoch,
+        "assignment_epoch": group.target.epoch,
+        "target": {
+            m: {t: ps for t, ps in a.items() if ps} for m, a in group.target.members.items()},
+        "preferred_assignor": group.preferred_assignor,
+        "subscription_metadata": group.subscription_metadata,
+        "members": set(group.members),
+        "owners": sorted((str(t), p, m) for t, p, m in group.owners.items()),
+        "static_members": group.static_members,
+        "subscribed_names": group.subscribed_names,
+        "regex_counts": group.regex_counts,
+        "resolved_regex": group.resolved_regex,
+        "assignor_counts": group.assignor_counts,
+        "unreconciled": group.unreconciled,
+        "state": group.state,
+    }
+
+
+def group_differences(loaded: ConsumerGroup, original: ConsumerGroup) -> list[str]:
+    """What differs between a group loaded from records and the group that wrote them (empty:
+    equivalent). Requests held by the original (a deferred JoinGroup, a held SyncGroup) are
+    not state and are not compared."""
+    out: list[str] = []
+    mine, theirs = _group_facts(loaded), _group_facts(original)
+    for name, value in mine.items():
+        if value != theirs[name]:
+            out.append(f"{name}: loaded {value!r}, original {theirs[name]!r}")
+    for member_id in sorted(loaded.members.keys() & original.members.keys()):
+        a = _member_facts(loaded.members[member_id])
+        b = _member_facts(original.members[member_id])
+        for name, value in a.items():
+            if value != b[name]:
+                out.append(f"member {member_id} {name}: loaded {value!r}, original {b[name]!r}")
+    return out
+
+
+def check_loaded_group(loaded: ConsumerGroup | None, original: ConsumerGroup | None) -> None:
+    """Raise unless ``loaded`` is ``original`` rebuilt (both None: no group, fine)."""
+    if loaded is None or original is None:
+        if loaded is not original:
+            raise InvariantViolation(
+                f"loaded group {'missing' if loaded is None else 'present'}, original "
+                f"{'missing' if original is None else 'present'}")
+        return
+    differences = group_differences(loaded, original)
+    if differences:
+        raise InvariantViolation("loaded group differs: " + "; ".join(differences[:8]))

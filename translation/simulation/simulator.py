@@ -23,6 +23,20 @@ seeds replay as before. Classic requests go through
 :class:`~translation.classic.coordinator.ClassicGroupCoordinator`; a held JoinGroup is answered
 when the engine emits :class:`~translation.effects.JoinCompleted`.
 
+Coordinator failover (``Knobs.failover_rate`` > 0): the engine keeps durable state, and after
+every engine call the simulator drains its records into a write pipeline
+(:mod:`translation.simulation.failover`) that acknowledges them after a delay; a response waits
+until every unit written up to its call is acknowledged. At random moments (anywhere: during a
+rebalance, right after a call wrote records nobody acknowledged yet, right after an
+acknowledgement whose responses are still on their way) the coordinator dies: unacknowledged
+records and the responses waiting on them are lost, requests in flight to it are lost, and after
+a pause a new coordinator loaded from the acknowledged records (sometimes compacted) takes
+over, on a monotonic clock of its own. At each failover the simulator checks that the records
+drained so far fold to the dying engine's state, that a coordinator loaded with nothing lost is
+that same group, and that no live client knows an epoch the new coordinator does not; the usual
+invariants go on after every event. Failover decisions draw from their own random stream, and
+with the knob at 0 nothing of this runs, so the other seeds replay as before.
+
 ``run_seed(seed)`` returns a :class:`SimulationResult`; ``groupgate simulate --seed N``
 replays one seed.
 """
@@ -62,24 +76,30 @@ from translation.effects import (
     SyncCompleted,
 )
 from translation.errors import ErrorCode
+from translation.group import ConsumerGroup, GroupState
 from translation.heartbeat import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+from translation.records import StateRecord, fold
 from translation.simulation.classic_client import (
     ClassicRequest,
     ClassicResponse,
     SimulatedClassicConsumer,
 )
 from translation.simulation.client import TP, ClientState, SimulatedConsumer
+from translation.simulation.failover import WritePipeline, drained_matches
 from translation.simulation.invariants import (
     EpochMonitor,
     InvariantViolation,
     OwnershipTracker,
     check_commit_verdict,
     check_group_structure,
+    check_loaded_group,
     check_quiescent,
 )
 from translation.topics import TopicMetadata, TopicsImage
 
 GROUP_ID = "sim-group"
+WALL_CLOCK_MS = 1_700_000_000_000
+"""The wall clock at simulated time 0 (only the time a group became empty is stored in it)."""
 
 
 def available_assignors() -> list[PartitionAssignor]:
@@ -126,6 +146,24 @@ class Knobs:
     assignment_interval_ms: int = 0
     classic_share: float = 0.0
     """Probability that a new client is a classic (JoinGroup/SyncGroup) consumer."""
+    failover_rate: float = 0.0
+    """Coordinator failovers per simulated second of chaos (0: the coordinator never fails and
+    keeps no durable state)."""
+    write_delay_ms: int = 30
+    """A unit of records is acknowledged 1 to this many ms after it is written."""
+    failover_pause_ms: int = 800
+    """The new coordinator serves 0 to this many ms after the old one died."""
+    wait_for_earlier_writes: bool = True
+    """A response waits for every unit written up to its call (False: only its own call's;
+    unsafe, kept to show why)."""
+    check_loads: bool = True
+    """At each failover, compare the group loaded from the records with the dying engine's
+    when nothing was lost (off: only the protocol invariants judge a load)."""
+    failovers_from_ms: int = 0
+    """No failover before this simulated time (e.g. once the group has formed)."""
+    chaos_events: bool = True
+    """False: no joins, leaves, crashes, bounces, pauses, subscription or topic changes after
+    the first members joined (failovers and message loss only)."""
     trace_length: int = 40
 
 
@@ -197,6 +235,7 @@ class Simulation:
         self.chaos_over = False
         self.quiesced = False
 
+        self.durable = knobs.failover_rate > 0
         self.topic_counter = 0
         topics = [
             self._new_topic(self.rng.randint(1, knobs.max_partitions)) for _ in range(knobs.topics)
@@ -216,9 +255,26 @@ class Simulation:
             offset_commit_rule=knobs.offset_commit_rule,
             assignment_interval_ms=knobs.assignment_interval_ms,
             member_id_factory=self._random_id,
+            durable_state=self.durable,
         )
+        self.config = config
         self.engine = GroupCoordinator(config, self.image)
         self.classic = ClassicGroupCoordinator(self.engine)
+        self.frng = random.Random(seed * 1_000_003 + 29)
+        """Failover decisions and write delays: their own stream, so turning failovers on does
+        not change what the rest of a seed draws until the first failover."""
+        self.pipeline = WritePipeline(self.frng, knobs.write_delay_ms,
+                                      wait_for_earlier_writes=knobs.wait_for_earlier_writes)
+        self.incarnation = 0
+        self.clock_offset = 0
+        """The current coordinator's monotonic clock minus simulated time."""
+        self.down = False
+        self.call_wrote = False
+        self.fail_after = ""
+        """"write": fail right after the next call that writes; "ack": right after the next
+        acknowledgement; "": at the scheduled moment."""
+        self.failed: tuple[GroupCoordinator, bool] = (self.engine, True)
+        """The coordinator that died last, and whether all it wrote was acknowledged."""
         self.rejoin_after_leave: set[str] = set()
         self.held_joins: dict[str, tuple[SimulatedClassicConsumer, int]] = {}
         self.held_syncs: dict[str, tuple[SimulatedClassicConsumer, int]] = {}
@@ -261,6 +317,13 @@ class Simulation:
     def delay(self) -> int:
         return self.rng.randint(1, self.knobs.max_delay_ms)
 
+    def engine_now(self) -> int:
+        """Simulated time on the current coordinator's own monotonic clock."""
+        return self.now + self.clock_offset
+
+    def wall(self) -> int:
+        return WALL_CLOCK_MS + self.now
+
     def lost(self) -> bool:
         return not self.chaos_over and self.rng.random() < self.knobs.loss_rate
 
@@ -273,9 +336,14 @@ class Simulation:
         k = self.knobs
         for _ in range(k.members):
             self.at(self.rng.randint(0, 1000), self.ev_new_client, None)
-        self.at(self.rng.randint(500, 1500), self.ev_chaos)
+        if k.chaos_events:
+            self.at(self.rng.randint(500, 1500), self.ev_chaos)
         self.at(k.commit_probe_interval_ms, self.ev_commit_probe)
         self.at(k.chaos_ms, self.ev_end_chaos)
+        if self.durable:
+            self.now = k.failovers_from_ms
+            self.at(self.next_failover(), self.ev_failover)
+            self.now = 0
         settle = k.session_timeout_ms + 3 * k.rebalance_timeout_ms
         self.at(k.chaos_ms + settle, self.ev_check_quiescent)
         deadline = k.chaos_ms + settle + 60_000
@@ -291,19 +359,26 @@ class Simulation:
             raise InvariantViolation(
                 f"the group did not quiesce by t={deadline}ms: {self.describe()}"
             )
+        if self.durable and not drained_matches(self.engine, GROUP_ID,
+                                                self.pipeline.everything, self.wall()):
+            raise InvariantViolation("the drained records do not fold to the group's state")
 
     def advance_engine(self, time_ms: int) -> None:
+        if self.down:
+            return
         engine = self.engine
         while True:
             deadline = engine.next_deadline()
-            if deadline is None or deadline > time_ms:
+            if deadline is None or deadline - self.clock_offset > time_ms:
                 return
-            self.now = deadline
+            self.now = deadline - self.clock_offset
             effects = engine.tick(deadline)
             self.note("timer", "coordinator", effects)
             self.after_engine(effects)
 
     def after_engine(self, effects: list[Effect]) -> None:
+        if self.durable:
+            self.write_records()
         for effect in effects:
             if isinstance(effect, MemberFenced):
                 self.stats[f"fenced-{effect.reason}"] += 1
@@ -327,6 +402,114 @@ class Simulation:
         if self.engine_calls % self.structure_every == 0:
             check_group_structure(group)
 
+    # -- durable state and coordinator failover ----------------------------------------------
+
+    def write_records(self) -> None:
+        """The driver's part after an engine call: drain its records and write them."""
+        records = self.engine.drain_records(self.wall())
+        written = self.pipeline.write(records, self.now)
+        self.call_wrote = written is not None
+        if written is None:
+            return
+        unit, ack_at = written
+        self.stats["units-written"] += 1
+        self.at(ack_at, self.ev_ack, self.incarnation, unit)
+        if self.fail_after == "write":
+            self.fail_after = ""
+            self.at(self.now, self.ev_crash, "after-write")
+
+    def ev_ack(self, incarnation: int, unit: int) -> None:
+        if incarnation != self.incarnation or self.down:
+            return
+        for release in self.pipeline.ack(unit):
+            release()
+        if self.fail_after == "ack":
+            self.fail_after = ""
+            self.at(self.now, self.ev_crash, "after-ack")
+
+    def next_failover(self) -> int:
+        rate = self.knobs.failover_rate / 1000
+        return self.now + int(self.frng.expovariate(rate)) + 1
+
+    def ev_failover(self) -> None:
+        if self.chaos_over:
+            return
+        roll = self.frng.random()
+        if roll < 0.4 or self.fail_after:
+            # (A failover waiting for a write or an acknowledgement that did not come, at
+            # steady state, happens now.)
+            self.fail_after = ""
+            self.ev_crash("at-random")
+        else:
+            self.fail_after = "write" if roll < 0.7 else "ack"
+        self.at(self.next_failover(), self.ev_failover)
+
+    def ev_crash(self, when: str) -> None:
+        """The coordinator dies (``when``: at-random, after-write: before the call's records
+        are acknowledged, after-ack: before the responses they released arrive): what it wrote
+        and nobody acknowledged is lost, with the responses waiting on it and the requests it
+        held; a new one takes over after a pause."""
+        if self.down:
+            return
+        old = self.engine
+        if not drained_matches(old, GROUP_ID, self.pipeline.everything, self.wall()):
+            raise InvariantViolation("the drained records do not fold to the group's state")
+        lost_units, lost_responses = self.pipeline.crash()
+        self.stats["failovers"] += 1
+        self.stats[f"failover-{when}"] += 1
+        self.stats["failover-lost-units"] += lost_units
+        self.stats["failover-lost-responses"] += lost_responses
+        self.note("failover", "coordinator", f"{when}: {lost_units} unacknowledged units lost")
+        self.down = True
+        self.incarnation += 1
+        self.held_joins.clear()
+        self.held_syncs.clear()
+        self.failed = (old, lost_units == 0)
+        pause = self.frng.randint(0, self.knobs.failover_pause_ms)
+        self.at(self.now + pause, self.ev_takeover)
+
+    def ev_takeover(self) -> None:
+        """A new coordinator, on a monotonic clock of its own, loads the acknowledged
+        records (compacted now and then) and serves."""
+        old, nothing_lost = self.failed
+        log = self.pipeline.log
+        if self.frng.random() < 0.5:
+            log = [StateRecord(key, value) for key, value in fold(log).items()]
+        self.clock_offset = self.frng.randint(0, 10**9)
+        self.engine = GroupCoordinator(self.config, self.image)
+        self.classic = ClassicGroupCoordinator(self.engine)
+        self.pipeline = WritePipeline(self.frng, self.knobs.write_delay_ms, log=log,
+                                      wait_for_earlier_writes=self.knobs.wait_for_earlier_writes)
+        self.down = False
+        effects = self.engine.load(log, self.engine_now(), self.wall())
+        self.note("takeover", "coordinator", effects)
+        group = self.engine.groups.get(GROUP_ID)
+        if self.knobs.check_loads and nothing_lost and old.image is self.image:
+            # (A topic changed while no coordinator served: the load applied it, the old
+            # engine never saw it.)
+            check_loaded_group(group, old.groups.get(GROUP_ID))
+        self.check_clients_known(group)
+        self.epochs = EpochMonitor()
+        if group is not None:
+            for member in group.members.values():
+                self.epochs.observe_member(member.member_id, member.member_epoch)
+        self.after_engine(effects)
+
+    def check_clients_known(self, group: ConsumerGroup | None) -> None:
+        """No live client may know a member epoch the new coordinator does not: every
+        response it was given waited for its records."""
+        for client in self.clients.values():
+            if not client.alive or client.state in (ClientState.JOINING, ClientState.LEAVING):
+                continue
+            member = None if group is None else group.members.get(client.member_id)
+            if member is None or member.member_epoch < 0:
+                continue
+            known = member.member_epoch if member.classic is None else member.classic.generation
+            if client.epoch > known:
+                raise InvariantViolation(
+                    f"client {client.name} knows epoch {client.epoch} but the coordinator "
+                    f"loaded after the failover has {known} for {member.member_id}")
+
     # -- ownership callbacks -----------------------------------------------------------------
 
     def on_acquire(self, client: Client, tp: TP) -> None:
@@ -334,6 +517,8 @@ class Simulation:
 
     def on_release(self, client: Client, tp: TP, reason: str) -> None:
         self.ownership.release(client.name, tp)
+        if self.durable and self.now >= self.knobs.failovers_from_ms:
+            self.stats["released-during-failovers"] += 1
         self.zombies.append((client.member_id, client.epoch, tp))
         if len(self.zombies) > 400:
             del self.zombies[:100]
@@ -436,10 +621,28 @@ class Simulation:
         self.stats[stat] += 1
         if isinstance(response, SyncGroupResponse) and response.assignment is not None:
             client.assignment_image = self.image
+        self.respond(client, seq, response)
+
+    def respond(self, client: Client, seq: int, response: Response) -> None:
+        """Send a response (lost now and then); with durable state, once the records it
+        depends on are acknowledged."""
+        if not self.durable:
+            self.send(client, seq, response, self.now)
+            return
+        processed_at = self.now
+        self.pipeline.respond(self.call_wrote,
+                              lambda: self.send(client, seq, response, processed_at))
+
+    def send(self, client: Client, seq: int, response: Response, processed_at: int) -> None:
         if self.lost():
             self.stats["lost-responses"] += 1
             return
-        self.at(self.now + self.delay(), self.ev_response_arrive, client, seq, response, self.now)
+        survives = True
+        if self.durable:
+            # Whether this response still arrives if its coordinator dies before it does.
+            survives = self.frng.random() < 0.5
+        self.at(self.now + self.delay(), self.ev_response_arrive, client, seq, response,
+                processed_at, self.incarnation, survives)
 
     def abandon_in_flight(self, client: Client) -> None:
         """The client reset its membership: a response to a request sent before must not be
@@ -471,15 +674,21 @@ class Simulation:
         if self.lost():
             self.stats["lost-requests"] += 1
         else:
-            self.at(self.now + self.delay(), self.ev_request_arrive, client, seq, request)
+            self.at(self.now + self.delay(), self.ev_request_arrive, client, seq, request,
+                    self.incarnation)
         self.at(self.now + self.knobs.request_timeout_ms, self.ev_request_timeout, client, seq)
 
-    def ev_request_arrive(self, client: Client, seq: int, request: Request) -> None:
+    def ev_request_arrive(self, client: Client, seq: int, request: Request,
+                          incarnation: int) -> None:
+        if self.down or incarnation != self.incarnation:
+            # Sent to a coordinator that died (its connection is gone) or while none served.
+            self.stats["requests-lost-in-failover"] += 1
+            return
         if not isinstance(request, ConsumerGroupHeartbeatRequest):
             assert isinstance(client, SimulatedClassicConsumer)
             self.classic_request_arrive(client, seq, request)
             return
-        response, effects = self.engine.heartbeat(request, self.now)
+        response, effects = self.engine.heartbeat(request, self.engine_now())
         self.stats["heartbeats"] += 1
         self.note("coordinator", client.name, (response, effects))
         self.after_engine(effects)
@@ -488,25 +697,23 @@ class Simulation:
             member = group.members.get(response.member_id or "")
             if member is not None:
                 self.epochs.observe_member(member.member_id, member.member_epoch)
-        if self.lost():
-            self.stats["lost-responses"] += 1
-            return
-        self.at(self.now + self.delay(), self.ev_response_arrive, client, seq, response, self.now)
+        self.respond(client, seq, response)
 
     def classic_request_arrive(
         self, client: SimulatedClassicConsumer, seq: int, request: ClassicRequest
     ) -> None:
         classic = self.classic
+        now = self.engine_now()
         response: ClassicResponse | HeldRequest
         if isinstance(request, JoinGroupRequest):
-            response, effects = classic.join_group(request, self.now)
+            response, effects = classic.join_group(request, now)
         elif isinstance(request, SyncGroupRequest):
-            response, effects = classic.sync_group(request, self.now)
+            response, effects = classic.sync_group(request, now)
         elif isinstance(request, HeartbeatRequest):
-            response, effects = classic.heartbeat(request, self.now)
+            response, effects = classic.heartbeat(request, now)
         else:
             assert isinstance(request, LeaveGroupRequest)
-            response, effects = classic.leave_group(request, self.now)
+            response, effects = classic.leave_group(request, now)
         self.stats["classic-requests"] += 1
         self.note("coordinator", client.name, (response, effects))
         self.after_engine(effects)
@@ -525,10 +732,7 @@ class Simulation:
             # answered: a topic recreated under the same name in between is a hazard of the
             # name-based classic protocol itself, not of the engine.
             client.assignment_image = self.image
-        if self.lost():
-            self.stats["lost-responses"] += 1
-            return
-        self.at(self.now + self.delay(), self.ev_response_arrive, client, seq, response, self.now)
+        self.respond(client, seq, response)
 
     def ev_request_timeout(self, client: Client, seq: int) -> None:
         if self.req_seq.get(client.name) != seq or not client.in_flight:
@@ -543,7 +747,12 @@ class Simulation:
         seq: int,
         response: Response,
         processed_at: int,
+        incarnation: int = 0,
+        survives: bool = True,
     ) -> None:
+        if incarnation != self.incarnation and not survives:
+            self.stats["responses-lost-in-failover"] += 1
+            return
         if self.req_seq.get(client.name) != seq or not client.in_flight or not client.alive:
             return
         sent_at = self.first_unanswered.get(client.name) or processed_at
@@ -768,13 +977,15 @@ class Simulation:
         self.stats["topic-changes"] += 1
         self.image = TopicsImage.of(list(topics.values()))
         self.note("topics", "sim", what)
-        effects = self.engine.update_topics(self.image, self.now)
+        if self.down:
+            return  # the next coordinator loads with this image
+        effects = self.engine.update_topics(self.image, self.engine_now())
         self.after_engine(effects)
 
     # -- offset-commit probes ----------------------------------------------------------------
 
     def ev_commit_probe(self) -> None:
-        group = self.engine.groups.get(GROUP_ID)
+        group = None if self.down else self.engine.groups.get(GROUP_ID)
         if group is not None:
             owners = [
                 c
@@ -827,8 +1038,6 @@ class Simulation:
             return not live
         if len(group.members) != len(live):
             return False
-        from translation.group import GroupState
-
         return group.state is GroupState.STABLE or (not live and not group.members)
 
     def ev_check_quiescent(self) -> None:

@@ -137,8 +137,6 @@ class Settings:
     restart_delay_s: float = 1.0
     """After a sidecar is SIGKILLed, how long until it is started again (Kubernetes restarts
     a crashed container at once, then with back-off)."""
-    fleet_routing: str = "forward"
-    """How members reach a group another pod's sidecar coordinates (``--fleet-routing``)."""
     roll_gap_s: float = 10.0
     """``sidecar-roll``: seconds between one pod's sidecar being ready and the next one's
     stop (a Deployment's ``minReadySeconds``)."""
@@ -410,8 +408,7 @@ class Soak:
             pod = next(p for p in self.pods if p.name == where)
             self.proxies[where] = ProxyProcess.start(
                 self.broker_bootstrap, log, listen=SIDECAR,
-                args=[*args, "--fleet-listen", f"{pod.ip}:{FLEET_PORT}",
-                      "--fleet-routing", s.fleet_routing],
+                args=[*args, "--fleet-listen", f"{pod.ip}:{FLEET_PORT}"],
                 wrapper=pod.command([]), timeout=60)
 
     @property

@@ -98,6 +98,9 @@ class FakePool(LinkPool):
 
 
 def make_service(answer: Answer | None = None, **settings: Any) -> CoordinatorService:
+    """A service whose broker links are ``answer``; the state log is off unless asked for
+    (it has links of its own: see ``test_durability``)."""
+    settings.setdefault("state_log", False)
     config = ProxyConfig(upstream=(("127.0.0.1", 1),), group_heartbeat_interval_ms=500,
                          group_session_timeout_ms=6000, **settings)
     service = CoordinatorService(config)

@@ -75,12 +75,16 @@ def test_who_holds_a_group() -> None:
     assert read_holder({"error_code": 15, "group_id": "g"}).kind == "unknown"
 
 
-def test_relayed_requests_carry_the_application_s_client_id_host_and_listener() -> None:
-    marked = mark_forwarded("app-1", "/10.233.0.4", 2)
-    assert unmark(marked) == ("app-1", "/10.233.0.4", 2)
-    assert unmark(mark_forwarded(None, "/h")) == ("", "/h", None)
+def test_relayed_requests_carry_the_application_s_client_id_host_listener_and_software(
+) -> None:
+    from proxy.coordination.fleet import Relayed
+
+    marked = mark_forwarded("app|1", "/10.233.0.4", 2, ("librdkafka", "2.16.0"))
+    assert unmark(marked) == Relayed("app|1", "/10.233.0.4", 2, ("librdkafka", "2.16.0"))
+    assert unmark(mark_forwarded(None, "/h")) == Relayed("", "/h", None, None)
     assert unmark("app-1") is None and unmark(None) is None
-    assert unmark("groupgate-fleet|x|/h|app") is None  # a node id that is not a number
+    assert unmark("groupgate-fleet|x|/h||app") is None  # a node id that is not a number
+    assert unmark("groupgate-fleet|1|/h") is None  # cut short
 
 
 # -- routes ----------------------------------------------------------------------------------
@@ -482,60 +486,16 @@ async def test_a_group_that_never_had_members_is_assigned_at_once(
         nursery.cancel_scope.cancel()
 
 
-# -- fleet-routing redirect: FindCoordinator names the coordinating sidecar -------------------
+# -- FindCoordinator -------------------------------------------------------------------------
 
 
-async def test_forward_routing_leaves_find_coordinator_to_the_broker() -> None:
+async def test_find_coordinator_is_left_to_the_broker_and_its_answer_rewritten() -> None:
+    """Followers forward (decision record 0014): a client's coordinator is always its own
+    sidecar's listener for the broker that coordinates the group."""
     service = make_service(stub_broker)
     result = await exchange(router(service, fleet=True),
                             request(ApiKey.FIND_COORDINATOR, 3, {"key": "g", "key_type": 0}))
     assert result.action == "forward"
-
-
-async def test_redirect_routing_names_the_holder_s_fleet_listener() -> None:
-    from proxy.coordination.fleet import redirect_node_id
-    from proxy.rewrite.address import DictAddressMap
-
-    service = make_service(stub_broker, fleet_routing="redirect")
-    service.address_map = DictAddressMap({1: ("127.0.0.1", 9093)})
-    service.directory._views["held"] = Holder("sidecar", Card(PEER, "0.2.0"), "m1",
-                                              coordinator=(1, ("10.233.0.1", 9092)))
-    service.directory._views["free"] = Holder("free", coordinator=(1, ("10.233.0.1", 9092)))
-    service.directory._views["old"] = Holder("legacy", detail="0.1.0",
-                                             coordinator=(1, ("10.233.0.1", 9092)))
-    r = router(service, fleet=True)
-    one = await exchange(r, request(ApiKey.FIND_COORDINATOR, 3, {"key": "held", "key_type": 0}))
-    assert one.action == "local" and one.response is not None
-    assert (one.response["node_id"], one.response["host"], one.response["port"]) == (
-        redirect_node_id(PEER), *PEER)
-    assert 1_000_000_000 <= one.response["node_id"] < 2_000_000_000
-    batch = await exchange(r, request(ApiKey.FIND_COORDINATOR, 4, {
-        "key_type": 0, "coordinator_keys": ["held", "free", "old"]}))
-    assert batch.response is not None
-    found = {c["key"]: c for c in batch.response["coordinators"]}
-    assert (found["held"]["host"], found["held"]["port"]) == PEER
-    assert (found["free"]["node_id"], found["free"]["host"], found["free"]["port"]) == (
-        1, "127.0.0.1", 9093)  # this sidecar's own listener for the broker coordinator
-    assert found["old"]["error_code"] == COORDINATOR_NOT_AVAILABLE
-    transactional = await exchange(r, request(ApiKey.FIND_COORDINATOR, 3,
-                                              {"key": "txn", "key_type": 1}))
-    assert transactional.action == "forward"
-
-
-async def test_a_redirected_client_is_served_on_the_fleet_listener() -> None:
-    """A client sent to the fleet listener by FindCoordinator is not marked as relayed: it is
-    the application itself, from another pod."""
-    service = make_service(stub_broker, fleet_routing="redirect")
-    coordinate(service, "g")
-    join = dict(HEARTBEAT_V0, member_id="", member_epoch=0, rebalance_timeout_ms=30000,
-                subscribed_topic_names=["orders"], topic_partitions=[])
-    result = await exchange(router(service, None, inbound=True),
-                            request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, join))
-    assert result.response is not None and result.response["error_code"] == 0
-    group = service.engine.group("g")
-    assert group is not None
-    (engine_member,) = group.members.values()
-    assert (engine_member.client_id, engine_member.client_host) == ("client-1", "/10.0.0.7")
 
 
 async def test_a_request_too_large_to_decode_is_refused_for_a_group_another_sidecar_holds(

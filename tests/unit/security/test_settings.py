@@ -52,11 +52,6 @@ def test_the_fleet_listener_is_never_a_way_around_sasl(certs: dict[str, str]) ->
         load(None, dict(SASL, GROUPGATE_SASL_MECHANISM="PLAIN", **fleet))
     with pytest.raises(ConfigError, match="mtls needs"):
         load(None, dict(SASL, GROUPGATE_FLEET_AUTH="mtls", **fleet))
-    with pytest.raises(ConfigError, match="redirect"):
-        load(None, dict(SASL, GROUPGATE_FLEET_AUTH="mtls", GROUPGATE_FLEET_ROUTING="redirect",
-                        GROUPGATE_FLEET_TLS_CERT_FILE=certs["cert"],
-                        GROUPGATE_FLEET_TLS_KEY_FILE=certs["key"],
-                        GROUPGATE_FLEET_TLS_CA_FILE=certs["ca"], **fleet))
     sasl = Security(load(None, dict(SASL, **fleet)))
     assert sasl.fleet_auth == "sasl" and sasl.peer_sasl
     policy = sasl.listener(fleet=True)

@@ -1,0 +1,247 @@
+"""Durable group state in the coordinator service: what the engine changes is written to the
+state log before any answer that depends on it leaves, and a sidecar taking a group over
+loads it first.
+
+With ``state-log`` on, the engine tracks what each call changed (``GroupConfig.durable_state``)
+and the service drains it after every call (:meth:`Durability.submit`). Each coordinated group
+has one :class:`GroupWrites`: its transactional writer (:mod:`proxy.coordination.state_writer`,
+fenced by the group's transactional id), the records waiting, and two counters, units submitted
+and units acknowledged. One task per group writes what is waiting as one transaction at a time
+(what arrives meanwhile goes into the next one), in order.
+
+The rule a response follows (:meth:`Durability.settled`): it leaves only once every unit of
+its group submitted up to its engine call is acknowledged, not only its own. A call that wrote
+nothing may still answer with what an earlier, unacknowledged call decided (a retried heartbeat
+gets the epoch the lost response carried); if that write were lost in a failover, the member
+would know an epoch the next coordinator never heard of. The simulator checks this rule
+(``translation/simulation/failover.py``).
+
+Taking a group over (:meth:`Durability.take_over`, run by the broker membership when it first
+holds the group, before anyone waiting on it is answered): open the group's writer (which
+fences every earlier one and aborts its open transaction), read the group's records to the end,
+refresh topic metadata for the topics they name, and load them into the engine. Members that
+heartbeat through the failover keep their member ids, epochs and partitions.
+
+A write that fails fails its group here: the answers waiting on it get an error, the engine
+forgets the group, and the broker membership is given up (:class:`GroupStateLost`), so that
+this sidecar or another takes the group over again from what the log holds.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+
+import trio
+
+from proxy.coordination.state_log import StateLog, StateLogError, Writer
+from translation.coordinator import GroupCoordinator
+from translation.effects import Effect
+from translation.records import (
+    MemberValue,
+    RecordError,
+    StateRecord,
+    decode_record,
+    encode_record,
+)
+
+log = logging.getLogger("groupgate.coordination")
+
+START_RETRY_SECONDS = 1.0
+SETTLE_SECONDS = 30.0
+"""Longest an answer waits for its group's writes (the state log's own write timeout is
+shorter; this only guards against a bug)."""
+
+
+class GroupStateLost(Exception):
+    """The group's state could not be written or loaded: this sidecar must stop coordinating
+    it (it may take it over again from the log)."""
+
+
+@dataclass
+class GroupWrites:
+    """One coordinated group's write pipeline."""
+
+    group_id: str
+    writer: Writer
+    pending: list[StateRecord] = field(default_factory=list)
+    submitted: int = 0
+    """Units (one per engine call that changed the group) submitted so far."""
+    acknowledged: int = 0
+    failed: str | None = None
+    wake: trio.Event = field(default_factory=trio.Event)
+    progress: trio.Event = field(default_factory=trio.Event)
+    """Set (and replaced) whenever :attr:`acknowledged` or :attr:`failed` changes."""
+
+    def _progressed(self) -> None:
+        self.progress.set()
+        self.progress = trio.Event()
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What a takeover found in the log."""
+
+    records: int
+    """Live records of the group (0: the group never wrote any)."""
+    effects: list[Effect]
+
+
+class Durability:
+    """The state log as the coordinator service uses it."""
+
+    def __init__(self, log_: StateLog, engine: GroupCoordinator,
+                 wall_ms: Callable[[], int], now_ms: Callable[[], int],
+                 refresh_topics: Callable[[Iterable[str], bool], Awaitable[None]]) -> None:
+        self.log = log_
+        self.engine = engine
+        self._wall_ms = wall_ms
+        self._now_ms = now_ms
+        self._refresh_topics = refresh_topics
+        self.groups: dict[str, GroupWrites] = {}
+        self.lost: Callable[[str, str], None] = lambda _group, _reason: None
+        """Told when a group's writes failed (the service gives the group up)."""
+        self._nursery: trio.Nursery | None = None
+        self.started = trio.Event()
+        """Set once the topic is known to be usable."""
+
+    async def run(self) -> None:
+        """Create or check the topic (again and again until it works: groups wait for it
+        meanwhile), then run the groups' writer tasks until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            delay = START_RETRY_SECONDS
+            while not self.started.is_set():
+                try:
+                    await self.log.start()
+                except StateLogError as exc:
+                    log.error("the state log cannot be used yet (groups are not taken over "
+                              "until it can): %s", exc)
+                    await trio.sleep(delay)
+                    delay = min(delay * 2, 60.0)
+                    continue
+                self.started.set()
+            await trio.sleep_forever()
+
+    async def aclose(self) -> None:
+        await self.log.aclose()
+
+    # -- taking a group over ------------------------------------------------------------------
+
+    async def take_over(self, group_id: str) -> Loaded:
+        """Fence earlier writers of ``group_id``, read its records and load them into the
+        engine (GroupStateLost if the log cannot be used)."""
+        await self.started.wait()
+        assert self._nursery is not None
+        previous = self.groups.pop(group_id, None)
+        if previous is not None:
+            self._fail(previous, "taken over again")
+        try:
+            writer = await self.log.open_writer(group_id)
+            loaded = await self.log.load_group(group_id)
+            records = [decode_record(key, value) for key, value in loaded.records]
+        except (StateLogError, RecordError) as exc:
+            raise GroupStateLost(f"group {group_id}: its state could not be loaded: {exc}"
+                                 ) from exc
+        writes = GroupWrites(group_id, writer)
+        self.groups[group_id] = writes
+        self._nursery.start_soon(self._write_loop, writes)
+        if not records:
+            return Loaded(0, [])
+        names, regex = _subscriptions(records)
+        await self._refresh_topics(names, regex)
+        effects = self.engine.load_group(group_id, records, self._now_ms(), self._wall_ms())
+        log.info("group %s: loaded %d record(s) from the state log (partition %d, %d "
+                 "record(s) read)", group_id, len(records), loaded.partition,
+                 loaded.records_read)
+        return Loaded(len(records), effects)
+
+    def release(self, group_id: str) -> None:
+        """The service no longer coordinates ``group_id``: stop writing it (what is pending
+        is dropped; the next coordinator reads what the log holds)."""
+        writes = self.groups.pop(group_id, None)
+        if writes is not None:
+            self._fail(writes, "no longer coordinated here")
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def submit(self, records: list[StateRecord]) -> None:
+        """Queue what one engine call changed, one unit per group."""
+        by_group: dict[str, list[StateRecord]] = {}
+        for record in records:
+            by_group.setdefault(record.key.group_id, []).append(record)
+        for group_id, mine in by_group.items():
+            writes = self.groups.get(group_id)
+            if writes is None or writes.failed is not None:
+                # Nothing of it is coordinated here (any more): the engine changed a group it
+                # is about to forget; the log keeps what the last writer wrote.
+                continue
+            writes.pending.extend(mine)
+            writes.submitted += 1
+            writes.wake.set()
+
+    async def flush(self, timeout_s: float) -> None:
+        """Wait (up to ``timeout_s``) until everything submitted for every group is written."""
+        with trio.move_on_after(timeout_s):
+            for group_id in list(self.groups):
+                await self.settled(group_id)
+
+    async def settled(self, group_id: str) -> str | None:
+        """Wait until every unit of ``group_id`` submitted so far is acknowledged; None, or
+        why it never will be (the answer must not leave then)."""
+        writes = self.groups.get(group_id)
+        if writes is None:
+            return None  # nothing was written for it here
+        needed = writes.submitted
+        with trio.move_on_after(SETTLE_SECONDS):
+            while writes.acknowledged < needed and writes.failed is None:
+                await writes.progress.wait()
+        if writes.failed is not None:
+            return writes.failed
+        if writes.acknowledged < needed:
+            return "the group's state was not written in time"
+        return None
+
+    async def _write_loop(self, writes: GroupWrites) -> None:
+        while writes.failed is None:
+            await writes.wake.wait()
+            writes.wake = trio.Event()
+            if writes.failed is not None:
+                return
+            if not writes.pending:
+                continue
+            batch, writes.pending = writes.pending, []
+            unit = writes.submitted
+            try:
+                await writes.writer.write([encode_record(r) for r in batch])
+            except StateLogError as exc:
+                reason = f"writing its state failed: {exc}"
+                log.warning("group %s: %s; giving the group up", writes.group_id, reason)
+                self._fail(writes, reason)
+                if self.groups.get(writes.group_id) is writes:
+                    del self.groups[writes.group_id]
+                self.lost(writes.group_id, reason)
+                return
+            writes.acknowledged = unit
+            writes._progressed()
+
+    @staticmethod
+    def _fail(writes: GroupWrites, reason: str) -> None:
+        if writes.failed is None:
+            writes.failed = reason
+            writes.pending = []
+            writes.wake.set()
+            writes._progressed()
+
+
+def _subscriptions(records: Iterable[StateRecord]) -> tuple[set[str], bool]:
+    """The topic names the members in ``records`` subscribe to, and whether any subscribes by
+    regex (then every topic's metadata is needed)."""
+    names: set[str] = set()
+    regex = False
+    for record in records:
+        if isinstance(record.value, MemberValue):
+            names.update(record.value.subscribed_topic_names)
+            regex = regex or bool(record.value.subscribed_topic_regex)
+    return names, regex

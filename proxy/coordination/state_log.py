@@ -1,0 +1,149 @@
+"""Durable group state: the coordinating sidecar's records in a compacted Kafka topic.
+
+The group engine's state changes are records (opaque ``(key, value)`` pairs, None for a
+tombstone, each key naming its group). The sidecar coordinating a group writes them through the
+group's :class:`~proxy.coordination.state_writer.Writer`; a sidecar taking the group over opens
+a new writer (which fences the old one) and loads the group's records before it answers::
+
+    log = StateLog(bootstrap, StateLogSettings(...), group_of=engine_key_group)
+    await log.start()                       # the topic: created or checked
+    writer = await log.open_writer(group)   # fences every earlier writer of the group
+    loaded = await log.load_group(group)    # the group's live records, read committed
+    await writer.write([(key, value), (other_key, None)])   # atomic; returns once committed
+
+The parts: :mod:`~proxy.coordination.state_topic` (topic settings, creation, checks),
+:mod:`~proxy.coordination.state_ids` (group -> partition, group -> transactional id),
+:mod:`~proxy.coordination.state_writer` (transactions and fencing),
+:mod:`~proxy.coordination.state_loader` (reading a group back),
+:mod:`~proxy.coordination.record_batch` (the record batch format),
+:mod:`~proxy.coordination.state_cluster` (connections, leaders, coordinators),
+:mod:`~proxy.coordination.state_errors` (exceptions). Design and measurements:
+``docs/decisions/0013-group-state-log.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from proxy.coordination.links import Address
+from proxy.coordination.record_batch import Record
+from proxy.coordination.state_cluster import StateCluster
+from proxy.coordination.state_errors import (
+    Fenced,
+    LoadFailed,
+    StateLogError,
+    StateTopicError,
+    Unavailable,
+    WriteFailed,
+)
+from proxy.coordination.state_ids import check_prefix, partition_for
+from proxy.coordination.state_loader import GroupOf, LoadConfig, LoadedGroup, load_group
+from proxy.coordination.state_topic import (
+    DEFAULT_PARTITIONS,
+    DEFAULT_REPLICATION_FACTOR,
+    DEFAULT_TOPIC,
+    MAX_MESSAGE_BYTES,
+    TopicSettings,
+    TopicState,
+    ensure_topic,
+)
+from proxy.coordination.state_writer import Writer, WriterConfig, open_writer
+
+__all__ = ["Fenced", "LoadFailed", "LoadedGroup", "Record", "StateLog", "StateLogError",
+           "StateLogSettings", "StateTopicError", "Unavailable", "WriteFailed", "Writer"]
+
+
+@dataclass(frozen=True)
+class StateLogSettings:
+    """Everything the state log is configured by (the settings proposed for each are in
+    decision record 0013)."""
+
+    topic: str = DEFAULT_TOPIC
+    partitions: int = DEFAULT_PARTITIONS
+    replication_factor: int = DEFAULT_REPLICATION_FACTOR
+    topic_configs: Mapping[str, str] = field(default_factory=dict)
+    """Overrides of :func:`~proxy.coordination.state_topic.default_configs`."""
+    transactional_id_prefix: str = "groupgate-state"
+    transaction_timeout_ms: int = 15_000
+    """How long the transaction coordinator lets a writer's transaction stay open before it
+    aborts it: bounds how long a writer that died mid-write holds back the loads of the other
+    groups of its partition. Above ``write_timeout``."""
+    write_timeout: float = 10.0
+    open_timeout: float = 30.0
+    load_timeout: float = 60.0
+    topic_timeout: float = 60.0
+    fetch_max_bytes: int = 4 * 1024 * 1024
+    fetch_wait_ms: int = 100
+    max_batch_bytes: int = MAX_MESSAGE_BYTES - 48 * 1024
+    connections_per_broker: int = 4
+    coalesce_writes: bool = True
+
+    def __post_init__(self) -> None:
+        check_prefix(self.transactional_id_prefix)
+        if self.transaction_timeout_ms <= self.write_timeout * 1000:
+            raise ValueError("transaction_timeout_ms must exceed write_timeout")
+        if self.fetch_max_bytes < 1024 or self.max_batch_bytes < 1024:
+            raise ValueError("fetch_max_bytes and max_batch_bytes are at least 1 KiB")
+
+
+class StateLog:
+    """The state log of one sidecar: its topic, its writers' and loaders' connections."""
+
+    def __init__(self, bootstrap: Sequence[Address], settings: StateLogSettings, *,
+                 group_of: GroupOf, connect_timeout: float = 10.0,
+                 request_timeout: float = 30.0, max_frame_bytes: int = 100 * 1024 * 1024
+                 ) -> None:
+        if settings.fetch_max_bytes + 64 * 1024 > max_frame_bytes:
+            raise ValueError("fetch_max_bytes must leave 64 KiB below max_frame_bytes")
+        self.settings = settings
+        self.group_of = group_of
+        self._auto_replication = settings.replication_factor <= 0
+        self.topic = TopicSettings(settings.topic, settings.partitions,
+                                   max(1, settings.replication_factor),
+                                   dict(settings.topic_configs))
+        self.cluster = StateCluster(bootstrap, connect_timeout=connect_timeout,
+                                    request_timeout=request_timeout,
+                                    max_frame_bytes=max_frame_bytes,
+                                    connections_per_broker=settings.connections_per_broker)
+        self._writer_config = WriterConfig(
+            settings.topic, settings.transactional_id_prefix, settings.transaction_timeout_ms,
+            settings.write_timeout, settings.open_timeout, settings.max_batch_bytes,
+            settings.coalesce_writes)
+        self._load_config = LoadConfig(settings.topic, settings.fetch_max_bytes,
+                                       settings.fetch_wait_ms, settings.load_timeout)
+        self.state: TopicState | None = None
+
+    @property
+    def partitions(self) -> int:
+        """The partition count groups are hashed over (the topic's; after :meth:`start`)."""
+        if self.state is None:
+            raise StateLogError("the state log is not started")
+        return self.state.partitions
+
+    async def start(self) -> TopicState:
+        """Create or check the topic (StateTopicError, Unavailable). A replication factor of 0
+        means "as many brokers as the cluster has, at most 3" (read from Metadata)."""
+        if self._auto_replication:
+            await self.cluster.topic(self.topic.name)  # learns the cluster's brokers
+            rf = max(1, min(3, len(self.cluster.nodes)))
+            self.topic = TopicSettings(self.topic.name, self.topic.partitions, rf,
+                                       dict(self.topic.overrides))
+        self.state = await ensure_topic(self.cluster, self.topic, self.settings.topic_timeout)
+        return self.state
+
+    def partition_of(self, group_id: str) -> int:
+        return partition_for(group_id, self.partitions)
+
+    async def open_writer(self, group_id: str) -> Writer:
+        """The group's writer; fences every earlier one and aborts its open transaction."""
+        return await open_writer(self.cluster, self._writer_config, self.partitions, group_id)
+
+    async def load_group(self, group_id: str) -> LoadedGroup:
+        """The group's live records, read committed to the end of its partition (after
+        :meth:`open_writer`, so that no earlier writer can still add any)."""
+        return await load_group(self.cluster, self._load_config, self.partitions, group_id,
+                                self.group_of)
+
+    async def aclose(self) -> None:
+        await self.cluster.aclose()

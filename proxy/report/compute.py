@@ -1,0 +1,338 @@
+"""The report's tables, derived from the events with Spark (DataFrame operations only).
+
+Definitions (``docs/pipeline.md`` has them with examples):
+
+**Rebalance** (incremental protocol). Within a group, in event order, a rebalance starts at a
+group epoch bump (``epoch_bumped``) while no rebalance is running, takes in every further
+bump, and ends at the first of: the group is Stable again (every member reconciled to the
+target of the latest epoch: a ``group_state`` Stable), the group is Empty (outcome
+``emptied``: the last member left, nobody is reconciled and it is not counted as a
+rebalance), or the group ends (expired, deleted, handed back: ``ended``). One still running
+at the end of the data is ``open``. Duration: from the first bump to that end. Members
+disturbed: members whose partitions were assigned or revoked during it (by an assignment, or
+because they left or were fenced); members revoked: those that had to give some up.
+
+**Partition downtime**: for each partition of a group, from the moment a member is told to
+stop consuming it (``revoked`` in an assignment, a leave or a fencing) to the next moment any
+member of the group gets it (``assigned``). Several revocations before an assignment count
+from the first. Outcomes: ``assigned``, ``group ended`` (the group left the proxy first, e.g.
+handed back to the broker) and ``open`` (nobody had it again by the end of the data).
+
+**Member lives**: a member id from its join (or replacement, or first snapshot listing it) to
+its leave, fencing, replacement, its group's end, or the first snapshot of its group after it
+was last seen that no longer lists it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+ENDINGS = ("group_expired", "group_deleted", "group_handed_back", "group_dropped")
+STARTS = ("member_joined", "member_replaced")
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """The report window, ``start_ms <= t < end_ms``."""
+
+    start_ms: int
+    end_ms: int
+
+
+def _partition_count(column: str) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.coalesce(F.size(F.flatten(F.map_values(F.col(column)))), F.lit(0))
+
+
+def annotate(events: DataFrame) -> DataFrame:
+    """The events rebalances and downtime need, each with its group's ``life`` (how many
+    times the group was created up to it) and ``segment`` (how many rebalance-closing events
+    came before it)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    typ = F.col("type")
+    closing = typ.isin(*ENDINGS) | ((typ == "group_state")
+                                    & F.col("state").isin("Stable", "Empty"))
+    wanted = events.where(typ.isin("group_created", "epoch_bumped", "group_state",
+                                   "assignment", "member_joined", "member_replaced",
+                                   "member_left", "member_fenced", *ENDINGS))
+    base = wanted.select("group", "ts", "seq", "source", "type", "state", "group_epoch",
+                         "reason", "member", "assigned", "revoked",
+                         closing.cast("int").alias("closing"),
+                         (typ == "epoch_bumped").cast("int").alias("bump"),
+                         (typ == "group_created").cast("int").alias("created"))
+    ordered = Window.partitionBy("group").orderBy("ts", "seq", "source")
+    # A duplicate (the same source and seq) sorts next to its original: drop it.
+    duplicate = F.coalesce((F.lag("source").over(ordered) == F.col("source"))
+                           & (F.lag("seq").over(ordered) == F.col("seq")), F.lit(False))
+    unique = base.withColumn("duplicate", duplicate).where(~F.col("duplicate")).drop(
+        "duplicate")
+    before = ordered.rowsBetween(Window.unboundedPreceding, -1)
+    upto = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    return (unique.withColumn("segment", F.coalesce(F.sum("closing").over(before), F.lit(0)))
+            .withColumn("life", F.sum("created").over(upto)))
+
+
+def rebalances(annotated: DataFrame, span: Span) -> DataFrame:
+    """One row per rebalance starting in the window (see the module docstring)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    seg = Window.partitionBy("group", "segment").orderBy("ts", "seq").rowsBetween(
+        Window.unboundedPreceding, Window.currentRow)
+    x = annotated.withColumn("started", F.max("bump").over(seg))
+    bump = F.col("bump") == 1
+    moved = F.col("type").isin("assignment", "member_left", "member_fenced") \
+        & (F.col("started") == 1)
+    revoked_n = _partition_count("revoked")
+    assigned_n = _partition_count("assigned")
+    outcome = (F.when(F.col("type").isin(*ENDINGS), F.lit("ended"))
+               .when(F.col("state") == "Stable", F.lit("stable"))
+               .when(F.col("state") == "Empty", F.lit("emptied")))
+    agg = x.groupBy("group", "segment").agg(
+        F.min(F.when(bump, F.col("ts"))).alias("start_ms"),
+        F.sum("bump").alias("bumps"),
+        F.min_by(F.when(bump, F.col("reason")), F.when(bump, F.struct("ts", "seq")))
+        .alias("first_reason"),
+        F.max(F.when(bump, F.col("group_epoch"))).alias("group_epoch"),
+        F.max(F.when(F.col("closing") == 1, F.col("ts"))).alias("end_ms"),
+        F.max(F.when(F.col("closing") == 1, outcome)).alias("closed_by"),
+        F.count_distinct(F.when(moved & ((revoked_n > 0) | (assigned_n > 0)), F.col("member")))
+        .alias("members_disturbed"),
+        F.count_distinct(F.when(moved & (revoked_n > 0), F.col("member")))
+        .alias("members_revoked"),
+        F.sum(F.when(moved, revoked_n).otherwise(0)).alias("partitions_revoked"),
+        F.sum(F.when(moved, assigned_n).otherwise(0)).alias("partitions_assigned"),
+    )
+    return (agg.where(F.col("bumps") > 0)
+            .where((F.col("start_ms") >= span.start_ms) & (F.col("start_ms") < span.end_ms))
+            .select("group", "start_ms", "end_ms",
+                    (F.col("end_ms") - F.col("start_ms")).alias("duration_ms"),
+                    F.coalesce(F.col("closed_by"), F.lit("open")).alias("outcome"),
+                    F.col("bumps").cast("long").alias("bumps"), "group_epoch", "first_reason",
+                    "members_disturbed", "members_revoked",
+                    F.col("partitions_revoked").cast("long").alias("partitions_revoked"),
+                    F.col("partitions_assigned").cast("long").alias("partitions_assigned")))
+
+
+def partition_downtime(annotated: DataFrame, span: Span) -> DataFrame:
+    """One row per partition revoked in the window: when, until when, by whom, to whom."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    def exploded(column: str, kind: int) -> DataFrame:
+        rows = annotated.where(F.col(column).isNotNull()).select(
+            "group", "life", "ts", "seq", "member",
+            F.explode(F.col(column)).alias("topic", "partitions"))
+        return rows.select("group", "life", "ts", "seq", "member", "topic",
+                           F.explode("partitions").alias("partition"),
+                           F.lit(kind).alias("assign"))
+
+    rows = exploded("revoked", 0).unionByName(exploded("assigned", 1))
+    key = ("group", "life", "topic", "partition")
+    ordered = Window.partitionBy(*key).orderBy("ts", "seq", "assign").rowsBetween(
+        Window.unboundedPreceding, -1)
+    runs = rows.withColumn("run", F.coalesce(F.sum("assign").over(ordered), F.lit(0)))
+    revoke = F.col("assign") == 0
+    give = F.col("assign") == 1
+    intervals = runs.groupBy(*key, "run").agg(
+        F.min(F.when(revoke, F.col("ts"))).alias("revoked_ms"),
+        F.min(F.when(give, F.col("ts"))).alias("assigned_ms"),
+        F.min_by(F.when(revoke, F.col("member")), F.when(revoke, F.struct("ts", "seq")))
+        .alias("from_member"),
+        F.min_by(F.when(give, F.col("member")), F.when(give, F.struct("ts", "seq")))
+        .alias("to_member"),
+    ).where(F.col("revoked_ms").isNotNull())
+    ends = annotated.where(F.col("type").isin(*ENDINGS)).groupBy("group", "life").agg(
+        F.min("ts").alias("life_end_ms"))
+    joined = intervals.join(ends, ["group", "life"], "left")
+    outcome = (F.when(F.col("assigned_ms").isNotNull(), F.lit("assigned"))
+               .when(F.col("life_end_ms") >= F.col("revoked_ms"), F.lit("group ended"))
+               .otherwise(F.lit("open")))
+    return (joined
+            .where((F.col("revoked_ms") >= span.start_ms) & (F.col("revoked_ms") < span.end_ms))
+            .select("group", "topic", F.col("partition").cast("int").alias("partition"),
+                    "revoked_ms", "assigned_ms",
+                    (F.col("assigned_ms") - F.col("revoked_ms")).alias("downtime_ms"),
+                    outcome.alias("outcome"), "from_member", "to_member"))
+
+
+def member_lives(events: DataFrame, span: Span) -> DataFrame:
+    """One row per member id that was in a group during the window, with who it was."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    typ = F.col("type")
+    identity = ("protocol", "assignor", "client_id", "client_host", "software_name",
+                "software_version", "instance")
+    gone = (typ == "member_fenced") | ((typ == "member_left")
+                                       & ~F.coalesce(F.col("static"), F.lit(False)))
+    direct = events.where(F.col("member").isNotNull()).select(
+        "group", "member", "ts", *identity,
+        F.when(typ.isin(*STARTS), F.col("ts")).alias("start"),
+        F.when(gone, F.col("ts")).alias("end"),
+        F.when(gone, F.when(typ == "member_fenced", F.lit("fenced")).otherwise(F.lit("left")))
+        .alias("end_reason"))
+    replaced = events.where((typ == "member_replaced") & F.col("replaced").isNotNull()).select(
+        "group", F.col("replaced").alias("member"), "ts",
+        *[F.lit(None).cast("string").alias(c) for c in identity],
+        F.lit(None).cast("long").alias("start"), F.col("ts").alias("end"),
+        F.lit("replaced").alias("end_reason"))
+    handed = events.where(typ.isin(*ENDINGS) & F.col("member_ids").isNotNull()).select(
+        "group", F.explode("member_ids").alias("member"), "ts",
+        *[F.lit(None).cast("string").alias(c) for c in identity],
+        F.lit(None).cast("long").alias("start"), F.col("ts").alias("end"),
+        F.regexp_replace(typ, "^group_", "group ").alias("end_reason"))
+    # Snapshots: every appearance says "still there" (member ids only); who a member is comes
+    # from its group's first snapshot (members that joined before the data starts), else from
+    # its own events.
+    snapshots = events.where(typ == "group_snapshot")
+    listed = snapshots.select("group", "ts", F.explode("members.member").alias("member")).select(
+        "group", "member", "ts", *[F.lit(None).cast("string").alias(c) for c in identity],
+        F.col("ts").alias("start"), F.lit(None).cast("long").alias("end"),
+        F.lit(None).cast("string").alias("end_reason"))
+    first = snapshots.groupBy("group").agg(F.min("ts").alias("ts"))
+    described = snapshots.join(F.broadcast(first), ["group", "ts"]).select(
+        "group", "ts", F.explode("members").alias("m")).select(
+        "group", F.col("m.member").alias("member"), "ts",
+        *[F.col(f"m.{c}").alias(c) for c in identity],
+        F.col("ts").alias("start"), F.lit(None).cast("long").alias("end"),
+        F.lit(None).cast("string").alias("end_reason"))
+    rows = (direct.unionByName(replaced).unionByName(handed).unionByName(listed)
+            .unionByName(described))
+    lives = rows.groupBy("group", "member").agg(
+        F.min("start").alias("start_ms"), F.min("ts").alias("first_seen_ms"),
+        F.max("ts").alias("last_seen_ms"), F.min("end").alias("explicit_end_ms"),
+        F.min_by("end_reason", "end").alias("end_reason"),
+        *[F.max(c).alias(c) for c in identity])
+    # A member nobody said goodbye to ends at its group's first snapshot or end after it was
+    # last seen (its proxy went away, or events were dropped).
+    closings = events.where((typ == "group_snapshot") | typ.isin(*ENDINGS)).select(
+        "group", "ts").distinct().select("group", F.col("ts").alias("t"), F.lit(0).alias("k"),
+                                         F.lit(None).cast("string").alias("member"))
+    seen = lives.where(F.col("explicit_end_ms").isNull()).select(
+        "group", F.col("last_seen_ms").alias("t"), F.lit(1).alias("k"), "member")
+    after = Window.partitionBy("group").orderBy("t", "k").rowsBetween(1, Window.unboundedFollowing)
+    next_close = (closings.unionByName(seen)
+                  .withColumn("next_close", F.first(F.when(F.col("k") == 0, F.col("t")),
+                                                    ignorenulls=True).over(after))
+                  .where(F.col("k") == 1).select("group", "member", "next_close"))
+    out = lives.join(next_close, ["group", "member"], "left")
+    start = F.coalesce(F.col("start_ms"), F.col("first_seen_ms"))
+    end = F.coalesce(F.col("explicit_end_ms"), F.col("next_close"))
+    reason = F.when(F.col("explicit_end_ms").isNotNull(), F.col("end_reason")).when(
+        F.col("next_close").isNotNull(), F.lit("gone"))
+    software = F.when(F.col("software_name").isNotNull(), F.concat_ws(
+        " ", F.col("software_name"), F.col("software_version"))).otherwise(F.lit("unknown"))
+    return (out.select("group", "member", start.alias("start_ms"), end.alias("end_ms"),
+                       reason.alias("end_reason"),
+                       F.coalesce(F.col("protocol"), F.lit("unknown")).alias("protocol"),
+                       software.alias("software"), *identity[1:])
+            .where((F.col("start_ms") < span.end_ms)
+                   & (F.col("end_ms").isNull() | (F.col("end_ms") > span.start_ms))))
+
+
+def migration_deltas(lives: DataFrame, span: Span, step_ms: int,
+                     dimensions: tuple[str, ...] = ("protocol", "software"),
+                     by_group: bool = False) -> DataFrame:
+    """How many members each sample point gains or loses per category: sample ``i`` is at
+    ``span.start_ms + i * step_ms``; a member counts at a sample when ``start <= t < end``."""
+    from pyspark.sql import functions as F
+
+    s = F.greatest(F.col("start_ms"), F.lit(span.start_ms))
+    e = F.least(F.coalesce(F.col("end_ms"), F.lit(span.end_ms)), F.lit(span.end_ms))
+    clipped = lives.select("group", *dimensions, s.alias("s"), e.alias("e")).where(
+        F.col("s") < F.col("e"))
+
+    def sample(column: str) -> Column:
+        return F.ceil((F.col(column) - F.lit(span.start_ms)) / F.lit(step_ms)).cast("long")
+
+    keys = ["group"] if by_group else []
+    parts = []
+    for dim in dimensions:
+        for edge, sign in (("s", 1), ("e", -1)):
+            parts.append(clipped.select(*keys, F.lit(dim).alias("dimension"),
+                                        F.col(dim).alias("category"),
+                                        sample(edge).alias("sample"),
+                                        F.lit(sign).alias("delta")))
+    union = parts[0]
+    for part in parts[1:]:
+        union = union.unionByName(part)
+    return union.groupBy(*keys, "dimension", "category", "sample").agg(
+        F.sum("delta").alias("delta"))
+
+
+def dense_series(deltas: list[Any], samples: int) -> dict[str, dict[str, list[int]]]:
+    """Cumulative members per dimension and category at each of ``samples`` points, from the
+    collected rows of :func:`migration_deltas` (``dimension, category, sample, delta``)."""
+    steps: dict[str, dict[str, list[int]]] = {}
+    for row in deltas:
+        series = steps.setdefault(row["dimension"], {}).setdefault(
+            row["category"], [0] * (samples + 1))
+        index = min(max(int(row["sample"]), 0), samples)
+        series[index] += int(row["delta"])
+    out: dict[str, dict[str, list[int]]] = {}
+    for dim, categories in steps.items():
+        for category, series in categories.items():
+            total = 0
+            values = []
+            for d in series[:samples]:
+                total += d
+                values.append(total)
+            if any(values):
+                out.setdefault(dim, {})[category] = values
+    return out
+
+
+def groups_table(events: DataFrame, rebalances: DataFrame, downtime: DataFrame,
+                 lives: DataFrame, span: Span) -> DataFrame:
+    """One row per group seen in the window: its rebalances, downtime, members now."""
+    from pyspark.sql import functions as F
+
+    in_window = (F.col("ts") >= span.start_ms) & (F.col("ts") < span.end_ms)
+    seen = events.where(in_window).groupBy("group").agg(
+        F.min("ts").alias("first_seen_ms"), F.max("ts").alias("last_seen_ms"),
+        F.count(F.lit(1)).alias("events"),
+        F.max_by(F.when(F.col("type") == "group_passed_through", F.col("reason")),
+                 F.when(F.col("type") == "group_passed_through", F.col("ts")))
+        .alias("passed_through"),
+        F.max(F.col("type").isin("group_created", "member_joined", "group_snapshot")
+              .cast("int")).alias("coordinated"))
+    counted = rebalances.where(F.col("outcome") != "emptied")
+    reb = counted.groupBy("group").agg(
+        F.count(F.lit(1)).alias("rebalances"),
+        F.sum("duration_ms").alias("rebalance_ms_total"),
+        F.percentile_approx("duration_ms", 0.5, 1000).alias("rebalance_ms_p50"),
+        F.percentile_approx("duration_ms", 0.95, 1000).alias("rebalance_ms_p95"),
+        F.max("duration_ms").alias("rebalance_ms_max"),
+        F.sum(F.when(F.col("outcome") == "open", 1).otherwise(0)).alias("rebalances_open"),
+        F.avg("members_disturbed").alias("members_disturbed_avg"),
+        F.sum("partitions_revoked").alias("partitions_revoked"))
+    down = downtime.groupBy("group").agg(
+        F.sum(F.when(F.col("outcome") == "assigned", 1).otherwise(0)).alias("downtimes"),
+        F.sum("downtime_ms").alias("downtime_ms_total"),
+        F.percentile_approx("downtime_ms", 0.95, 1000).alias("downtime_ms_p95"),
+        F.max("downtime_ms").alias("downtime_ms_max"),
+        F.sum(F.when(F.col("outcome") == "open", 1).otherwise(0)).alias("partitions_open"))
+    alive_at_end = (F.col("start_ms") < span.end_ms) & (
+        F.col("end_ms").isNull() | (F.col("end_ms") >= span.end_ms))
+    members = lives.groupBy("group").agg(
+        F.count_distinct("member").alias("members_seen"),
+        F.sum(F.when(alive_at_end & (F.col("protocol") == "classic"), 1).otherwise(0))
+        .alias("classic_members_now"),
+        F.sum(F.when(alive_at_end & (F.col("protocol") == "consumer"), 1).otherwise(0))
+        .alias("consumer_members_now"),
+        F.array_sort(F.collect_set("software")).alias("software"))
+    table = (seen.join(reb, "group", "left").join(down, "group", "left")
+             .join(members, "group", "left"))
+    zero = ("rebalances", "rebalance_ms_total", "rebalances_open", "partitions_revoked",
+            "downtimes", "downtime_ms_total", "partitions_open", "members_seen",
+            "classic_members_now", "consumer_members_now")
+    return table.fillna(0, subset=list(zero)).withColumn(
+        "coordinated", F.col("coordinated") == 1)

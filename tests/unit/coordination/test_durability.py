@@ -1,0 +1,222 @@
+"""Durable group state in the coordinator service, against an in-memory state log: answers
+wait for their group's writes, a failed write gives the group up, a new coordinator loads what
+the old one wrote and its members go on as if nothing happened, and a stopping proxy leaves its
+groups for the next one without disturbing anybody."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from proxy.codec.api_keys import ApiKey
+from proxy.coordination.service import CoordinatorService
+from proxy.coordination.state_log import WriteFailed
+from tests.unit.coordination.test_fuzz_requests import stub_broker
+
+from .helpers import coordinate, exchange, make_service, request, router
+
+NOT_COORDINATOR = 16
+COORDINATOR_NOT_AVAILABLE = 15
+
+
+@dataclass
+class Log:
+    """The topic: what every writer committed, per group, in order."""
+
+    records: dict[str, list[tuple[bytes, bytes | None]]] = field(default_factory=dict)
+    writers: dict[str, int] = field(default_factory=dict)
+    """Group -> epoch of its current writer (opening one fences the others)."""
+
+
+class FakeWriter:
+    def __init__(self, log: Log, group_id: str) -> None:
+        self.log = log
+        self.group_id = group_id
+        log.writers[group_id] = log.writers.get(group_id, 0) + 1
+        self.epoch = log.writers[group_id]
+        self.gate: trio.Event | None = None
+        """When set to an unset event, writes wait for it."""
+        self.fail_next = False
+        self.writes = 0
+
+    async def write(self, records: list[tuple[bytes, bytes | None]]) -> None:
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.fail_next:
+            self.fail_next = False
+            raise WriteFailed("broker gone", committed=False)
+        if self.log.writers[self.group_id] != self.epoch:
+            from proxy.coordination.state_log import Fenced
+            raise Fenced("a newer writer exists")
+        self.writes += 1
+        self.log.records.setdefault(self.group_id, []).extend(records)
+
+
+@dataclass
+class Loaded:
+    group_id: str
+    records: list[tuple[bytes, bytes | None]]
+    partition: int = 0
+    records_read: int = 0
+
+
+class FakeStateLog:
+    def __init__(self, log: Log) -> None:
+        self.log = log
+        self.writers: dict[str, FakeWriter] = {}
+
+    async def start(self) -> Any:
+        return None
+
+    async def open_writer(self, group_id: str) -> FakeWriter:
+        writer = self.writers[group_id] = FakeWriter(self.log, group_id)
+        return writer
+
+    async def load_group(self, group_id: str) -> Loaded:
+        latest: dict[bytes, bytes | None] = {}
+        for key, value in self.log.records.get(group_id, []):
+            latest.pop(key, None)
+            latest[key] = value
+        live = [(k, v) for k, v in latest.items() if v is not None]
+        return Loaded(group_id, live, records_read=len(live))
+
+    async def aclose(self) -> None:
+        return None
+
+
+def durable_service(log: Log) -> tuple[CoordinatorService, FakeStateLog]:
+    service = make_service(stub_broker, state_log=True)
+    assert service.durability is not None
+    fake = FakeStateLog(log)
+    service.durability.log = fake  # type: ignore[assignment]
+    return service, fake
+
+
+JOIN = {"group_id": "g", "member_id": "", "member_epoch": 0, "instance_id": None,
+        "rack_id": None, "rebalance_timeout_ms": 30000, "subscribed_topic_names": ["orders"],
+        "server_assignor": None, "topic_partitions": []}
+
+
+async def heartbeat(service: CoordinatorService, value: dict[str, Any],
+                    correlation: int = 1) -> dict[str, Any]:
+    result = await exchange(router(service), request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0,
+                                                     value, correlation))
+    assert result.response is not None
+    return result.response
+
+
+async def started(service: CoordinatorService, nursery: trio.Nursery) -> None:
+    await nursery.start(lambda task_status: service.run(watch_topics=False,
+                                                        task_status=task_status))
+    assert service.durability is not None
+    await service.durability.started.wait()
+
+
+async def test_an_answer_leaves_only_once_its_group_s_state_is_written() -> None:
+    service, fake = durable_service(Log())
+    async with trio.open_nursery() as nursery:
+        await started(service, nursery)
+        coordinate(service, "g")
+        await service.durability.take_over("g")  # type: ignore[union-attr]
+        writer = fake.writers["g"]
+        writer.gate = trio.Event()
+        answers: list[dict[str, Any]] = []
+
+        async def join() -> None:
+            answers.append(await heartbeat(service, JOIN))
+
+        nursery.start_soon(join)
+        await trio.sleep(0.5)
+        assert answers == [] and writer.writes == 0  # decided, not yet written: not sent
+        writer.gate.set()
+        await trio.sleep(0.1)
+        assert len(answers) == 1 and answers[0]["error_code"] == 0 and writer.writes == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_failed_write_fails_the_answer_and_gives_the_group_up() -> None:
+    service, fake = durable_service(Log())
+    async with trio.open_nursery() as nursery:
+        await started(service, nursery)
+        membership = coordinate(service, "g")
+        await service.durability.take_over("g")  # type: ignore[union-attr]
+        fake.writers["g"].fail_next = True
+        answer = await heartbeat(service, JOIN)
+        assert answer["error_code"] == NOT_COORDINATOR
+        await trio.sleep(0.1)
+        assert "g" not in service.memberships and service.engine.group("g") is None
+        assert membership.leaves == 1  # the broker's group is given up: taken over anew
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_new_coordinator_loads_the_group_and_its_members_go_on() -> None:
+    log = Log()
+    first, _ = durable_service(log)
+    async with trio.open_nursery() as nursery:
+        await started(first, nursery)
+        coordinate(first, "g")
+        await first.durability.take_over("g")  # type: ignore[union-attr]
+        joined = await heartbeat(first, JOIN)
+        member_id, epoch = joined["member_id"], joined["member_epoch"]
+        assert joined["assignment"] is not None and epoch > 0
+        owned = joined["assignment"]["topic_partitions"]
+        nursery.cancel_scope.cancel()
+
+    second, _ = durable_service(log)  # the first one is gone (SIGKILL)
+    async with trio.open_nursery() as nursery:
+        await started(second, nursery)
+        coordinate(second, "g")
+        loaded = await second.durability.take_over("g")  # type: ignore[union-attr]
+        second.apply(loaded.effects)
+        assert loaded.records > 0
+        again = await heartbeat(second, dict(JOIN, member_id=member_id, member_epoch=epoch,
+                                             rebalance_timeout_ms=-1,
+                                             subscribed_topic_names=None,
+                                             topic_partitions=owned))
+        assert again["error_code"] == 0 and again["member_epoch"] == epoch
+        assert again["member_id"] == member_id  # no rejoin, no revocation
+        nursery.cancel_scope.cancel()
+    assert log.writers["g"] == 2  # the second coordinator's writer fenced the first
+
+
+async def test_a_stopping_proxy_writes_what_is_pending_leaves_and_disturbs_nobody() -> None:
+    service, fake = durable_service(Log())
+    async with trio.open_nursery() as nursery:
+        await started(service, nursery)
+        membership = coordinate(service, "g")
+        await service.durability.take_over("g")  # type: ignore[union-attr]
+        joined = await heartbeat(service, JOIN)
+        await service.let_go(5.0)
+        assert membership.leaves == 1 and "g" not in service.memberships
+        again = await heartbeat(service, dict(JOIN, member_id=joined["member_id"],
+                                              member_epoch=joined["member_epoch"],
+                                              rebalance_timeout_ms=-1,
+                                              subscribed_topic_names=None,
+                                              topic_partitions=None))
+        # retriable: the member keeps its partitions and finds the next coordinator
+        assert again["error_code"] == COORDINATOR_NOT_AVAILABLE
+        assert fake.writers["g"].writes >= 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_only_members_a_groupgate_engine_may_know_take_a_free_group_over() -> None:
+    """A classic member id a broker gave (client id, dash, UUID: Kafka Connect workers, direct
+    consumers) belongs to the broker's own group; a free group is taken over (to load its
+    state) only for a member whose id came from an engine: a bare UUID for classic members, a
+    client-made id for new-protocol ones."""
+    from proxy.coordination.fleet import Holder
+    from proxy.coordination.service import issued_by_a_broker
+
+    assert issued_by_a_broker("connect-1-1b4e28ba-2fa1-11d2-883f-0016d3cca427")
+    assert not issued_by_a_broker("1b4e28ba-2fa1-11d2-883f-0016d3cca427")
+    assert not issued_by_a_broker("xrCvVRBIR6WzpIOySybM+g")
+    service, _ = durable_service(Log())
+    service.directory._views["g"] = Holder("free")
+    assert not service.may_load("g", "connect-1-1b4e28ba-2fa1-11d2-883f-0016d3cca427")
+    assert service.may_load("g", "1b4e28ba-2fa1-11d2-883f-0016d3cca427")
+    assert service.may_load("g", "xrCvVRBIR6WzpIOySybM+g")
+    assert not service.may_load("g", "")
+    service.directory._views["g"] = Holder("broker")
+    assert not service.may_load("g", "xrCvVRBIR6WzpIOySybM+g")

@@ -1,0 +1,78 @@
+"""The journal schema: one kind per field, compact JSON values, and what a reader refuses."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from proxy.journal.schema import (
+    COMMON,
+    FIELD_KINDS,
+    FIELDS,
+    SCHEMA_VERSION,
+    Event,
+    EventType,
+    SchemaError,
+    check,
+    decode,
+)
+
+
+def test_every_field_has_a_kind_and_every_type_its_fields() -> None:
+    assert set(FIELDS) == set(EventType)
+    for event_type, names in FIELDS.items():
+        assert len(set(names)) == len(names), event_type
+        for name in names:
+            assert name in FIELD_KINDS and name not in COMMON, (event_type, name)
+    used = {n for names in FIELDS.values() for n in names} | set(COMMON)
+    assert used == set(FIELD_KINDS)
+
+
+def test_encoding_is_compact_and_leaves_out_empty_fields() -> None:
+    event = Event(EventType.ASSIGNMENT, "orders", 1_700_000_000_123, "p1:9092", 42, {
+        "member": "m-1", "member_epoch": 3, "state": "stable", "assigned": {"t": [0, 2]},
+        "revoked": {}, "released": None, "revoking": {}})
+    raw = event.encode()
+    assert raw == (b'{"v":1,"type":"assignment","ts":1700000000123,"group":"orders",'
+                   b'"source":"p1:9092","seq":42,"member":"m-1","member_epoch":3,'
+                   b'"state":"stable","assigned":{"t":[0,2]}}')
+    back = decode(raw)
+    assert back.type is EventType.ASSIGNMENT and back.group == "orders"
+    assert back.fields == {"member": "m-1", "member_epoch": 3, "state": "stable",
+                           "assigned": {"t": [0, 2]}}
+    assert event.key == b"orders"
+
+
+def test_non_ascii_group_ids_stay_utf8() -> None:
+    event = Event(EventType.GROUP_EXPIRED, "grüppe", 1, "s", 1, {})
+    assert "grüppe".encode() in event.encode()
+    assert decode(event.encode()).group == "grüppe"
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    ({"v": 2, "type": "group_expired"}, "schema version 2"),
+    ({"v": SCHEMA_VERSION, "type": "group_exploded"}, "unknown event type"),
+    ({"v": 1, "type": "group_expired", "ts": 1, "group": "g", "source": "s"}, "missing seq"),
+    ({"v": 1, "type": "group_expired", "ts": 1, "group": "g", "source": "s", "seq": 1,
+      "member": "m"}, "has no field member"),
+    ({"v": 1, "type": "assignment", "ts": 1, "group": "g", "source": "s", "seq": 1,
+      "assigned": {"t": ["0"]}}, "assigned is not of kind partitions"),
+    ({"v": 1, "type": "member_left", "ts": 1, "group": "g", "source": "s", "seq": 1,
+      "static": 1}, "static is not of kind bool"),
+    ({"v": 1, "type": "group_state", "ts": True, "group": "g", "source": "s", "seq": 1},
+     "ts is not of kind int"),
+    ({"v": 1, "type": "group_snapshot", "ts": 1, "group": "g", "source": "s", "seq": 1,
+      "members": [{"member": "m", "color": "red"}]}, "members member has no field color"),
+])
+def test_refused(value: dict[str, object], problem: str) -> None:
+    assert any(problem in p for p in check(value)), check(value)
+    with pytest.raises(SchemaError):
+        decode(json.dumps(value))
+
+
+def test_not_json_is_refused() -> None:
+    with pytest.raises(SchemaError):
+        decode(b"\xff{")
+    with pytest.raises(SchemaError):
+        decode(b"[1, 2]")
