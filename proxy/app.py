@@ -122,9 +122,7 @@ async def refresh_brokers(server: ProxyServer, readiness: Readiness,
 async def serve(config: ProxyConfig, *,
                 task_status: trio.TaskStatus[ProxyServer] = trio.TASK_STATUS_IGNORED) -> None:
     security = Security(config)
-    service = CoordinatorService(config) if config.coordinate_groups else None
-    if service is not None:
-        service.pool.use_security(security)
+    service = CoordinatorService(config, security) if config.coordinate_groups else None
     server = ProxyServer(config, make_router_factory(config, service), security)
     readiness = Readiness()
     async with trio.open_nursery() as nursery:

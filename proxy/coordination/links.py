@@ -6,8 +6,8 @@ these connections never mix with client connections). It connects lazily, and af
 transport error it drops the connection so that the next request reconnects.
 :class:`LinkPool` keeps one link per broker address.
 
-Security. With :meth:`LinkPool.use_security` every link is opened as the cluster wants it (TLS,
-then SASL with the proxy's own identity; :mod:`proxy.security.policy`). A link leads either to
+Security. A pool (or link) given a :class:`~proxy.security.policy.Security` opens every link
+as the cluster wants it (TLS, then SASL with the proxy's own identity). A link leads either to
 a broker or to another sidecar's fleet listener, which have different certificates and
 authentication (``fleet-auth``): :meth:`LinkPool.link` and :meth:`LinkPool.peer` say which.
 :meth:`LinkPool.dedicated` does not (its callers use it for both); such a link decides when it
@@ -100,10 +100,6 @@ class LinkPool:
         self._connect_timeout = connect_timeout
         self._request_timeout = request_timeout
         self._max_frame_bytes = max_frame_bytes
-        self._security = security
-
-    def use_security(self, security: Security) -> None:
-        """Open every link from now on as ``security`` says (before any link is used)."""
         self._security = security
 
     def _new(self, address: Address, request_timeout: float, leads_to: str) -> BrokerLink:

@@ -6,7 +6,9 @@ through the proxy, in groups the proxy coordinates, over TLS to the proxy (termi
 and from it to the broker, while the broker makes every connection authenticate again every
 10 s (KIP-368); readiness passes; a wrong password gets the broker's authentication error
 through the proxy; a client that does not authenticate is refused every API, those the proxy
-answers itself included; sidecars relay to each other only as the proxies' own user.
+answers itself included; sidecars relay to each other only as the proxies' own user; the
+state log and the journal are written, and a group's state loaded by the next proxy, as the
+proxy's own user over TLS with only the ACLs docs/security.md lists.
 """
 
 from __future__ import annotations
@@ -289,6 +291,57 @@ def test_sidecars_relay_to_each_other_only_as_the_proxies_own_user(
         sock.sendall(raw_request(*_join(group)))
         assert sock.recv(65536) == b""
     assert "before the client authenticated" in coordinator.log()
+
+
+def test_the_state_log_and_the_journal_work_as_the_proxy_s_own_user(
+        secured_kafka39: KafkaBroker, topic: Callable[..., str], start_proxy: StartProxy
+) -> None:
+    """One proxy writes a group's state and its journal events over TLS as the proxies' user;
+    after it stops, the next proxy to coordinate the group loads that state the same way."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    broker = secured_kafka39
+    security = security_of(broker)
+    name = topic(broker, partitions=PARTITIONS)
+    produce(broker, name, 200)
+    journal = f"_groupgate-journal-{uuid.uuid4().hex[:6]}"
+    group = f"sec-state-{uuid.uuid4().hex[:6]}"
+    plain = dict(security.librdkafka("alice"), **{"security.protocol": "SASL_PLAINTEXT"})
+    del plain["ssl.ca.location"]
+
+    def member(proxy: ProxyProcess) -> Any:
+        consumer = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": group,
+                             "group.protocol": "consumer", "auto.offset.reset": "earliest",
+                             **plain})
+        consumer.subscribe([name])
+        return consumer
+
+    first = start_secured_proxy(start_proxy, broker, "--journal-topic", journal,
+                                "--journal-partitions", "1")
+    consumer = member(first)
+    deadline = time.monotonic() + 30
+    while len(consumer.assignment()) < PARTITIONS and time.monotonic() < deadline:
+        consumer.poll(0.2)
+    assert len(consumer.assignment()) == PARTITIONS
+    first.stop()  # writes what is pending and leaves the broker's group for the next one
+    consumer.close()
+
+    second = start_secured_proxy(start_proxy, broker)
+    consumer = member(second)
+    deadline = time.monotonic() + 30
+    while "loaded" not in second.log() and time.monotonic() < deadline:
+        consumer.poll(0.2)
+    consumer.close()
+    assert f"group {group}: loaded" in second.log(), second.log()
+    for proxy in (first, second):
+        log = proxy.log()
+        assert "state log cannot be used" not in log and "Traceback" not in log, log
+    watermarks = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "watermarks"})
+    try:  # the test bed's administration listener
+        _, written = watermarks.get_watermark_offsets(TopicPartition(journal, 0), timeout=15)
+    finally:
+        watermarks.close()
+    assert written > 0
 
 
 def _join(group: str) -> tuple[int, int, dict[str, Any]]:

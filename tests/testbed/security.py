@@ -158,10 +158,14 @@ links among them, authenticate again every few seconds of a test."""
 PROXY_GRANTS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("GROUP", "*", "LITERAL", ("READ", "DESCRIBE")),
     ("TOPIC", "*", "LITERAL", ("DESCRIBE", "READ")),
+    ("TOPIC", "_groupgate-", "PREFIXED",
+     ("CREATE", "DESCRIBE", "DESCRIBE_CONFIGS", "READ", "WRITE")),
+    ("TRANSACTIONAL_ID", "groupgate-state", "PREFIXED", ("DESCRIBE", "WRITE")),
 )
 """What the proxy's own identity is allowed (docs/security.md, "ACLs"): its member in the
 broker's group of every group it coordinates, DescribeGroups of fleet lookups, Metadata of the
-groups' topics, and the commits it relays for other sidecars."""
+groups' topics, the commits it relays for other sidecars, the state log (its topic and
+transactional ids) and the journal (a topic named ``_groupgate-...``)."""
 
 
 def secured(version: str, directory: Path) -> Any:
