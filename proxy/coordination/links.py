@@ -7,13 +7,10 @@ transport error it drops the connection so that the next request reconnects.
 :class:`LinkPool` keeps one link per broker address.
 
 Security. A pool (or link) given a :class:`~proxy.security.policy.Security` opens every link
-as the cluster wants it (TLS, then SASL with the proxy's own identity). A link leads either to
-a broker or to another sidecar's fleet listener, which have different certificates and
-authentication (``fleet-auth``): :meth:`LinkPool.link` and :meth:`LinkPool.peer` say which.
-:meth:`LinkPool.dedicated` does not (its callers use it for both); such a link decides when it
-first connects, from the client id of its first request: a relayed request's client id carries
-the fleet's mark (:func:`proxy.coordination.fleet.mark_forwarded`), nothing sent to a broker
-does.
+as the cluster wants it: TLS, then SASL with the proxy's own identity. A link leads either to a
+broker or to another sidecar's fleet listener, which have different certificates and
+authentication (``fleet-auth``): :meth:`LinkPool.link` and :meth:`LinkPool.dedicated` lead to
+brokers, :meth:`LinkPool.peer` to a sidecar.
 """
 
 from __future__ import annotations
@@ -23,7 +20,6 @@ from typing import Any, Final
 
 import trio
 
-from proxy.coordination.fleet import FORWARD_MARK
 from proxy.security.policy import Security
 from proxy.upstream import UpstreamClient, UpstreamError
 
@@ -33,9 +29,7 @@ Address = tuple[str, int]
 
 BROKER: Final = "broker"
 PEER: Final = "peer"
-BY_CLIENT_ID: Final = "by-client-id"
-"""What a link leads to: a broker, another sidecar's fleet listener, or decided at the first
-request (a relay mark in its client id: a sidecar)."""
+"""What a link leads to: a broker, or another sidecar's fleet listener."""
 
 
 class BrokerLink:
@@ -52,7 +46,7 @@ class BrokerLink:
         self._lock = trio.Lock()
         self._security = security
         self.leads_to = leads_to
-        """:data:`BROKER`, :data:`PEER` or :data:`BY_CLIENT_ID` (until it first connects)."""
+        """:data:`BROKER` or :data:`PEER`."""
 
     async def request(self, api_key: int, version: int, value: dict[str, Any], *,
                       timeout: float | None = None, client_id: str | None = None
@@ -60,9 +54,6 @@ class BrokerLink:
         """Send one request and return the decoded response; UpstreamError on any failure."""
         async with self._lock:
             if self._client is None:
-                if self.leads_to == BY_CLIENT_ID:
-                    self.leads_to = (PEER if client_id is not None
-                                     and client_id.startswith(FORWARD_MARK) else BROKER)
                 self._client = await UpstreamClient.connect(
                     self.address, timeout=self._connect_timeout,
                     max_frame_bytes=self._max_frame_bytes, security=self._security,
@@ -115,9 +106,9 @@ class LinkPool:
         return link
 
     def dedicated(self, address: Address, request_timeout: float) -> BrokerLink:
-        """A link of its own (not shared), e.g. for requests that may block for long; to a
-        broker or to a sidecar, as its first request's client id shows (module docstring)."""
-        return self._new(address, request_timeout, BY_CLIENT_ID)
+        """A link of its own (not shared) to the broker at ``address``, e.g. for requests
+        that may block for long."""
+        return self._new(address, request_timeout, BROKER)
 
     def peer(self, address: Address, request_timeout: float) -> BrokerLink:
         """A link of its own to another sidecar's fleet listener."""

@@ -146,15 +146,20 @@ class ConnectionLinks:
 
     def __init__(self, pool: LinkPool) -> None:
         self._pool = pool
-        self._links: dict[Address, BrokerLink] = {}
+        self._links: dict[tuple[Address, bool], BrokerLink] = {}
 
     async def request(self, address: Address, api_key: int, version: int,
-                      value: dict[str, Any], client_id: str) -> dict[str, Any]:
-        """Send ``value`` to ``address`` and return its answer (UpstreamError if it cannot be
-        reached or does not answer within :data:`RELAY_TIMEOUT_SECONDS`)."""
-        link = self._links.get(address)
+                      value: dict[str, Any], client_id: str, *, to_peer: bool = False
+                      ) -> dict[str, Any]:
+        """Send ``value`` to ``address`` (``to_peer``: another sidecar's fleet listener, with
+        the fleet's TLS and authentication; else a broker, as the proxy's own identity) and
+        return its answer (UpstreamError if it cannot be reached or does not answer within
+        :data:`RELAY_TIMEOUT_SECONDS`)."""
+        link = self._links.get((address, to_peer))
         if link is None:
-            link = self._links[address] = self._pool.dedicated(address, RELAY_TIMEOUT_SECONDS)
+            link = self._links[(address, to_peer)] = (
+                self._pool.peer(address, RELAY_TIMEOUT_SECONDS) if to_peer
+                else self._pool.dedicated(address, RELAY_TIMEOUT_SECONDS))
         return await link.request(api_key, version, value, client_id=client_id)
 
     async def aclose(self) -> None:

@@ -233,7 +233,8 @@ class CoordinatingRouter(ForwardingRouter):
                 mark_forwarded(request.client_id, request.client_host, request.node_id,
                                self._software.lookup(request.client_host,
                                                      request.client_id or "")
-                               if self._software is not None else None))
+                               if self._software is not None else None),
+                to_peer=True)
         except UpstreamError as exc:
             log.info("relaying api key %d for %s to %s:%d failed: %s", request.api_key,
                      ",".join(groups), *address, exc)

@@ -96,6 +96,10 @@ class FakePool(LinkPool):
         self.addresses.append(address)
         return self.fake
 
+    def peer(self, address: tuple[str, int], request_timeout: float) -> Any:
+        self.addresses.append(address)
+        return self.fake
+
 
 def make_service(answer: Answer | None = None, **settings: Any) -> CoordinatorService:
     """A service whose broker links are ``answer``; the state log is off unless asked for

@@ -3,17 +3,19 @@ which links authenticate how."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pytest
+import trio
 import trustme
 
 from proxy.codec.api_keys import ApiKey
 from proxy.config import ConfigError, describe, load
-from proxy.coordination.fleet import mark_forwarded
-from proxy.coordination.links import BROKER, BY_CLIENT_ID, PEER, LinkPool
+from proxy.coordination.links import BROKER, LinkPool
+from proxy.coordination.peers import ConnectionLinks
 from proxy.security.policy import Security
-from proxy.upstream import UpstreamClient, UpstreamError
+from proxy.upstream import UpstreamError
 
 BASE = {"GROUPGATE_UPSTREAM": "kafka:9093"}
 SASL = dict(BASE, GROUPGATE_SECURITY_PROTOCOL="SASL_SSL", GROUPGATE_SASL_MECHANISM="SCRAM-SHA-512",
@@ -82,24 +84,32 @@ def test_forwarded_connections_carry_the_proxy_certificate_only_where_sasl_names
     assert shared.forwarded_tls is shared.link_tls
 
 
-@pytest.mark.parametrize(("client_id", "expected"), [
-    (mark_forwarded("app", "/10.0.0.8", 1), PEER),  # a relay: the other sidecar's listener
-    ("app", BROKER),  # a relayed commit sent on to the group's broker coordinator
-])
-async def test_a_dedicated_link_leads_where_its_first_request_shows(
-        monkeypatch: pytest.MonkeyPatch, client_id: str, expected: str) -> None:
-    opened: list[bool] = []
+async def test_relays_open_links_to_sidecars_with_the_fleet_s_tls_and_commits_to_brokers_without(
+        certs: dict[str, str]) -> None:
+    """A plaintext cluster with fleet TLS: what reaches a listener shows which kind of link
+    connected to it (a TLS ClientHello, or a Kafka request frame)."""
+    security = Security(load(None, dict(BASE, GROUPGATE_FLEET_LISTEN="127.0.0.1:9191",
+                                        GROUPGATE_FLEET_TLS_CERT_FILE=certs["cert"],
+                                        GROUPGATE_FLEET_TLS_KEY_FILE=certs["key"])))
+    first_bytes: list[int] = []
 
-    async def connect(address: object, **kwargs: object) -> object:
-        opened.append(bool(kwargs["peer"]))
-        raise UpstreamError("not connecting in a unit test")
+    async def record(stream: trio.SocketStream) -> None:
+        data = await stream.receive_some(1)
+        first_bytes.append(data[0])
+        await stream.aclose()  # no answer: the request fails
 
-    monkeypatch.setattr(UpstreamClient, "connect", connect)
-    pool = LinkPool(connect_timeout=1, request_timeout=1, max_frame_bytes=1 << 20)
-    assert pool.link(("kafka", 9093)).leads_to == BROKER
-    assert pool.peer(("10.0.0.7", 9191), 5).leads_to == PEER
-    link = pool.dedicated(("10.0.0.7", 9191), 5)
-    assert link.leads_to == BY_CLIENT_ID
-    with pytest.raises(UpstreamError):
-        await link.request(ApiKey.JOIN_GROUP, 5, {}, client_id=client_id)
-    assert link.leads_to == expected and opened == [expected == PEER]
+    async with trio.open_nursery() as nursery:
+        (listener,) = await nursery.start(partial(trio.serve_tcp, record, 0, host="127.0.0.1"))
+        address = ("127.0.0.1", listener.socket.getsockname()[1])
+        pool = LinkPool(connect_timeout=5, request_timeout=5, max_frame_bytes=1 << 20,
+                        security=security)
+        assert pool.link(address).leads_to == BROKER
+        assert pool.dedicated(address, 5).leads_to == BROKER
+        links = ConnectionLinks(pool)
+        for to_peer in (True, False):
+            with pytest.raises(UpstreamError):
+                await links.request(address, ApiKey.JOIN_GROUP, 5, {}, "app", to_peer=to_peer)
+        await links.aclose()
+        nursery.cancel_scope.cancel()
+    assert first_bytes[0] == 0x16  # the peer link started TLS
+    assert first_bytes[1] == 0  # the broker link sent a frame (its length's first byte)
