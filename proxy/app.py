@@ -70,8 +70,8 @@ def make_router_factory(config: ProxyConfig, service: CoordinatorService | None 
 
     def factory(server: ProxyServer, node_id: int | None, client_host: str,
                 session: Session) -> Router:
-        # ``session`` (what is known of the connection's authentication) is for the
-        # authorization of the APIs the proxy answers itself; the routers do not read it yet.
+        # ``session``: what is known of the connection's authentication; the coordinating
+        # router believes relay marks only from a fleet peer and carries the principal
         counters = RequestCounters(node_label(node_id))
         if handlers:
             assert service is not None
@@ -81,7 +81,7 @@ def make_router_factory(config: ProxyConfig, service: CoordinatorService | None 
             return CoordinatingRouter(server, counters, accepted, handlers,
                                       None if inbound else node_id, client_host,
                                       claims=service.claims, fleet=fleet,
-                                      software=service.software)
+                                      software=service.software, session=session)
         return ForwardingRouter(server, counters, accepted)
 
     return factory

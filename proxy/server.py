@@ -275,7 +275,7 @@ class ProxyServer:
                 return
             client = terminated
             session.tls, session.tls_subject = True, peer_subject(terminated)
-            session.fleet_peer = policy.fleet_certificate
+        session.fleet_peer = node_id == FLEET_NODE and policy.fleet_peer
         try:
             upstream = await self._connect_upstream(node_id, peer)
         except Exception:

@@ -24,6 +24,7 @@ from cachetools import TLRUCache, TTLCache
 
 from proxy.codec.api_keys import ApiKey
 from proxy.coordination.fleet import (
+    FLEET_PROTOCOL,
     SETTLED_VIEW_SECONDS,
     VIEW_SECONDS,
     Address,
@@ -184,6 +185,9 @@ class Route:
     (answer COORDINATOR_NOT_AVAILABLE: ``reason``) or :data:`LOOKUP` (ask the broker first)."""
     address: Address | None = None
     reason: str = ""
+    protocol: int = FLEET_PROTOCOL
+    """RELAY only: the fleet protocol the coordinating sidecar speaks (its card), which says
+    how relayed requests are marked."""
     let_go: bool = False
     """REFUSE only: members must also drop their partitions (answered UNKNOWN_MEMBER_ID, joins
     COORDINATOR_NOT_AVAILABLE): a coordinator this sidecar cannot follow is handing them out."""
@@ -237,7 +241,7 @@ class Routes:
                 # JoinGroup waits until a dead holder's member expires, and a live holder
                 # stays the leader (this sidecar then leaves and refuses).
                 return LOCAL_ROUTE
-            return Route(RELAY, address)
+            return Route(RELAY, address, protocol=holder.card.protocol)
         if holder.kind == "legacy":
             return Route(REFUSE, reason=holder.detail, let_go=True)
         return Route(REFUSE, reason=f"cannot tell who coordinates it: {holder.detail}")

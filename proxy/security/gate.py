@@ -22,7 +22,9 @@ connection) keeps the earlier session valid until it ends; the broker closes the
 the new one fails or names another principal, and the gate stops answering then too.
 
 On the fleet listener the gate also decides whether the authenticated client is another
-sidecar (its user is one of ``fleet-users``); with ``forward`` routing nobody else may use it.
+sidecar (its user is one of ``fleet-users``, :attr:`Session.fleet_peer
+<proxy.security.session.Session.fleet_peer>`); nobody else may send anything there but the
+SASL exchange, and only a fleet peer's relay marks are believed.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ class SaslGate:
                  is_fleet_user: Callable[[str | None], bool] | None = None,
                  fleet_only: bool = False, name: str = "") -> None:
         """``is_fleet_user``: on the fleet listener, whether a SASL user is another sidecar;
-        ``fleet_only``: nobody else may use this connection (``forward`` routing)."""
+        ``fleet_only``: nobody else may use this connection (the fleet listener)."""
         self._inner = inner
         self.session = session
         self._is_fleet_user = is_fleet_user

@@ -53,8 +53,10 @@ class ListenerPolicy:
     fleet_users: frozenset[str] | None = None
     """Fleet listener with SASL: the user names that may send anything once authenticated
     (None: not such a listener)."""
-    fleet_certificate: bool = False
-    """Fleet listener with mTLS: the peer proved it is a sidecar with its certificate."""
+    fleet_peer: bool = False
+    """Fleet listener: every connection it accepts is another sidecar (``mtls``: it proved
+    so with its certificate; ``none``: anyone who reaches the port is taken for one). With
+    ``sasl`` the gate decides per connection, from the user the broker authenticated."""
 
 
 def _optional_path(text: str) -> Path | None:
@@ -156,10 +158,11 @@ class Security:
             return ListenerPolicy(self.listener_tls, sasl)
         if self.fleet_auth == FLEET_AUTH_MTLS:
             # the TLS handshake requires a certificate of the fleet CA: it proves a sidecar
-            return ListenerPolicy(self.fleet_server_tls, False, fleet_certificate=True)
+            return ListenerPolicy(self.fleet_server_tls, False, fleet_peer=True)
         if self.fleet_auth == FLEET_AUTH_SASL:
             return ListenerPolicy(self.fleet_server_tls, True, fleet_users=self.fleet_users())
-        return ListenerPolicy(self.fleet_server_tls, False)
+        # none (refused on a SASL cluster): whoever the network lets reach the port
+        return ListenerPolicy(self.fleet_server_tls, False, fleet_peer=True)
 
     def fleet_users(self) -> frozenset[str]:
         """The SASL user names other sidecars may authenticate as on the fleet listener."""

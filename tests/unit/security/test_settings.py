@@ -58,12 +58,17 @@ def test_the_fleet_listener_is_never_a_way_around_sasl(certs: dict[str, str]) ->
     assert sasl.fleet_auth == "sasl" and sasl.peer_sasl
     policy = sasl.listener(fleet=True)
     assert policy.sasl and policy.fleet_users == frozenset({"groupgate"})
+    assert not policy.fleet_peer  # the gate decides, from the user the broker authenticated
     mtls = Security(load(None, dict(SASL, GROUPGATE_FLEET_TLS_CERT_FILE=certs["cert"],
                                     GROUPGATE_FLEET_TLS_KEY_FILE=certs["key"],
                                     GROUPGATE_FLEET_TLS_CA_FILE=certs["ca"], **fleet)))
     assert mtls.fleet_auth == "mtls" and not mtls.peer_sasl
-    assert mtls.listener(fleet=True).fleet_certificate
+    assert mtls.listener(fleet=True).fleet_peer  # proved by the fleet CA's certificate
     assert mtls.listener(fleet=False).sasl  # applications still authenticate
+    # without SASL on the cluster and fleet-auth none, whoever reaches the port is a sidecar
+    plain = Security(load(None, dict(BASE, **fleet)))
+    assert plain.fleet_auth == "none" and plain.listener(fleet=True).fleet_peer
+    assert not plain.listener(fleet=False).fleet_peer
 
 
 def test_the_password_is_not_in_the_startup_line() -> None:
