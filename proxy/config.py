@@ -299,11 +299,13 @@ SETTINGS: tuple[Setting, ...] = (
             "the fleet port); 'auto': fleet-listen, which then must not be a wildcard."),
     Setting("takeover-wait-ms", _optional_int, "auto",
             "How long a sidecar that takes a group over from another coordinator whose state "
-            "it cannot load (state-log off, or the group has no state in it) answers joins "
-            "with COORDINATOR_LOAD_IN_PROGRESS before it assigns partitions: the members the "
-            "old coordinator assigned keep their partitions until they hear from the new one. "
-            "'auto': group-session-timeout-ms, the longest a member may go unheard before "
-            "Kafka gives its partitions away."),
+            "it cannot load answers joins with COORDINATOR_LOAD_IN_PROGRESS before it assigns "
+            "partitions: the members the old coordinator assigned keep their partitions until "
+            "they hear from the new one. 'auto': with state-log off, group-session-timeout-ms "
+            "(the longest a member may go unheard before Kafka gives its partitions away); "
+            "with state-log on, no wait, since a group with no state in the log was never "
+            "assigned by a sidecar writing the log (set it while rolling a fleet from sidecars "
+            "without the state log)."),
     Setting("state-log", _bool, "on",
             "Write each coordinated group's state (epochs, members, assignments) to a "
             "compacted topic, so that a sidecar taking a group over loads it and members keep "
@@ -505,8 +507,11 @@ class ProxyConfig:
 
     @property
     def takeover_wait_seconds(self) -> float:
+        """The wait before a group taken over with no state to load is assigned (0: none)."""
         wait = self.takeover_wait_ms
-        return (self.group_session_timeout_ms if wait is None else wait) / 1000
+        if wait is None:
+            wait = 0 if self.state_log else self.group_session_timeout_ms
+        return wait / 1000
 
     def broker_port(self, node_id: int, bound_listen_port: int | None = None) -> int:
         """The deterministic listener port of broker ``node_id``.

@@ -479,6 +479,11 @@ class Connection:
             else:
                 self.orderer.fill(slot, encode_frame(result))
                 await self._flush()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            # the client went away while its answer was being made: an ordinary close
+            assert self._nursery is not None
+            self._close(f"client connection failed: {exc!r}", self._nursery.cancel_scope,
+                        warn=False)
         finally:
             self._answering -= 1
             if not self._answering:

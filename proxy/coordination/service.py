@@ -529,7 +529,8 @@ class CoordinatorService:
     async def _established(self, membership: BrokerMembership) -> None:
         """The broker's group is held for the first time: with the state log, load the
         group's state (members keep their ids, epochs and partitions); if there is none and
-        another coordinator may have served the group, wait before assigning."""
+        another coordinator may have served the group without the log, wait before assigning
+        (``takeover-wait-ms``: by default only with the state log off)."""
         if self.durability is not None:
             loaded = await self.durability.take_over(membership.group_id)
             self.apply(loaded.effects)

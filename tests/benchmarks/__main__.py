@@ -16,6 +16,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
                "assignor and heartbeat throughput of the engine vs Kafka's"),
     "fleet": ("tests.benchmarks.fleet",
               "several sidecars, one group: relayed vs local members, coordinator SIGKILL"),
+    "failover": ("tests.benchmarks.failover",
+                 "coordinator failover: groupgate's sidecars vs Kafka 4.4's own, 3 nodes"),
     "restart": ("tests.benchmarks.restart",
                 "how long a mixed group waits after its proxy is SIGKILLed and restarted"),
     "routing": ("tests.benchmarks.routing",

@@ -53,15 +53,16 @@ FLEET_PORT = 9191
 EVENT_KINDS = ("join", "leave", "kill", "stall", "proxy-restart", "proxy-kill",
                "broker-restart")
 FLEET_EVENT_KINDS = ("coordinator-kill", "coordinator-restart", "join-coordinator-kill",
-                     "sidecar-roll", "broker-kill")
+                     "sidecar-roll", "broker-kill", "join-broker-kill")
 """Events of the sidecar topology (``--pods``): SIGKILL or graceful restart of the sidecar
 that coordinates a group (started again at once, as Kubernetes restarts a container); a
 member joining and, a second later, its group's coordinating sidecar SIGKILLed; every pod's
 sidecar restarted one at a time (a rollout); with 3 brokers, SIGKILL of the broker that
-coordinates the group at the broker (started again 10 s later)."""
+coordinates the group at the broker (started again 10 s later), alone or a second after a
+member starts joining."""
 SERVED_EVENTS = frozenset({"join", "coordinator-kill", "coordinator-restart",
-                           "join-coordinator-kill", "sidecar-roll", "broker-kill", "proxy-kill",
-                           "proxy-restart"})
+                           "join-coordinator-kill", "sidecar-roll", "broker-kill",
+                           "join-broker-kill", "proxy-kill", "proxy-restart"})
 """Events after which the report says how long until the group was served again (for a join:
 converged with the new member owning its share)."""
 
@@ -140,6 +141,18 @@ class Settings:
     roll_gap_s: float = 10.0
     """``sidecar-roll``: seconds between one pod's sidecar being ready and the next one's
     stop (a Deployment's ``minReadySeconds``)."""
+    kafka: str = "3.9"
+    """The Kafka line of the brokers (``4.4``: the native KIP-848 coordinator)."""
+    direct: bool = False
+    """No proxies: the members (in their pods, if any) connect to the brokers themselves, the
+    brokers' own coordinator serves the group: the reference the proxy is compared with."""
+    proxy_args: tuple[str, ...] = ()
+    """More flags for every proxy (e.g. ``--broker-session-timeout-ms 9000``)."""
+    broker_properties: tuple[str, ...] = ()
+    """``KEY=VALUE`` broker settings over the test bed's (e.g. ``broker.session.timeout.ms``)."""
+    join_kind: str = ""
+    """``LIBRARY/PROTOCOL/COMMIT`` of the members scripted events add; empty: a random kind
+    of the group."""
 
 
 class Member:
@@ -161,7 +174,8 @@ class Member:
     def start(self) -> None:
         s = self.soak
         topic, group_id = s.topic(self.group), s.group_id(self.group)
-        bootstrap = SIDECAR if self.pod is not None else s.bootstrap
+        bootstrap = (s.broker_bootstrap if s.settings.direct
+                     else SIDECAR if self.pod is not None else s.bootstrap)
         wrapper = self.pod.command([]) if self.pod is not None else []
         if self.kind.library == "java":
             config = {"client.id": self.name,
@@ -399,7 +413,7 @@ class Soak:
         s = self.settings
         args = ["--group-heartbeat-interval-ms", str(s.heartbeat_interval_ms),
                 "--group-session-timeout-ms", str(s.session_timeout_ms),
-                "--group-metadata-refresh-ms", "1000"]
+                "--group-metadata-refresh-ms", "1000", *s.proxy_args]
         if where == HOST:
             self.proxies[where] = ProxyProcess.start(
                 self.broker_bootstrap, log, listen=f"127.0.0.1:{self.listen_port}",
@@ -420,7 +434,8 @@ class Soak:
         for group in self.settings.groups:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "tests.benchmarks.rebalance.members", "producer",
-                 "--bootstrap", self.bootstrap if not self.pods else self.broker_bootstrap,
+                 "--bootstrap", (self.broker_bootstrap if self.pods or self.settings.direct
+                                 else self.bootstrap),
                  "--topic", self.topic(group),
                  "--partitions", str(self.settings.partitions),
                  "--rate-per-partition", str(self.settings.rate_per_partition)],
@@ -524,7 +539,7 @@ class Soak:
                             self.rss.append((time.monotonic(), incarnation, mib))
                         if cpu is not None:
                             self.cpu[incarnation] = (where, cpu)
-            if self.pods:
+            if self.pods and not self.settings.direct:
                 for group in self.settings.groups:
                     holder = self.coordinating_pod(group, quiet=True)
                     with self.lock:
@@ -543,7 +558,7 @@ class Soak:
         began = time.monotonic()
         note: dict[str, Any] = {"t": began, "began": began, "event": kind, "group": group}
         if kind == "join" and len(live) < s.max_members:
-            note["member"] = self.new_member(group).name
+            note["member"] = self.new_member(group, self.join_kind(group)).name
         elif kind in ("leave", "kill", "stall") and live:
             member = self.rng.choice(live)
             note["member"] = member.name
@@ -563,7 +578,7 @@ class Soak:
             self.restart_proxy(where, hard=kind == "proxy-kill")
         elif kind in ("coordinator-kill", "coordinator-restart", "join-coordinator-kill"):
             if kind == "join-coordinator-kill":
-                note["member"] = self.new_member(group).name
+                note["member"] = self.new_member(group, self.join_kind(group)).name
                 time.sleep(1.0)  # its join is under way
             holder = self.coordinating_pod(group)
             if holder is None:
@@ -580,7 +595,11 @@ class Soak:
                 time.sleep(s.roll_gap_s)
         elif kind == "broker-restart" and isinstance(self.broker, KafkaBroker):
             self.broker.restart(timeout=120)
-        elif kind == "broker-kill" and self.broker is not None and s.brokers > 1:
+        elif (kind in ("broker-kill", "join-broker-kill") and self.broker is not None
+              and s.brokers > 1):
+            if kind == "join-broker-kill":
+                note["member"] = self.new_member(group, self.join_kind(group)).name
+                time.sleep(1.0)  # its join is under way
             node = self.coordinating_broker(group)
             if node is None:
                 note["skipped"] = True
@@ -596,6 +615,11 @@ class Soak:
             if not self.live(g):
                 note.setdefault("replacements", []).append(self.new_member(g).name)
         return note
+
+    def join_kind(self, group: str) -> Kind | None:
+        if not self.settings.join_kind:
+            return None
+        return parse_member(f"{group}:{self.settings.join_kind}")[1]
 
     def restart_proxy(self, where: str, *, hard: bool) -> None:
         """SIGKILL (``hard``) or stop gracefully the proxy at ``where``, and start it again."""
@@ -659,15 +683,24 @@ class Soak:
             self.pods = [self.network.pod(f"pod{i + 1}") for i in range(s.pods)]
             host = self.network.host_ip
         try:
+            properties = dict(p.split("=", 1) for p in s.broker_properties)
+            if s.direct and s.kafka != "3.9":  # the native coordinator, with the proxy's timing
+                properties = {"group.consumer.heartbeat.interval.ms": str(s.heartbeat_interval_ms),
+                              "group.consumer.min.heartbeat.interval.ms": "500",
+                              "group.consumer.session.timeout.ms": str(s.session_timeout_ms),
+                              "group.consumer.min.session.timeout.ms": "1000", **properties}
             if s.brokers == 1:
-                self.broker = KafkaBroker.start("3.9", self.workdir / "kafka", host=host)
+                self.broker = KafkaBroker.start(s.kafka, self.workdir / "kafka", host=host,
+                                                properties=properties)
             else:
-                self.broker = KafkaCluster.start("3.9", self.workdir / "kafka", size=s.brokers,
-                                                 host=host)
+                self.broker = KafkaCluster.start(s.kafka, self.workdir / "kafka",
+                                                 size=s.brokers, host=host,
+                                                 properties=properties)
             for group in s.groups:
                 self.broker.create_topic(self.topic(group), s.partitions, min(s.brokers, 3))
-            for where in [p.name for p in self.pods] or [HOST]:
-                self.start_proxy(where)
+            if not s.direct:
+                for where in [p.name for p in self.pods] or [HOST]:
+                    self.start_proxy(where)
             threading.Thread(target=self.poll_offsets, daemon=True).start()
             threading.Thread(target=self.sample_rss, daemon=True).start()
             self.start_producers()

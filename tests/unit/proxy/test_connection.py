@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 import trio
+import trio.testing
 
 from proxy import connection as connection_module
 from proxy.connection import FORWARD, Connection, RequestInfo
@@ -247,3 +248,73 @@ async def test_a_request_being_prepared_holds_the_requests_after_it_and_then_pas
         assert router.decided == [1]
 
     await run_with_peer(router, script)
+
+
+class AnsweringRouter(EchoRouter):
+    """Answers api key 8 itself, once ``ready`` is set."""
+
+    def __init__(self, ready: trio.Event) -> None:
+        self.ready = ready
+
+    def classify(self, request: RequestInfo) -> int:
+        return connection_module.EXAMINE if request.api_key == 8 else FORWARD
+
+    def decide(self, request: RequestInfo) -> connection_module.Decision:
+        async def later() -> bytes:
+            await self.ready.wait()
+            return struct.pack(">i", request.correlation_id) + b"answer"
+        return connection_module.Local(later())
+
+
+class BreakingStream(trio.abc.Stream):
+    """A client socket whose sends fail once ``broken`` is set, as a closed peer's do."""
+
+    def __init__(self, inner: trio.SocketStream) -> None:
+        self.inner = inner
+        self.broken = False
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if self.broken:
+            raise trio.BrokenResourceError("socket connection broken: [Errno 32] Broken pipe")
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_a_client_gone_before_its_local_answer_is_an_ordinary_close() -> None:
+    """Its answer's send fails: the connection closes with a debug line, nothing escapes."""
+    ready = trio.Event()
+    async with trio.open_nursery() as nursery:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        port = listeners[0].socket.getsockname()[1]
+        proxy_listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        proxy_port = proxy_listeners[0].socket.getsockname()[1]
+        client = await trio.open_tcp_stream("127.0.0.1", proxy_port)
+        client_side = BreakingStream(await proxy_listeners[0].accept())
+        upstream = await trio.open_tcp_stream("127.0.0.1", port)
+        peer = await listeners[0].accept()  # the broker side stays open
+        conn = Connection(client_side, upstream, AnsweringRouter(ready),  # type: ignore[arg-type]
+                          max_frame_bytes=1 << 26, max_in_flight=16, name="test", splice=False)
+        done = trio.Event()
+
+        async def serve() -> None:
+            await conn.run()  # must return, not raise
+            done.set()
+
+        nursery.start_soon(serve)
+        await client.send_all(request(8, 2, 7, b"x"))
+        await trio.testing.wait_all_tasks_blocked()
+        client_side.broken = True
+        ready.set()
+        with trio.fail_after(10):
+            await done.wait()
+        assert conn.closing_reason is not None and "client connection failed" in conn.closing_reason
+        await peer.aclose()
+        nursery.cancel_scope.cancel()
