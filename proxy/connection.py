@@ -661,7 +661,7 @@ async def _receive_frames(
                 have += n
         elif isinstance(stream, TlsStream):  # decrypted straight into the frame
             while have < size:
-                n = await stream.receive_into(view[have:])
+                n = await stream.receive_into(view[have:], size - have)
                 if not n:
                     return None
                 have += n

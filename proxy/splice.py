@@ -22,6 +22,9 @@ from proxy.security.tlsstream import TlsStream
 log = logging.getLogger("groupgate.connection")
 
 CUT_THROUGH_CHUNK = 256 * 1024
+TLS_CHUNK = 1024 * 1024
+"""From a TLS source: plaintext decrypted and sent on at once (the TLS stream reads up to as
+much ciphertext per wait, docs/decisions/0017)."""
 F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ, Linux
 F_GETPIPE_SZ = 1032
 AVAILABLE = hasattr(os, "splice")
@@ -34,7 +37,8 @@ async def stream_frame(splitter: FrameSplitter, source: trio.abc.Stream,
     ``source`` as it arrives: through a kernel pipe with ``splice(2)`` when one is given (the
     bytes never enter Python), else through one reused buffer."""
     size = splitter.incomplete_frame_size
-    buffer = bytearray(max(CUT_THROUGH_CHUNK, splitter.buffered))
+    step = TLS_CHUNK if isinstance(source, TlsStream) else CUT_THROUGH_CHUNK
+    buffer = bytearray(max(min(step, size), splitter.buffered))
     view = memoryview(buffer)
     have = splitter.take_incomplete(buffer)
     send = sink.send_all
@@ -46,7 +50,7 @@ async def stream_frame(splitter: FrameSplitter, source: trio.abc.Stream,
         return
     if isinstance(source, TlsStream):  # decrypted into the buffer
         while remaining:
-            n = await source.receive_into(view[:min(remaining, len(buffer))])
+            n = await source.receive_into(view[:min(remaining, len(buffer))], remaining)
             if not n:
                 raise trio.BrokenResourceError("peer closed in the middle of a frame")
             await send(view[:n])

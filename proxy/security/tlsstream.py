@@ -5,10 +5,13 @@ The forwarding path relays large Fetch and Produce frames. Over TLS those bytes 
 spliced, and ``trio.SSLStream`` hands them over one TLS record (at most 16 KiB) per
 ``receive_some``, each a new bytes object and a round through its retry machinery, and each
 then written to the other side on its own. :class:`TlsStream` uses the same building blocks
-(``ssl.SSLObject`` over two ``ssl.MemoryBIO``) but reads up to 256 KiB of ciphertext from the
+(``ssl.SSLObject`` over two ``ssl.MemoryBIO``) but reads up to 1 MiB of ciphertext from the
 socket at once and decrypts every record already received in one call, straight into the
 frame buffer when the caller gives one (:meth:`TlsStream.receive_into`); writes are encrypted
-in slices of 256 KiB. docs/decisions/0017-tls-on-the-forwarding-path.md has the measurements.
+in slices of 256 KiB. A caller that knows how many bytes are still coming (the rest of a large
+frame) says so, and the stream then waits for the socket to hold many of them
+(``SO_RCVLOWAT``) instead of waking at every segment that arrives.
+docs/decisions/0017-tls-on-the-forwarding-path.md has the measurements.
 
 One task may receive while another sends (as with every trio stream); encrypted bytes leave
 through one lock, in the order the SSL object produced them, whichever task produced them (a
@@ -20,16 +23,22 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import ssl
 from typing import Any, cast
 
 import trio
 
-RAW_RECEIVE = 256 * 1024
-"""Ciphertext read from the socket at once."""
+RAW_RECEIVE = 1024 * 1024
+"""Ciphertext read from the socket at once (and the most a wait asks the socket to hold)."""
 WRITE_SLICE = 256 * 1024
 """Plaintext encrypted and sent at once."""
 DEFAULT_RECEIVE = 64 * 1024
+RECORD_MARGIN = 17 * 1024
+"""Up to one TLS record of what a caller expects may sit inside the SSL object already (read
+from the socket in part), so that much is never counted on arriving from the socket."""
+MIN_LOW_WATER = 32 * 1024
+"""Below this, waiting for more bytes at once saves little: the task wakes at the first one."""
 _SCRATCH = [memoryview(bytearray(RAW_RECEIVE))]
 """Ciphertext from sockets passes through this one buffer (see :meth:`TlsStream._fill`)."""
 
@@ -46,8 +55,10 @@ class TlsStream(trio.abc.Stream):
                                      server_hostname=server_hostname)
         self._send_lock = trio.Lock()
         self._closed = False
-        self._fd = (transport.socket.fileno() if isinstance(transport, trio.SocketStream)
-                    else -1)
+        self._socket = transport.socket if isinstance(transport, trio.SocketStream) else None
+        self._fd = self._socket.fileno() if self._socket is not None else -1
+        self._low_water = 1
+        """The socket's SO_RCVLOWAT: how many received bytes make it readable."""
 
     # -- handshake and peer -----------------------------------------------------------------
 
@@ -77,13 +88,19 @@ class TlsStream(trio.abc.Stream):
 
     # -- receiving --------------------------------------------------------------------------
 
-    async def _fill(self) -> bool:
+    async def _fill(self, expect: int = 0) -> bool:
         """Read ciphertext from the socket into the SSL object; False at the end of stream.
 
         From a socket the bytes go through one buffer shared by every stream of the process:
         they are read and handed to the SSL object with no pass through the scheduler in
-        between, so no other stream can use the buffer meanwhile (and no stream holds 256 KiB
-        of its own)."""
+        between, so no other stream can use the buffer meanwhile (and no stream holds 1 MiB
+        of its own).
+
+        ``expect``: plaintext bytes the caller knows are still coming. If many are, it waits
+        until the socket holds as many ciphertext bytes as surely follow (the expected bytes
+        less what the SSL object may hold already; at most :data:`RAW_RECEIVE`) before
+        reading, so a large frame moves in a few large steps rather than one per TCP segment;
+        the frame's last bytes never wait, since fewer are asked for than come."""
         if self._fd < 0:
             data = await self.transport.receive_some(RAW_RECEIVE)
             if not data:
@@ -92,6 +109,9 @@ class TlsStream(trio.abc.Stream):
             self._incoming.write(data)
             return True
         waited = False
+        if self._set_low_water(expect - self._incoming.pending - RECORD_MARGIN) > 1:
+            waited = True  # readable once that much is there (at once if it is already)
+            await trio.lowlevel.wait_readable(self._fd)
         while True:
             try:
                 n = os.readv(self._fd, _SCRATCH)
@@ -110,9 +130,25 @@ class TlsStream(trio.abc.Stream):
             await trio.lowlevel.checkpoint()
         return True
 
-    async def receive_into(self, view: memoryview) -> int:
+    def _set_low_water(self, wanted: int) -> int:
+        """Make the socket readable only once it holds ``wanted`` bytes (at most
+        :data:`RAW_RECEIVE`; 1 when fewer than :data:`MIN_LOW_WATER`); returns the mark."""
+        low_water = min(wanted, RAW_RECEIVE) if wanted >= MIN_LOW_WATER else 1
+        if low_water != self._low_water and self._socket is not None:
+            try:
+                self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, low_water)
+            except OSError:
+                return self._low_water
+            self._low_water = low_water
+        return self._low_water
+
+    async def receive_into(self, view: memoryview, expect: int = 0) -> int:
         """Decrypt into ``view``: every byte available without waiting, or, when there is
-        none, what the next bytes from the socket give. 0 at the end of stream."""
+        none, what the next bytes from the socket give. 0 at the end of stream.
+
+        ``expect``: how many more plaintext bytes the caller knows the peer is sending (the
+        rest of a frame; 0: unknown), so that a wait for them wakes on many at once
+        (:meth:`_fill`)."""
         if self._closed:
             raise trio.ClosedResourceError("the TLS stream is closed")
         size = len(view)
@@ -125,7 +161,7 @@ class TlsStream(trio.abc.Stream):
                 if total:
                     break
                 waited = True
-                await self._fill()
+                await self._fill(expect)
                 continue
             except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
                 break

@@ -121,3 +121,53 @@ async def test_a_wrong_host_name_or_an_unknown_ca_fails_with_a_reason(tmp_path: 
     # host names unchecked: the chain alone decides
     await tls_pair(server, client_context(ca_file=ca_file, verify_hostname=False),
                    "other.example")
+
+
+async def test_a_frame_of_known_length_arrives_in_few_steps_and_its_end_never_waits() -> None:
+    """The receiver says how much of a frame is still coming: the socket then wakes it only
+    once much of it is there (SO_RCVLOWAT), never for more than surely comes (the sender
+    stays connected after the frame), and a later read of unknown length wakes at once."""
+    ca = trustme.CA()
+    leaf = ca.issue_cert("127.0.0.1")
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    leaf.configure_cert(server_ctx)
+    client_ctx = ssl.create_default_context()
+    ca.configure_trust(client_ctx)
+    size = 3 * 1024 * 1024 + 12345
+    payload = os.urandom(size)
+    more = trio.Event()
+    done = trio.Event()
+
+    async def serve(tcp: trio.SocketStream) -> None:
+        stream = TlsStream(tcp, server_ctx, server_side=True)
+        await stream.do_handshake()
+        for offset in range(0, size, 4096):  # many small writes: many segments
+            await stream.send_all(payload[offset:offset + 4096])
+        await more.wait()
+        await stream.send_all(b"after")
+        await done.wait()
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        nursery.start_soon(trio.serve_listeners, serve, listeners)
+        tcp = await trio.open_tcp_stream("127.0.0.1", listeners[0].socket.getsockname()[1])
+        client = TlsStream(tcp, client_ctx, server_hostname="127.0.0.1")
+        await client.do_handshake()
+        received = bytearray(size)
+        view = memoryview(received)
+        have = steps = 0
+        with trio.fail_after(20):
+            while have < size:
+                n = await client.receive_into(view[have:have + 256 * 1024], size - have)
+                assert n
+                have += n
+                steps += 1
+        assert received == payload
+        assert steps <= 40, steps  # 4 KiB writes, received about 80 KiB or more at a time
+        more.set()
+        with trio.fail_after(5):
+            assert await client.receive_some(100) == b"after"
+        done.set()
+        await client.aclose()
+        nursery.cancel_scope.cancel()
