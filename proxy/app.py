@@ -24,6 +24,8 @@ from proxy.health import serve_health
 from proxy.logs import LIFECYCLE
 from proxy.metrics import RequestCounters
 from proxy.router import ForwardingRouter, parse_table
+from proxy.security.policy import Security
+from proxy.security.session import Session
 from proxy.server import FLEET_NODE, ProxyServer, RouterFactory, node_label
 from proxy.upstream import UpstreamError, fetch_brokers
 
@@ -66,7 +68,10 @@ def make_router_factory(config: ProxyConfig, service: CoordinatorService | None 
     accepted = parse_table(fetch_node_endpoints=config.fetch_node_endpoints)
     handlers = handler_table(service) if service is not None else {}
 
-    def factory(server: ProxyServer, node_id: int | None, client_host: str) -> Router:
+    def factory(server: ProxyServer, node_id: int | None, client_host: str,
+                session: Session) -> Router:
+        # ``session``: what is known of the connection's authentication; the coordinating
+        # router believes relay marks only from a fleet peer and carries the principal
         counters = RequestCounters(node_label(node_id))
         if handlers:
             assert service is not None
@@ -76,7 +81,7 @@ def make_router_factory(config: ProxyConfig, service: CoordinatorService | None 
             return CoordinatingRouter(server, counters, accepted, handlers,
                                       None if inbound else node_id, client_host,
                                       claims=service.claims, fleet=fleet,
-                                      software=service.software)
+                                      software=service.software, session=session)
         return ForwardingRouter(server, counters, accepted)
 
     return factory
@@ -95,7 +100,8 @@ async def refresh_brokers(server: ProxyServer, readiness: Readiness,
         for address in config.upstream:
             try:
                 brokers = await fetch_brokers(address, timeout=config.connect_timeout,
-                                              max_frame_bytes=config.max_frame_bytes)
+                                              max_frame_bytes=config.max_frame_bytes,
+                                              security=server.security)
             except UpstreamError as exc:
                 readiness.last_error = str(exc)
                 log.warning("broker refresh via %s:%d failed: %s", *address, exc)
@@ -115,8 +121,9 @@ async def refresh_brokers(server: ProxyServer, readiness: Readiness,
 
 async def serve(config: ProxyConfig, *,
                 task_status: trio.TaskStatus[ProxyServer] = trio.TASK_STATUS_IGNORED) -> None:
-    service = CoordinatorService(config) if config.coordinate_groups else None
-    server = ProxyServer(config, make_router_factory(config, service))
+    security = Security(config)
+    service = CoordinatorService(config, security) if config.coordinate_groups else None
+    server = ProxyServer(config, make_router_factory(config, service), security)
     readiness = Readiness()
     async with trio.open_nursery() as nursery:
         if service is not None:

@@ -120,6 +120,42 @@ def _key_values(text: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def _choice(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in choices:
+            raise ValueError(f"one of {', '.join(choices)}")
+        return value
+    return parse
+
+
+def _upper_choice(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip().upper()
+        if value not in choices:
+            raise ValueError(f"one of {', '.join(choices)}")
+        return value
+    return parse
+
+
+def _mechanism(text: str) -> str:
+    value = text.strip().upper()
+    if value in ("", "NONE"):
+        return ""
+    if value not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+        raise ValueError("PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (the proxy's own connections; "
+                         "clients may use any mechanism the broker offers)")
+    return value
+
+
+def _file(text: str) -> str:
+    """A path that must be a readable file now ('' for none)."""
+    path = text.strip()
+    if path and not os.access(path, os.R_OK):
+        raise ValueError(f"no readable file {path}")
+    return path
+
+
 def _log_level(text: str) -> str:
     level = text.strip().upper()
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
@@ -302,6 +338,70 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("group-metadata-refresh-ms", _positive_int, "5000",
             "How often the proxy reads the metadata of the topics its groups subscribe to "
             "(partition counts, topics created or deleted, regex matches)."),
+    # -- security (docs/security.md) --------------------------------------------------------
+    Setting("security-protocol",
+            _upper_choice("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"), "PLAINTEXT",
+            "How the cluster's listener is reached, as Kafka's security.protocol. SSL and "
+            "SASL_SSL: every connection to a broker uses TLS (tls-*). SASL_PLAINTEXT and "
+            "SASL_SSL: the proxy's own connections authenticate (sasl-*), and clients must "
+            "authenticate through the proxy before it answers anything but ApiVersions and the "
+            "SASL APIs."),
+    Setting("tls-ca-file", _file, "",
+            "PEM bundle of the CAs that sign the brokers' certificates (default: the system's "
+            "trust store). Reloaded when it changes."),
+    Setting("tls-cert-file", _file, "",
+            "PEM certificate (chain) the proxy presents to brokers that ask for one (mTLS); "
+            "needs tls-key-file. Reloaded when it changes."),
+    Setting("tls-key-file", _file, "", "PEM private key of tls-cert-file (unencrypted)."),
+    Setting("tls-verify-hostname", _bool, "on",
+            "Check that a broker's certificate names the host the proxy connects to (Kafka's "
+            "ssl.endpoint.identification.algorithm=https); off checks the chain only."),
+    Setting("tls-cert-for-clients", _bool, "off",
+            "With security-protocol SSL: present tls-cert-file also on the clients' "
+            "connections. The broker then takes every client of the proxy for the principal "
+            "of that certificate; off: clients' connections carry no certificate (a broker "
+            "that requires one refuses them). With SASL_SSL the certificate only admits the "
+            "connection and is always presented."),
+    Setting("sasl-mechanism", _mechanism, "",
+            "SASL mechanism of the proxy's own connections: PLAIN, SCRAM-SHA-256 or "
+            "SCRAM-SHA-512 (required with SASL_*)."),
+    Setting("sasl-username", str, "", "User name of the proxy's own connections."),
+    Setting("sasl-password", str, "",
+            "Password of the proxy's own connections (prefer GROUPGATE_SASL_PASSWORD or "
+            "sasl-password-file to a flag)."),
+    Setting("sasl-username-file", _file, "",
+            "File holding the user name (e.g. a mounted Kubernetes Secret); read again for "
+            "every new connection, so a rotated Secret applies without a restart."),
+    Setting("sasl-password-file", _file, "",
+            "File holding the password; read again for every new connection."),
+    Setting("listener-tls-cert-file", _file, "",
+            "PEM certificate of the proxy's own listeners (bootstrap and brokers): clients "
+            "must then connect with TLS, which the proxy terminates. Unset: plaintext (the "
+            "pod's loopback), and a client that starts TLS is closed with a log line."),
+    Setting("listener-tls-key-file", _file, "", "PEM private key of listener-tls-cert-file."),
+    Setting("listener-tls-ca-file", _file, "",
+            "With listener TLS: clients must present a certificate signed by one of these CAs "
+            "(mTLS to the proxy; the subject is recorded for the connection)."),
+    Setting("fleet-auth", _choice("auto", "none", "mtls", "sasl"), "auto",
+            "How the fleet listener knows another sidecar: 'mtls' (a certificate of "
+            "fleet-tls-ca-file, both ways), 'sasl' (it authenticates with the proxies' own "
+            "SASL identity, checked by the broker, and its user must be one of fleet-users), "
+            "'none' (anyone who reaches the port; refused on a SASL cluster). 'auto': mtls "
+            "when fleet-tls-ca-file is set, else sasl on a SASL cluster, else none."),
+    Setting("fleet-users", str, "",
+            "With fleet-auth sasl: the SASL user names other sidecars authenticate as, comma "
+            "separated (default: this sidecar's own sasl-username)."),
+    Setting("fleet-tls-cert-file", _file, "",
+            "PEM certificate of the fleet listener, also presented by this sidecar to the "
+            "others (needs fleet-tls-key-file): the fleet listener then speaks TLS only."),
+    Setting("fleet-tls-key-file", _file, "", "PEM private key of fleet-tls-cert-file."),
+    Setting("fleet-tls-ca-file", _file, "",
+            "PEM bundle of the fleet's CA: other sidecars' fleet listeners must present a "
+            "certificate it signed, and with fleet-auth mtls so must every sidecar connecting "
+            "to this one."),
+    Setting("fleet-tls-server-name", str, "",
+            "The name other sidecars' fleet certificates must carry (checked like a host "
+            "name); empty: the fleet CA's signature alone (pod IPs change)."),
 )
 
 
@@ -342,6 +442,26 @@ class ProxyConfig:
     fleet_listen: tuple[str, int] | None = None
     fleet_address: tuple[str, int] | None = None
     takeover_wait_ms: int | None = None
+    security_protocol: str = "PLAINTEXT"
+    tls_ca_file: str = ""
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_verify_hostname: bool = True
+    tls_cert_for_clients: bool = False
+    sasl_mechanism: str = ""
+    sasl_username: str = ""
+    sasl_password: str = field(default="", repr=False)
+    sasl_username_file: str = ""
+    sasl_password_file: str = ""
+    listener_tls_cert_file: str = ""
+    listener_tls_key_file: str = ""
+    listener_tls_ca_file: str = ""
+    fleet_auth: str = "auto"
+    fleet_users: str = ""
+    fleet_tls_cert_file: str = ""
+    fleet_tls_key_file: str = ""
+    fleet_tls_ca_file: str = ""
+    fleet_tls_server_name: str = ""
     state_log: bool = True
     state_log_topic: str = "_groupgate-group-state"
     state_log_partitions: int = 16
@@ -474,11 +594,74 @@ def load(args: argparse.Namespace | None = None,
         check_prefix(values.get("state_log_transactional_id_prefix", "groupgate-state"))
     except ValueError as exc:
         raise ConfigError(f"state-log-transactional-id-prefix: {exc}") from None
+    check_security(values)
     return ProxyConfig(**values, sources=sources)
+
+
+def check_security(values: Mapping[str, Any]) -> None:
+    """Refuse security settings that contradict each other or leave a way around what the
+    cluster enforces (docs/security.md)."""
+    protocol = values.get("security_protocol", "PLAINTEXT")
+    sasl = protocol.startswith("SASL_")
+    tls = protocol in ("SSL", "SASL_SSL")
+    for prefix in ("tls", "listener-tls", "fleet-tls"):
+        cert, key = (values.get(f"{prefix.replace('-', '_')}_{part}_file", "")
+                     for part in ("cert", "key"))
+        if bool(cert) != bool(key):
+            raise ConfigError(f"{prefix}-cert-file and {prefix}-key-file go together")
+    if not tls and any(values.get(k) for k in ("tls_ca_file", "tls_cert_file")):
+        raise ConfigError(f"tls-ca-file/tls-cert-file are set but security-protocol is "
+                          f"{protocol} (SSL or SASL_SSL uses them)")
+    if values.get("listener_tls_ca_file") and not values.get("listener_tls_cert_file"):
+        raise ConfigError("listener-tls-ca-file needs listener-tls-cert-file")
+    mechanism = values.get("sasl_mechanism", "")
+    if sasl:
+        if not mechanism:
+            raise ConfigError(f"security-protocol {protocol} needs sasl-mechanism (PLAIN, "
+                              "SCRAM-SHA-256 or SCRAM-SHA-512) for the proxy's own connections")
+        for what in ("username", "password"):
+            if not values.get(f"sasl_{what}") and not values.get(f"sasl_{what}_file"):
+                raise ConfigError(f"security-protocol {protocol} needs sasl-{what} or "
+                                  f"sasl-{what}-file")
+    elif mechanism or values.get("sasl_username") or values.get("sasl_username_file"):
+        raise ConfigError(f"sasl-* settings are set but security-protocol is {protocol} "
+                          "(SASL_PLAINTEXT or SASL_SSL uses them)")
+    if values.get("fleet_listen") is None:
+        return
+    auth = values.get("fleet_auth", "auto")
+    if auth == "auto":
+        auth = "mtls" if values.get("fleet_tls_ca_file") else ("sasl" if sasl else "none")
+    fleet_tls = bool(values.get("fleet_tls_cert_file"))
+    if auth == "none" and sasl:
+        raise ConfigError("fleet-auth none on a SASL cluster: anyone reaching the fleet "
+                          "listener could act in groups without authenticating; use sasl or "
+                          "mtls")
+    if auth == "mtls" and not (fleet_tls and values.get("fleet_tls_ca_file")):
+        raise ConfigError("fleet-auth mtls needs fleet-tls-cert-file, fleet-tls-key-file "
+                          "and fleet-tls-ca-file")
+    if auth == "sasl":
+        if not sasl:
+            raise ConfigError("fleet-auth sasl needs a SASL cluster (security-protocol "
+                              "SASL_PLAINTEXT or SASL_SSL): the broker checks the credentials")
+        if mechanism == "PLAIN" and not fleet_tls:
+            raise ConfigError("fleet-auth sasl with sasl-mechanism PLAIN sends the password "
+                              "across the pod network: set fleet-tls-cert-file and "
+                              "fleet-tls-key-file (and fleet-tls-ca-file on every sidecar)")
 
 
 def describe(config: ProxyConfig, items: Sequence[Setting] = SETTINGS) -> str:
     """One line per setting with its value and where it came from (for the startup log)."""
     return ", ".join(
-        f"{s.name}={getattr(config, s.attr)!r} ({config.sources.get(s.attr, '?')})" for s in items
+        f"{s.name}={_shown(s, getattr(config, s.attr))} ({config.sources.get(s.attr, '?')})"
+        for s in items
     )
+
+
+def _shown(setting: Setting, value: Any) -> str:
+    """A value for the log; secrets are only said to be set."""
+    if setting.name in SECRET_SETTINGS:
+        return "'(set)'" if value else "''"
+    return repr(value)
+
+
+SECRET_SETTINGS = frozenset({"sasl-password"})

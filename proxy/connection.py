@@ -46,6 +46,7 @@ from proxy.budget import ByteBudget
 from proxy.codec.errors import CodecError
 from proxy.frames import FrameError, FrameSplitter, encode_frame
 from proxy.orderer import HeldBytes, OrderingError, ResponseFilter, ResponseOrderer, Slot
+from proxy.security.tlsstream import TlsStream
 from proxy.splice import AVAILABLE as SPLICE_AVAILABLE
 from proxy.splice import Pipe, stream_frame
 
@@ -62,7 +63,9 @@ CLASSIFY_PREFIX_BYTES = 1024
 _HEADER = struct.Struct(">hhi")
 _CORRELATION = struct.Struct(">i")
 TLS_HANDSHAKE = 0x16
-"""First byte of a TLS ClientHello; as a frame length prefix it would mean >= 352 MiB."""
+"""First byte of a TLS record (a ClientHello); as a frame length prefix it would mean >= 352
+MiB. A listener without TLS refuses such a connection with a log line; a listener with TLS
+terminates it before the connection starts (:mod:`proxy.server`)."""
 
 Payload = bytes | bytearray | memoryview
 
@@ -166,8 +169,8 @@ class Connection:
 
     def __init__(
         self,
-        client: trio.SocketStream,
-        upstream: trio.SocketStream,
+        client: trio.abc.Stream,
+        upstream: trio.abc.Stream,
         router: Router,
         *,
         max_frame_bytes: int,
@@ -223,7 +226,7 @@ class Connection:
         """The request pump still runs (it stops at the first frame boundary once draining)."""
         self._nursery: trio.Nursery | None = None
         self.closing_reason: str | None = None
-        self._first = b""
+        self._first: bytes | bytearray = b""
         self._pipes: list[Pipe | None] | None = None
         self.bad_input = False
         """Set when the client sent something that broke the protocol."""
@@ -234,10 +237,12 @@ class Connection:
             first = await self.client.receive_some(RECEIVE_BYTES)
             if not first:
                 return
-            if first[0] == TLS_HANDSHAKE and self.max_frame_bytes < TLS_HANDSHAKE << 24:
-                log.info("%s: TLS from the client: relaying bytes opaquely (no address "
-                         "rewriting on this connection)", self.name)
-                await self._relay_opaque(first)
+            if (first[0] == TLS_HANDSHAKE and self.max_frame_bytes < TLS_HANDSHAKE << 24
+                    and isinstance(self.client, trio.SocketStream)):
+                self.bad_input = True  # counted with the connections closed for bad input
+                log.warning("%s: closing connection: the client started TLS, but this listener "
+                            "has none (set listener-tls-cert-file and listener-tls-key-file, "
+                            "or connect in plaintext)", self.name)
                 return
             self._first = first
             async with trio.open_nursery() as nursery:
@@ -254,36 +259,22 @@ class Connection:
                 if pipe is not None:
                     pipe.close()
             with trio.CancelScope(shield=True):
-                await self.upstream.aclose()
+                await self.upstream.aclose()  # a TLS close_notify waits a second at most
                 await self.client.aclose()
                 closer = getattr(self.router, "aclose", None)  # links the router opened
                 if closer is not None:
                     await closer()
 
     def _pipe(self, direction: int) -> Pipe | None:
-        """The splice pipe of one direction (0: requests, 1: responses), opened on first use."""
+        """The splice pipe of one direction (0: requests, 1: responses), opened on first use;
+        None when either side is encrypted (TLS bytes are not the frame's bytes)."""
         if self._pipes is None:
+            plain = (isinstance(self.client, trio.SocketStream)
+                     and isinstance(self.upstream, trio.SocketStream))
             self._pipes = ([Pipe.open(), Pipe.open()] if self.splice and SPLICE_AVAILABLE
-                           else [None, None])
+                           and plain else [None, None])
             # Pipe.open returns None rather than raising, so no descriptor can leak here.
         return self._pipes[direction]
-
-    async def _relay_opaque(self, first: bytes) -> None:
-        """Copy bytes both ways unchanged until either side closes (TLS pass-through)."""
-
-        async def copy(source: trio.abc.ReceiveStream, sink: trio.abc.SendStream,
-                       scope: trio.CancelScope) -> None:
-            try:
-                while data := await source.receive_some(RECEIVE_BYTES):
-                    await sink.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                log.debug("%s: opaque relay ended: %r", self.name, exc)
-            scope.cancel()
-
-        await self.upstream.send_all(first)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(copy, self.client, self.upstream, nursery.cancel_scope)
-            nursery.start_soon(copy, self.upstream, self.client, nursery.cancel_scope)
 
     async def drain(self, grace: float) -> None:
         """Stop reading requests at the next frame boundary; wait up to ``grace`` seconds for
@@ -425,7 +416,7 @@ class Connection:
                   "forwarded untouched", self.name, size, request.api_key)
         return action
 
-    async def _receive_reserved(self, receive: Callable[[int], Awaitable[bytes]],
+    async def _receive_reserved(self, receive: Callable[[int], Awaitable[bytes | bytearray]],
                                 splitter: FrameSplitter
                                 ) -> tuple[bytes | bytearray, list[tuple[int, int]]] | None:
         """Receive the rest of an examined request that holds part of the shared budget: it
@@ -647,8 +638,8 @@ class Connection:
 
 
 async def _receive_frames(
-    stream: trio.SocketStream,
-    receive: Callable[[int], Awaitable[bytes]],
+    stream: trio.abc.Stream,
+    receive: Callable[[int], Awaitable[bytes | bytearray]],
     splitter: FrameSplitter,
 ) -> tuple[bytes | bytearray, list[tuple[int, int]]] | None:
     """Receive once and split; None at end of stream.
@@ -661,12 +652,26 @@ async def _receive_frames(
         frame = bytearray(size)
         have = splitter.take_incomplete(frame)
         view = memoryview(frame)
-        recv_into = stream.socket.recv_into
-        while have < size:
-            n = await recv_into(view[have:])
-            if not n:
-                return None
-            have += n
+        if isinstance(stream, trio.SocketStream):
+            recv_into = stream.socket.recv_into
+            while have < size:
+                n = await recv_into(view[have:])
+                if not n:
+                    return None
+                have += n
+        elif isinstance(stream, TlsStream):  # decrypted straight into the frame
+            while have < size:
+                n = await stream.receive_into(view[have:], size - have)
+                if not n:
+                    return None
+                have += n
+        else:
+            while have < size:
+                chunk = await stream.receive_some(size - have)
+                if not chunk:
+                    return None
+                view[have:have + len(chunk)] = chunk
+                have += len(chunk)
         return frame, [(4, size)]
     data = await receive(RECEIVE_BYTES)
     if not data:

@@ -33,6 +33,15 @@ FLEET_RELAYS = Counter("groupgate_fleet_relayed_requests",
                        "Group requests relayed to the sidecar that coordinates their group, by "
                        "outcome (answered, failed: the sidecar could not be reached)",
                        ["outcome"], registry=REGISTRY)
+CLIENT_AUTHENTICATIONS = Counter(
+    "groupgate_client_authentications",
+    "SASL authentications of clients through the proxy, by listener, mechanism and outcome "
+    "(ok, reauthenticated: KIP-368 on an authenticated connection, failed: the broker refused)",
+    ["node", "mechanism", "outcome"], registry=REGISTRY)
+TLS_REFUSED = Counter("groupgate_tls_refused",
+                      "Client connections closed for their TLS: TLS on a listener without it, "
+                      "plaintext on one with it, or a failed handshake",
+                      ["node"], registry=REGISTRY)
 GROUPS_HELD = Gauge("groupgate_groups_held",
                     "Groups whose broker group this sidecar holds: it coordinates them",
                     registry=REGISTRY)

@@ -9,6 +9,14 @@ accepting) and its accept loop started. Broker N listens on ``broker-port-base +
 upstream address of each node is updated from every response that mentions it, so a broker
 that moves is followed.
 
+Security (:mod:`proxy.security`). Each accepted connection gets its listener's policy: with
+listener TLS the client must start TLS and the proxy terminates it with its own certificate
+(a plaintext client is closed with a log line; without listener TLS a client that starts TLS
+is closed the same way); on a SASL cluster its router is wrapped in a
+:class:`~proxy.security.gate.SaslGate`, and its upstream connection is made with TLS as the
+cluster wants. Every connection has a :class:`~proxy.security.session.Session` saying what is
+known of its authentication, handed to the router factory.
+
 Shutdown (SIGTERM or SIGINT): stop accepting, close the listeners, let every connection's
 outstanding requests finish within ``shutdown-grace`` seconds, then close what is left. A
 second signal cancels at once.
@@ -29,9 +37,13 @@ import trio
 from proxy import metrics
 from proxy.budget import ByteBudget
 from proxy.config import ProxyConfig
-from proxy.connection import Connection, ListenerError, Router
+from proxy.connection import TLS_HANDSHAKE, Connection, ListenerError, Router
 from proxy.logs import LIFECYCLE
 from proxy.orderer import HeldBytes
+from proxy.security.gate import SaslGate
+from proxy.security.policy import ListenerPolicy, Security
+from proxy.security.session import Session
+from proxy.security.tls import TlsError, handshake_server, peer_subject
 
 log = logging.getLogger("groupgate.server")
 RETRY_BIND_SECONDS = 10.0
@@ -40,10 +52,11 @@ REFUSAL_LOG_SECONDS = 10.0
 lifecycle = logging.getLogger(LIFECYCLE)
 
 
-RouterFactory = Callable[["ProxyServer", "int | None", str], Router]
+RouterFactory = Callable[["ProxyServer", "int | None", str, Session], Router]
 """Builds the :class:`Router` of each new connection from its listener's node id (None: the
-bootstrap listener, :data:`FLEET_NODE`: the fleet listener) and the client's host as Kafka
-reports it (``/10.0.0.7``)."""
+bootstrap listener, :data:`FLEET_NODE`: the fleet listener), the client's host as Kafka
+reports it (``/10.0.0.7``) and the connection's :class:`Session` (what is known of its
+authentication; it fills as the client authenticates)."""
 
 FLEET_NODE = -1
 """The node id of connections on the fleet listener, where other sidecars relay the group
@@ -78,9 +91,11 @@ def bind_listener(host: str, port: int) -> tuple[trio.SocketListener, int]:
 
 
 class ProxyServer:
-    def __init__(self, config: ProxyConfig, router_factory: RouterFactory) -> None:
+    def __init__(self, config: ProxyConfig, router_factory: RouterFactory,
+                 security: Security | None = None) -> None:
         self.config = config
         self.router_factory = router_factory
+        self.security = security if security is not None else Security(config)
         self.brokers: dict[int, BrokerEntry] = {}
         self.active: set[Connection] = set()
         """Open client connections, drained on shutdown."""
@@ -246,8 +261,21 @@ class ProxyServer:
         finally:
             self._open -= 1
 
-    async def _serve_open(self, client: trio.SocketStream, node_id: int | None) -> None:
-        peer = _peer(client)
+    async def _serve_open(self, accepted: trio.SocketStream, node_id: int | None) -> None:
+        peer = _peer(accepted)
+        name = f"{peer} -> {_describe(node_id)}"
+        policy = self.security.listener(node_id == FLEET_NODE)
+        session = Session(node_label(node_id))
+        client: trio.abc.Stream = accepted
+        if policy.tls is not None:
+            terminated = await self._terminate_tls(accepted, policy, name)
+            if terminated is None:
+                metrics.TLS_REFUSED.labels(node_label(node_id)).inc()
+                await accepted.aclose()
+                return
+            client = terminated
+            session.tls, session.tls_subject = True, peer_subject(terminated)
+        session.fleet_peer = node_id == FLEET_NODE and policy.fleet_peer
         try:
             upstream = await self._connect_upstream(node_id, peer)
         except Exception:
@@ -256,11 +284,16 @@ class ProxyServer:
         if upstream is None:
             await client.aclose()
             return
-        name = f"{peer} -> {_describe(node_id)}"
+        router = self.router_factory(self, node_id, _client_host(accepted), session)
+        if policy.sasl:
+            router = SaslGate(router, session, name=name,
+                              is_fleet_user=(self.security.is_fleet_user
+                                             if node_id == FLEET_NODE else None),
+                              fleet_only=policy.fleet_users is not None)
         conn = Connection(
             client,
             upstream,
-            self.router_factory(self, node_id, _client_host(client)),
+            router,
             max_frame_bytes=self.config.max_frame_bytes,
             max_in_flight=self.config.max_in_flight,
             name=name,
@@ -285,8 +318,34 @@ class ProxyServer:
             if conn.bad_input:
                 metrics.CLOSED_BAD_INPUT.labels(node_label(node_id)).inc()
 
+    async def _terminate_tls(self, accepted: trio.SocketStream, policy: ListenerPolicy,
+                             name: str) -> trio.abc.Stream | None:
+        """The client's TLS, terminated with the listener's certificate; None (logged) when
+        the client sends plaintext or the handshake fails."""
+        assert policy.tls is not None
+        with trio.move_on_after(self.config.connect_timeout):
+            try:
+                first = await accepted.socket.recv(1, socket.MSG_PEEK)
+            except OSError as exc:
+                log.debug("%s: connection failed before TLS: %r", name, exc)
+                return None
+            if not first:
+                return None
+            if first[0] != TLS_HANDSHAKE:
+                log.warning("%s: closing connection: plaintext on a TLS listener (the client "
+                            "must connect with TLS, security.protocol SSL or SASL_SSL)", name)
+                return None
+            try:
+                return await handshake_server(accepted, policy.tls.current())
+            except TlsError as exc:
+                log.warning("%s: closing connection: %s", name, exc)
+                return None
+        log.info("%s: closing connection: no TLS handshake within %.0f s", name,
+                 self.config.connect_timeout)
+        return None
+
     async def _connect_upstream(self, node_id: int | None, peer: str
-                                ) -> trio.SocketStream | None:
+                                ) -> trio.abc.Stream | None:
         if node_id is None or node_id == FLEET_NODE:
             candidates = list(self.config.upstream)
         else:
@@ -296,8 +355,8 @@ class ProxyServer:
         for host, port in candidates:
             with trio.move_on_after(self.config.connect_timeout):
                 try:
-                    return await trio.open_tcp_stream(host, port)
-                except (OSError, ValueError) as exc:  # ValueError: a malformed host name
+                    return await self.security.open_upstream((host, port), own=False)
+                except (OSError, ValueError, TlsError) as exc:  # ValueError: a malformed host
                     errors.append(f"{host}:{port}: {getattr(exc, 'strerror', None) or exc}")
                     continue
             errors.append(f"{host}:{port}: timed out")

@@ -17,30 +17,52 @@ import os
 import trio
 
 from proxy.frames import FrameSplitter
+from proxy.security.tlsstream import TlsStream
 
 log = logging.getLogger("groupgate.connection")
 
 CUT_THROUGH_CHUNK = 256 * 1024
+TLS_CHUNK = 1024 * 1024
+"""From a TLS source: plaintext decrypted and sent on at once (the TLS stream reads up to as
+much ciphertext per wait, docs/decisions/0017)."""
 F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ, Linux
 F_GETPIPE_SZ = 1032
 AVAILABLE = hasattr(os, "splice")
 """Whether this platform has ``splice(2)``."""
 
 
-async def stream_frame(splitter: FrameSplitter, source: trio.SocketStream,
-                        sink: trio.SocketStream, pipe: Pipe | None = None) -> None:
+async def stream_frame(splitter: FrameSplitter, source: trio.abc.Stream,
+                        sink: trio.abc.Stream, pipe: Pipe | None = None) -> None:
     """Send the splitter's incomplete frame to ``sink`` and relay the rest of it from
     ``source`` as it arrives: through a kernel pipe with ``splice(2)`` when one is given (the
     bytes never enter Python), else through one reused buffer."""
     size = splitter.incomplete_frame_size
-    buffer = bytearray(max(CUT_THROUGH_CHUNK, splitter.buffered))
+    step = TLS_CHUNK if isinstance(source, TlsStream) else CUT_THROUGH_CHUNK
+    buffer = bytearray(max(min(step, size), splitter.buffered))
     view = memoryview(buffer)
     have = splitter.take_incomplete(buffer)
     send = sink.send_all
     await send(view[:have])
     remaining = size - have
-    if pipe is not None:
+    if (pipe is not None and isinstance(source, trio.SocketStream)
+            and isinstance(sink, trio.SocketStream)):
         await pipe.relay(source.socket, sink.socket, remaining)
+        return
+    if isinstance(source, TlsStream):  # decrypted into the buffer
+        while remaining:
+            n = await source.receive_into(view[:min(remaining, len(buffer))], remaining)
+            if not n:
+                raise trio.BrokenResourceError("peer closed in the middle of a frame")
+            await send(view[:n])
+            remaining -= n
+        return
+    if not isinstance(source, trio.SocketStream):
+        while remaining:
+            chunk = await source.receive_some(min(remaining, len(buffer)))
+            if not chunk:
+                raise trio.BrokenResourceError("peer closed in the middle of a frame")
+            await send(chunk)
+            remaining -= len(chunk)
         return
     recv_into = source.socket.recv_into
     while remaining:

@@ -3,12 +3,18 @@
 One request at a time per :class:`UpstreamClient` (the callers are background tasks such as
 the broker-directory refresh), so correlation ids are simply counted. Requests and responses
 are values of :mod:`proxy.codec.messages`; transport errors raise :class:`UpstreamError`.
+
+With a :class:`~proxy.security.policy.Security` the connection is made as the cluster wants it:
+TLS for ``SSL``/``SASL_SSL``, then SASL with the proxy's own identity for ``SASL_*``
+(:mod:`proxy.security.sasl_client`), and again on the same connection before the session the
+broker granted ends (KIP-368). A connection to another sidecar's fleet listener (``peer``)
+uses the fleet's TLS and authenticates only when ``fleet-auth`` is ``sasl``.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -17,6 +23,12 @@ from proxy.codec.api_keys import ApiKey
 from proxy.codec.errors import CodecError
 from proxy.codec.header import encode_request_header
 from proxy.frames import FrameError, FrameSplitter
+from proxy.security.sasl_client import REAUTH_FRACTION, AuthenticationFailed, authenticate
+from proxy.security.tls import TlsError
+
+if TYPE_CHECKING:
+    from proxy.security.identity import Identity
+    from proxy.security.policy import Security
 
 CLIENT_ID = "groupgate"
 
@@ -25,29 +37,75 @@ class UpstreamError(Exception):
     """The broker could not be reached or answered something unusable."""
 
 
+class UpstreamAuthenticationError(UpstreamError):
+    """The broker refused the proxy's own credentials (or its mechanism)."""
+
+
 class UpstreamClient:
-    def __init__(self, stream: trio.SocketStream, *, max_frame_bytes: int) -> None:
+    def __init__(self, stream: trio.abc.Stream, *, max_frame_bytes: int,
+                 identity: Identity | None = None) -> None:
+        """``identity``: authenticate with it (:meth:`authenticate`) and again before the
+        session the broker granted ends."""
         self._stream = stream
         self._splitter = FrameSplitter(max_frame_bytes, min_frame_bytes=4)
         self._pending: list[bytes] = []
         self._correlation = 0
+        self._identity = identity
+        self._reauthenticate_at: float | None = None
 
     @classmethod
     async def connect(cls, address: tuple[str, int], *, timeout: float,
-                      max_frame_bytes: int) -> UpstreamClient:
+                      max_frame_bytes: int, security: Security | None = None,
+                      peer: bool = False) -> UpstreamClient:
+        """Connect (TLS and SASL as ``security`` says) within ``timeout``; ``peer``: the
+        fleet listener of another sidecar rather than a broker."""
+        where = f"{address[0]}:{address[1]}"
         with trio.move_on_after(timeout):
             try:
-                stream = await trio.open_tcp_stream(*address)
-            except (OSError, ValueError) as exc:  # ValueError: a malformed host name
-                raise UpstreamError(f"{address[0]}:{address[1]}: {exc}") from exc
-            return cls(stream, max_frame_bytes=max_frame_bytes)
-        raise UpstreamError(f"{address[0]}:{address[1]}: connect timed out")
+                if security is None:
+                    stream: trio.abc.Stream = await trio.open_tcp_stream(*address)
+                elif peer:
+                    stream = await security.open_peer(address)
+                else:
+                    stream = await security.open_upstream(address, own=True)
+            except (OSError, ValueError, TlsError) as exc:  # ValueError: a malformed host
+                raise UpstreamError(f"{where}: {exc}") from exc
+            identity = None
+            if security is not None and (security.peer_sasl if peer else True):
+                identity = security.identity
+            client = cls(stream, max_frame_bytes=max_frame_bytes, identity=identity)
+            try:
+                await client.authenticate()
+            except BaseException:
+                with trio.CancelScope(shield=True):
+                    await client.aclose()
+                raise
+            return client
+        raise UpstreamError(f"{where}: connect timed out")
+
+    async def authenticate(self) -> None:
+        """SASL with the identity given (nothing without one); UpstreamError on failure."""
+        if self._identity is None:
+            return
+        try:
+            lifetime_ms = await authenticate(self._exchange, self._identity)
+        except AuthenticationFailed as exc:
+            raise UpstreamAuthenticationError(str(exc)) from None
+        self._reauthenticate_at = (trio.current_time() + REAUTH_FRACTION * lifetime_ms / 1000
+                                   if lifetime_ms > 0 else None)
 
     async def aclose(self) -> None:
         await self._stream.aclose()
 
     async def request(self, api_key: int, version: int, value: dict[str, Any],
                       client_id: str = CLIENT_ID) -> dict[str, Any]:
+        if (self._reauthenticate_at is not None
+                and trio.current_time() >= self._reauthenticate_at):
+            await self.authenticate()  # KIP-368, on this connection
+        return await self._exchange(api_key, version, value, client_id)
+
+    async def _exchange(self, api_key: int, version: int, value: dict[str, Any],
+                        client_id: str = CLIENT_ID) -> dict[str, Any]:
         self._correlation += 1
         correlation_id = self._correlation
         payload = (encode_request_header(api_key, version, correlation_id, client_id)
@@ -77,11 +135,11 @@ class UpstreamClient:
         return self._pending.pop(0)
 
 
-async def fetch_brokers(address: tuple[str, int], *, timeout: float, max_frame_bytes: int
-                        ) -> list[tuple[int, str, int]]:
+async def fetch_brokers(address: tuple[str, int], *, timeout: float, max_frame_bytes: int,
+                        security: Security | None = None) -> list[tuple[int, str, int]]:
     """(node_id, host, port) of every broker, from a Metadata request for no topics."""
     client = await UpstreamClient.connect(address, timeout=timeout,
-                                          max_frame_bytes=max_frame_bytes)
+                                          max_frame_bytes=max_frame_bytes, security=security)
     try:
         with trio.fail_after(timeout):
             response = await client.request(ApiKey.METADATA, 4, {"topics": [],

@@ -1,8 +1,10 @@
 """Shared pytest fixtures: real Kafka brokers from the test bed (``tests.testbed``).
 
 Fixtures: ``kafka39`` (single-node 3.9.2), ``kafka4`` (single-node 4.4.0), ``broker``
-(parametrized over both lines), ``kafka39_cluster`` (3 nodes), ``kafka_factory`` (dedicated
-clusters with custom settings), ``topic`` (a factory of uniquely named topics).
+(parametrized over both lines), ``kafka39_cluster`` (3 nodes), ``secured_kafka39`` and
+``secured_kafka4`` (single nodes with a SASL_SSL listener, SCRAM users and ACLs,
+:func:`tests.testbed.security.secured`), ``kafka_factory`` (dedicated clusters with custom
+settings), ``topic`` (a factory of uniquely named topics).
 
 Brokers are cached across tests by a small pool that keeps at most ``GROUPGATE_MAX_BROKER_SETS``
 (default 1) broker sets running, so a 2-core machine never runs more JVMs than needed; tests are
@@ -27,8 +29,10 @@ from typing import Any
 import pytest
 
 from tests.testbed.broker import KafkaBroker, KafkaCluster, kill_all
+from tests.testbed.security import secured
 
-BROKER_FIXTURES = frozenset({"kafka39", "kafka4", "broker", "kafka39_cluster", "kafka_factory"})
+BROKER_FIXTURES = frozenset({"kafka39", "kafka4", "broker", "kafka39_cluster", "kafka_factory",
+                             "secured_kafka39", "secured_kafka4"})
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -55,6 +59,8 @@ def _broker_key(item: pytest.Item) -> str:
         ("kafka39", "3.9"),
         ("kafka4", "4.4"),
         ("kafka39_cluster", "3.9x3"),
+        ("secured_kafka39", "3.9-sasl-ssl"),
+        ("secured_kafka4", "4.4-sasl-ssl"),
         ("kafka_factory", "factory"),
     ):
         if fixture in names:
@@ -71,8 +77,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
     # Group tests by broker set (stable: the order within a group is kept), so that the pool
     # starts each set once instead of switching back and forth.
-    order = {"": 0, "3.9": 1, "4.4": 2, "3.9x3": 3, "factory": 4}
-    items.sort(key=lambda it: order.get(_broker_key(it), 4))
+    order = {"": 0, "3.9": 1, "4.4": 2, "3.9x3": 3, "3.9-sasl-ssl": 4, "4.4-sasl-ssl": 5,
+             "factory": 6}
+    items.sort(key=lambda it: order.get(_broker_key(it), 6))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -91,6 +98,8 @@ class BrokerPool:
             "3.9": lambda d: KafkaBroker.start("3.9", d),
             "4.4": lambda d: KafkaBroker.start("4.4", d),
             "3.9x3": lambda d: KafkaCluster.start("3.9", d, size=3, heap="384m"),
+            "3.9-sasl-ssl": lambda d: secured("3.9", d),
+            "4.4-sasl-ssl": lambda d: secured("4.4", d),
         }
         self.starts: dict[str, list[float]] = {}
 
@@ -202,6 +211,23 @@ def broker(request: pytest.FixtureRequest) -> KafkaBroker:
     name = "kafka39" if request.param == "3.9" else "kafka4"
     result: KafkaBroker = request.getfixturevalue(name)
     return result
+
+
+@pytest.fixture
+def secured_kafka39(broker_pool: BrokerPool) -> Iterator[KafkaBroker]:
+    """A single-node Kafka 3.9.2 with a SASL_SSL listener (``secure_bootstrap``), SCRAM and
+    PLAIN users, the standard authorizer and ACLs (:func:`tests.testbed.security.secured`)."""
+    for cluster in _pooled(broker_pool, "3.9-sasl-ssl"):
+        assert isinstance(cluster, KafkaBroker)
+        yield cluster
+
+
+@pytest.fixture
+def secured_kafka4(broker_pool: BrokerPool) -> Iterator[KafkaBroker]:
+    """The same with Kafka 4.4.0 (native KIP-848 groups), the reference."""
+    for cluster in _pooled(broker_pool, "4.4-sasl-ssl"):
+        assert isinstance(cluster, KafkaBroker)
+        yield cluster
 
 
 @pytest.fixture

@@ -12,6 +12,12 @@ drift hits both alike:
 * the proxy process's CPU time (user + system) per MB forwarded, which depends much less on
   what else the machine is doing than the throughput figures do.
 
+On a secured cluster (``--security-protocol SSL`` or ``SASL_SSL``, ``--tls-ca-file``, and for
+SASL ``--sasl-mechanism``/``--sasl-username``/``--sasl-password``) the direct clients use TLS
+(and SASL) to the brokers, the proxied clients the same credentials in plaintext to the proxy
+(the pod's loopback), and the proxy TLS (and the same identity) to the brokers, as a sidecar
+would be deployed; large frames cannot be spliced then, since the broker's bytes are encrypted.
+
 It prints a table and writes JSON with every round, the medians, the proxied/direct ratios,
 the machine and the versions. It is a command, not a test: nothing here asserts a timing. It
 needs confluent-kafka (``pip install 'groupgate[bench]'``). ``dev/bench passthrough`` runs it
@@ -25,10 +31,12 @@ import contextlib
 import json
 import os
 import socket
+import ssl
 import struct
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,16 +64,70 @@ def configure(parser: argparse.ArgumentParser, *, bootstrap_required: bool = Tru
                              "e.g. --proxy-arg=--fetch-node-endpoints=on")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, to check it works")
     parser.add_argument("--kafka-version", default=None, help="recorded in the JSON as is")
+    parser.add_argument("--security-protocol", default="PLAINTEXT",
+                        choices=["PLAINTEXT", "SSL", "SASL_SSL", "SASL_PLAINTEXT"],
+                        help="how the cluster is reached (the proxy is reached in plaintext)")
+    parser.add_argument("--tls-ca-file", default="", help="CA bundle of the brokers")
+    parser.add_argument("--sasl-mechanism", default="SCRAM-SHA-256")
+    parser.add_argument("--sasl-username", default="")
+    parser.add_argument("--sasl-password", default="", help="also GROUPGATE_SASL_PASSWORD")
 
 
-def _client_config(bootstrap: str) -> dict[str, Any]:
-    return {"bootstrap.servers": bootstrap, "log_level": 3}
+@dataclass(frozen=True)
+class ClientSecurity:
+    """The benchmark clients' (and the proxy's) security settings."""
+
+    protocol: str = "PLAINTEXT"
+    ca_file: str = ""
+    mechanism: str = ""
+    username: str = ""
+    password: str = ""
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    def librdkafka(self, direct: bool) -> dict[str, Any]:
+        """Client settings for the brokers (``direct``) or for the proxy (plaintext)."""
+        out: dict[str, Any] = {}
+        protocol = self.protocol if direct else ("SASL_PLAINTEXT" if self.sasl else "PLAINTEXT")
+        out["security.protocol"] = protocol
+        if direct and self.tls and self.ca_file:
+            out["ssl.ca.location"] = self.ca_file
+        if self.sasl:
+            out.update({"sasl.mechanism": self.mechanism, "sasl.username": self.username,
+                        "sasl.password": self.password})
+        return out
+
+    def proxy_flags(self) -> list[str]:
+        flags = ["--security-protocol", self.protocol]
+        if self.tls and self.ca_file:
+            flags += ["--tls-ca-file", self.ca_file]
+        if self.sasl:
+            flags += ["--sasl-mechanism", self.mechanism, "--sasl-username", self.username]
+        return flags
+
+    def proxy_env(self) -> dict[str, str]:
+        return {"GROUPGATE_SASL_PASSWORD": self.password} if self.sasl else {}
 
 
-def produce_throughput(bootstrap: str, topic: str, records: int) -> dict[str, float]:
+SECURITY = ClientSecurity()
+"""Set by :func:`run` from the command line."""
+
+
+def _client_config(bootstrap: str, direct: bool = True) -> dict[str, Any]:
+    return {"bootstrap.servers": bootstrap, "log_level": 3, **SECURITY.librdkafka(direct)}
+
+
+def produce_throughput(bootstrap: str, topic: str, records: int, direct: bool = True
+                       ) -> dict[str, float]:
     from confluent_kafka import Producer
 
-    producer = Producer(dict(_client_config(bootstrap), **{
+    producer = Producer(dict(_client_config(bootstrap, direct), **{
         "acks": 1, "linger.ms": 5, "batch.size": 1_000_000, "compression.type": "none",
         "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 2_000_000}))
     failed = 0
@@ -90,11 +152,11 @@ def produce_throughput(bootstrap: str, topic: str, records: int) -> dict[str, fl
     return {"seconds": elapsed, "mb_per_s": records * len(VALUE) / elapsed / 1e6}
 
 
-def consume_throughput(bootstrap: str, topic: str, partitions: int, records: int
-                       ) -> dict[str, float]:
+def consume_throughput(bootstrap: str, topic: str, partitions: int, records: int,
+                       direct: bool = True) -> dict[str, float]:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    consumer = Consumer(dict(_client_config(bootstrap), **{
+    consumer = Consumer(dict(_client_config(bootstrap, direct), **{
         "group.id": f"bench-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
         "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760}))
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
@@ -120,10 +182,11 @@ def consume_throughput(bootstrap: str, topic: str, partitions: int, records: int
             "first_record_s": first - opened}
 
 
-def produce_latency(bootstrap: str, topic: str, rate: int, seconds: float) -> dict[str, float]:
+def produce_latency(bootstrap: str, topic: str, rate: int, seconds: float, direct: bool = True
+                    ) -> dict[str, float]:
     from confluent_kafka import Producer
 
-    producer = Producer(dict(_client_config(bootstrap), **{"acks": 1, "linger.ms": 0}))
+    producer = Producer(dict(_client_config(bootstrap, direct), **{"acks": 1, "linger.ms": 0}))
     samples: list[float] = []
 
     def report(sent: float) -> Any:
@@ -150,11 +213,18 @@ def produce_latency(bootstrap: str, topic: str, rate: int, seconds: float) -> di
     return {"samples": len(ms), "p50_ms": percentile(ms, 0.5), "p99_ms": percentile(ms, 0.99)}
 
 
-def request_rtt(bootstrap: str, requests: int) -> dict[str, float]:
-    """Sequential Metadata v1 (no topics) round trips on one connection."""
+def request_rtt(bootstrap: str, requests: int, direct: bool = True) -> dict[str, float]:
+    """Sequential Metadata v1 (no topics) round trips on one connection (over TLS and after
+    SASL when the target wants them)."""
     host, port = bootstrap.rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)))
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    raw = socket.create_connection((host, int(port)))
+    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock: socket.socket = raw
+    if direct and SECURITY.tls:
+        context = ssl.create_default_context(cafile=SECURITY.ca_file or None)
+        sock = context.wrap_socket(raw, server_hostname=host)
+    if SECURITY.sasl:
+        _authenticate(sock)
     client_id = b"bench"
     samples: list[float] = []
     for correlation_id in range(requests + 50):
@@ -169,6 +239,30 @@ def request_rtt(bootstrap: str, requests: int) -> dict[str, float]:
     sock.close()
     return {"samples": len(samples), "p50_ms": percentile(samples, 0.5),
             "p99_ms": percentile(samples, 0.99)}
+
+
+def _authenticate(sock: socket.socket) -> None:
+    """SaslHandshake v1 and SaslAuthenticate v1 on a blocking socket (the round-trip phase)."""
+    from proxy.codec import messages
+    from proxy.codec.header import encode_request_header
+    from proxy.security.identity import Identity
+    from proxy.security.sasl_client import authenticate
+
+    correlation = [10_000_000]
+
+    async def exchange(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
+        correlation[0] += 1
+        payload = (encode_request_header(key, version, correlation[0], "bench")
+                   + messages.encode_request(key, version, value))
+        sock.sendall(struct.pack(">i", len(payload)) + payload)
+        size = struct.unpack(">i", _recv_exact(sock, 4))[0]
+        answer, _ = messages.decode_response(key, version, _recv_exact(sock, size), 4)
+        return answer
+
+    import trio
+
+    identity = Identity(SECURITY.mechanism, SECURITY.username, SECURITY.password)
+    trio.run(authenticate, exchange, identity)
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -209,6 +303,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.quick:
         args.records, args.rounds, args.latency_seconds, args.rtt_requests = 5000, 1, 1.0, 200
+    global SECURITY
+    SECURITY = ClientSecurity(args.security_protocol, args.tls_ca_file, args.sasl_mechanism,
+                              args.sasl_username,
+                              args.sasl_password or os.environ.get("GROUPGATE_SASL_PASSWORD", ""))
     workdir = Path(tempfile.mkdtemp(prefix="groupgate-bench-"))
     info = machine_info()
     print(f"machine: {describe_machine(info)}")
@@ -218,24 +316,30 @@ def run(args: argparse.Namespace) -> int:
     admin.create_topics([new_topic])[topic].result(30)
     try:
         with ProxyProcess.start(args.bootstrap, workdir / "groupgate.log",
-                                args=["--log-level", "WARNING", *args.proxy_arg]) as proxy:
+                                args=["--log-level", "WARNING", *SECURITY.proxy_flags(),
+                                      *args.proxy_arg],
+                                env=SECURITY.proxy_env()) as proxy:
             targets = {"direct": args.bootstrap, "proxied": proxy.bootstrap}
             phases: dict[str, dict[str, list[dict[str, float]]]] = {
                 name: {"direct": [], "proxied": []}
                 for name in ("produce", "consume", "latency", "rtt")}
             # One unrecorded round per target warms up the broker's JIT and page cache.
-            for bootstrap in targets.values():
-                produce_throughput(bootstrap, topic, min(args.records, 20_000))
-                consume_throughput(bootstrap, topic, args.partitions, min(args.records, 20_000))
+            for target, bootstrap in targets.items():
+                direct = target == "direct"
+                produce_throughput(bootstrap, topic, min(args.records, 20_000), direct)
+                consume_throughput(bootstrap, topic, args.partitions, min(args.records, 20_000),
+                                   direct)
             for round_no in range(args.rounds):
                 order = ["direct", "proxied"] if round_no % 2 == 0 else ["proxied", "direct"]
                 for target in order:
                     bootstrap = targets[target]
+                    direct = target == "direct"
                     pid = proxy.process.pid if proxy.process else 0
                     cpu0 = process_cpu_seconds(pid)
-                    produced = produce_throughput(bootstrap, topic, args.records)
+                    produced = produce_throughput(bootstrap, topic, args.records, direct)
                     cpu1 = process_cpu_seconds(pid)
-                    consumed = consume_throughput(bootstrap, topic, args.partitions, args.records)
+                    consumed = consume_throughput(bootstrap, topic, args.partitions, args.records,
+                                                  direct)
                     cpu2 = process_cpu_seconds(pid)
                     megabytes = args.records * len(VALUE) / 1e6
                     if target == "proxied":
@@ -245,8 +349,9 @@ def run(args: argparse.Namespace) -> int:
                     phases["consume"][target].append(consumed)
                     phases["latency"][target].append(
                         produce_latency(bootstrap, topic, args.latency_rate,
-                                        args.latency_seconds))
-                    phases["rtt"][target].append(request_rtt(bootstrap, args.rtt_requests))
+                                        args.latency_seconds, direct))
+                    phases["rtt"][target].append(request_rtt(bootstrap, args.rtt_requests,
+                                                             direct))
                     print(f"round {round_no + 1}/{args.rounds} {target}: "
                           f"produce {phases['produce'][target][-1]['mb_per_s']:.1f} MB/s, "
                           f"consume {phases['consume'][target][-1]['mb_per_s']:.1f} MB/s, "
@@ -262,7 +367,8 @@ def run(args: argparse.Namespace) -> int:
         "kafka": kafka,
         "settings": {k: v for k, v in vars(args).items()
                      if k in ("records", "rounds", "partitions", "latency_rate",
-                              "latency_seconds", "rtt_requests", "proxy_arg")},
+                              "latency_seconds", "rtt_requests", "proxy_arg",
+                              "security_protocol", "sasl_mechanism")},
         "record_bytes": len(VALUE),
         "produce_mb_per_s": _summary(phases["produce"], "mb_per_s"),
         "consume_mb_per_s": _summary(phases["consume"], "mb_per_s"),

@@ -15,11 +15,15 @@ classic group of the same id (:mod:`proxy.coordination.membership`).
   The view is cached (:data:`VIEW_SECONDS` for a free group, :data:`SETTLED_VIEW_SECONDS` for
   a held one) and dropped when a relay fails or is refused.
 * **Forwarding.** Group requests of a group another sidecar holds are relayed to that
-  sidecar's fleet listener, marked (:func:`mark_forwarded`) with the application's client id
-  and address, and the answer goes back to the application on its own connection. The
-  coordinating sidecar never relays a marked request again: if it does not hold the group
-  (any more), it answers NOT_COORDINATOR and the follower looks again.
-* **Version skew.** A holder without a card is a groupgate from before the fleet (0.1.0),
+  sidecar's fleet listener, marked (:func:`mark_forwarded`) with the application's client id,
+  address, client software and (fleet protocol 2) principal, and the answer goes back to the
+  application on its own connection. The coordinating sidecar believes a mark only on a
+  connection that proved it comes from a sidecar (``fleet-auth``, docs/security.md) and never
+  relays a marked request again: if it does not hold the group (any more), it answers
+  NOT_COORDINATOR and the follower looks again.
+* **Version skew.** A relay carries the mark of the holder's fleet protocol (its card says
+  which): a protocol-1 holder gets the mark without the principal, and both marks are read.
+  A holder without a card is a groupgate from before the fleet (0.1.0),
   which coordinates on its own: a fleet sidecar never joins next to it and never forwards to
   it; its members are answered COORDINATOR_NOT_AVAILABLE until it is gone (docs/operations.md,
   "Upgrading from 0.1.0").
@@ -39,11 +43,17 @@ log = logging.getLogger("groupgate.coordination")
 
 Address = tuple[str, int]
 
-FLEET_PROTOCOL: Final = 1
-"""The version of what sidecars tell each other (the card, the forwarding marker)."""
+FLEET_PROTOCOL: Final = 2
+"""The version of what sidecars tell each other (the card, the forwarding marker): 1 marks
+relays with the application's listener node, host, software and client id; 2 adds its
+principal."""
 CARD_MAGIC: Final = b"groupgate-fleet:"
 FORWARD_MARK: Final = "groupgate-fleet|"
-"""Client ids of relayed requests open with this, then the application's host and client id."""
+"""Client ids of relayed requests to a protocol-1 holder open with this, then the listener's
+node, the application's host, software and client id."""
+FORWARD_MARK_2: Final = "groupgate-fleet2|"
+"""Client ids of relayed requests to a protocol-2 holder open with this; the principal follows
+the software (percent-encoded; empty when the relaying sidecar cannot know it)."""
 VIEW_SECONDS: Final = 3.0
 """How long a follower trusts DescribeGroups saying that nobody holds a group."""
 SETTLED_VIEW_SECONDS: Final = 30.0
@@ -158,13 +168,26 @@ def read_holder(described: dict[str, Any], own_member_ids: frozenset[str] = froz
 
 
 def mark_forwarded(client_id: str | None, client_host: str, node_id: int | None = None,
-                   software: tuple[str, str] | None = None) -> str:
+                   software: tuple[str, str] | None = None, principal: str | None = None,
+                   protocol: int = FLEET_PROTOCOL) -> str:
     """The client id a relayed request carries: the mark, the broker node whose listener the
     application sent it to (empty: the bootstrap listener), its host, the client software it
-    named in ApiVersions (KIP-511; ``name/version``, empty if unknown) and its client id."""
+    named in ApiVersions (KIP-511; ``name/version``, empty if unknown), with ``protocol`` 2 or
+    later its principal (``User:name``, empty if unknown), and its client id."""
     node = "" if node_id is None else str(node_id)
     named = f"{software[0]}/{software[1]}" if software is not None else ""
-    return f"{FORWARD_MARK}{node}|{client_host}|{named}|{client_id or ''}"
+    if protocol < 2:
+        return f"{FORWARD_MARK}{node}|{client_host}|{named}|{client_id or ''}"
+    who = _escape(principal or "")
+    return f"{FORWARD_MARK_2}{node}|{client_host}|{named}|{who}|{client_id or ''}"
+
+
+def _escape(text: str) -> str:
+    return text.replace("%", "%25").replace("|", "%7C")
+
+
+def _unescape(text: str) -> str:
+    return text.replace("%7C", "|").replace("%25", "%")
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,19 +198,38 @@ class Relayed:
     client_host: str
     node_id: int | None
     software: tuple[str, str] | None
+    principal: str | None = None
+    """The principal the application authenticated as (None: not said, or not knowable)."""
+
+
+def is_marked(client_id: str | None) -> bool:
+    """Whether ``client_id`` opens with a relay mark of any fleet protocol."""
+    return client_id is not None and (client_id.startswith(FORWARD_MARK)
+                                      or client_id.startswith(FORWARD_MARK_2))
 
 
 def unmark(client_id: str | None) -> Relayed | None:
-    """What the mark of a relayed request says, None for other requests."""
-    if client_id is None or not client_id.startswith(FORWARD_MARK):
+    """What the mark of a relayed request says (either protocol), None for other requests."""
+    if client_id is None:
         return None
-    parts = client_id[len(FORWARD_MARK):].split("|", 3)
-    if len(parts) != 4:
+    principal: str | None = None
+    if client_id.startswith(FORWARD_MARK_2):
+        parts = client_id[len(FORWARD_MARK_2):].split("|", 4)
+        if len(parts) != 5:
+            return None
+        node, host, named, who, original = parts
+        principal = _unescape(who) or None
+    elif client_id.startswith(FORWARD_MARK):
+        parts = client_id[len(FORWARD_MARK):].split("|", 3)
+        if len(parts) != 4:
+            return None
+        node, host, named, original = parts
+    else:
         return None
-    node, host, named, original = parts
     try:
         node_id = int(node) if node else None
     except ValueError:
         return None
     name, _, version = named.partition("/")
-    return Relayed(original, host, node_id, (name, version) if name and version else None)
+    return Relayed(original, host, node_id, (name, version) if name and version else None,
+                   principal)

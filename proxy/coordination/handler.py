@@ -47,6 +47,10 @@ class GroupRequest:
     header: bytes
     """The request header as the client sent it (kept when the request is rewritten)."""
     value: Value
+    principal: str | None = None
+    """The principal the application authenticated as (``User:name``), when the proxy can know
+    it: from its SASL exchange on this connection, or from the mark of a relay that another
+    sidecar sent (docs/security.md). Carried for authorizing what the proxy answers itself."""
 
 
 class Pass:

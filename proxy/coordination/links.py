@@ -5,33 +5,48 @@ behind a lock (the client sends one request at a time and counts its own correla
 these connections never mix with client connections). It connects lazily, and after any
 transport error it drops the connection so that the next request reconnects.
 :class:`LinkPool` keeps one link per broker address.
+
+Security. A pool (or link) given a :class:`~proxy.security.policy.Security` opens every link
+as the cluster wants it: TLS, then SASL with the proxy's own identity. A link leads either to a
+broker or to another sidecar's fleet listener, which have different certificates and
+authentication (``fleet-auth``): :meth:`LinkPool.link` and :meth:`LinkPool.dedicated` lead to
+brokers, :meth:`LinkPool.peer` to a sidecar.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Final
 
 import trio
 
+from proxy.security.policy import Security
 from proxy.upstream import UpstreamClient, UpstreamError
 
 log = logging.getLogger("groupgate.coordination")
 
 Address = tuple[str, int]
 
+BROKER: Final = "broker"
+PEER: Final = "peer"
+"""What a link leads to: a broker, or another sidecar's fleet listener."""
+
 
 class BrokerLink:
     """One lazily opened connection to ``address``; requests are serialized."""
 
     def __init__(self, address: Address, *, connect_timeout: float, request_timeout: float,
-                 max_frame_bytes: int) -> None:
+                 max_frame_bytes: int, security: Security | None = None,
+                 leads_to: str = BROKER) -> None:
         self.address = address
         self._connect_timeout = connect_timeout
         self._request_timeout = request_timeout
         self._max_frame_bytes = max_frame_bytes
         self._client: UpstreamClient | None = None
         self._lock = trio.Lock()
+        self._security = security
+        self.leads_to = leads_to
+        """:data:`BROKER` or :data:`PEER`."""
 
     async def request(self, api_key: int, version: int, value: dict[str, Any], *,
                       timeout: float | None = None, client_id: str | None = None
@@ -41,7 +56,8 @@ class BrokerLink:
             if self._client is None:
                 self._client = await UpstreamClient.connect(
                     self.address, timeout=self._connect_timeout,
-                    max_frame_bytes=self._max_frame_bytes)
+                    max_frame_bytes=self._max_frame_bytes, security=self._security,
+                    peer=self.leads_to == PEER)
             client = self._client
             ok = False
             try:
@@ -70,25 +86,33 @@ class LinkPool:
     """One :class:`BrokerLink` per broker address."""
 
     def __init__(self, *, connect_timeout: float, request_timeout: float,
-                 max_frame_bytes: int) -> None:
+                 max_frame_bytes: int, security: Security | None = None) -> None:
         self._links: dict[Address, BrokerLink] = {}
         self._connect_timeout = connect_timeout
         self._request_timeout = request_timeout
         self._max_frame_bytes = max_frame_bytes
+        self._security = security
+
+    def _new(self, address: Address, request_timeout: float, leads_to: str) -> BrokerLink:
+        return BrokerLink(address, connect_timeout=self._connect_timeout,
+                          request_timeout=request_timeout, max_frame_bytes=self._max_frame_bytes,
+                          security=self._security, leads_to=leads_to)
 
     def link(self, address: Address) -> BrokerLink:
+        """The shared link to the broker at ``address``."""
         link = self._links.get(address)
         if link is None:
-            link = self._links[address] = BrokerLink(
-                address, connect_timeout=self._connect_timeout,
-                request_timeout=self._request_timeout, max_frame_bytes=self._max_frame_bytes)
+            link = self._links[address] = self._new(address, self._request_timeout, BROKER)
         return link
 
     def dedicated(self, address: Address, request_timeout: float) -> BrokerLink:
-        """A link of its own (not shared), e.g. for requests that may block for long."""
-        return BrokerLink(address, connect_timeout=self._connect_timeout,
-                          request_timeout=request_timeout,
-                          max_frame_bytes=self._max_frame_bytes)
+        """A link of its own (not shared) to the broker at ``address``, e.g. for requests
+        that may block for long."""
+        return self._new(address, request_timeout, BROKER)
+
+    def peer(self, address: Address, request_timeout: float) -> BrokerLink:
+        """A link of its own to another sidecar's fleet listener."""
+        return self._new(address, request_timeout, PEER)
 
     async def aclose(self) -> None:
         for link in self._links.values():

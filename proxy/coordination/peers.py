@@ -24,6 +24,7 @@ from cachetools import TLRUCache, TTLCache
 
 from proxy.codec.api_keys import ApiKey
 from proxy.coordination.fleet import (
+    FLEET_PROTOCOL,
     SETTLED_VIEW_SECONDS,
     VIEW_SECONDS,
     Address,
@@ -146,15 +147,20 @@ class ConnectionLinks:
 
     def __init__(self, pool: LinkPool) -> None:
         self._pool = pool
-        self._links: dict[Address, BrokerLink] = {}
+        self._links: dict[tuple[Address, bool], BrokerLink] = {}
 
     async def request(self, address: Address, api_key: int, version: int,
-                      value: dict[str, Any], client_id: str) -> dict[str, Any]:
-        """Send ``value`` to ``address`` and return its answer (UpstreamError if it cannot be
-        reached or does not answer within :data:`RELAY_TIMEOUT_SECONDS`)."""
-        link = self._links.get(address)
+                      value: dict[str, Any], client_id: str, *, to_peer: bool = False
+                      ) -> dict[str, Any]:
+        """Send ``value`` to ``address`` (``to_peer``: another sidecar's fleet listener, with
+        the fleet's TLS and authentication; else a broker, as the proxy's own identity) and
+        return its answer (UpstreamError if it cannot be reached or does not answer within
+        :data:`RELAY_TIMEOUT_SECONDS`)."""
+        link = self._links.get((address, to_peer))
         if link is None:
-            link = self._links[address] = self._pool.dedicated(address, RELAY_TIMEOUT_SECONDS)
+            link = self._links[(address, to_peer)] = (
+                self._pool.peer(address, RELAY_TIMEOUT_SECONDS) if to_peer
+                else self._pool.dedicated(address, RELAY_TIMEOUT_SECONDS))
         return await link.request(api_key, version, value, client_id=client_id)
 
     async def aclose(self) -> None:
@@ -179,6 +185,9 @@ class Route:
     (answer COORDINATOR_NOT_AVAILABLE: ``reason``) or :data:`LOOKUP` (ask the broker first)."""
     address: Address | None = None
     reason: str = ""
+    protocol: int = FLEET_PROTOCOL
+    """RELAY only: the fleet protocol the coordinating sidecar speaks (its card), which says
+    how relayed requests are marked."""
     let_go: bool = False
     """REFUSE only: members must also drop their partitions (answered UNKNOWN_MEMBER_ID, joins
     COORDINATOR_NOT_AVAILABLE): a coordinator this sidecar cannot follow is handing them out."""
@@ -232,7 +241,7 @@ class Routes:
                 # JoinGroup waits until a dead holder's member expires, and a live holder
                 # stays the leader (this sidecar then leaves and refuses).
                 return LOCAL_ROUTE
-            return Route(RELAY, address)
+            return Route(RELAY, address, protocol=holder.card.protocol)
         if holder.kind == "legacy":
             return Route(REFUSE, reason=holder.detail, let_go=True)
         return Route(REFUSE, reason=f"cannot tell who coordinates it: {holder.detail}")

@@ -25,7 +25,11 @@ sidecar that holds them (on this connection's own link to it, :class:`~.peers.Co
 with no later request of the connection passing it), looked up at the broker first, refused
 with COORDINATOR_NOT_AVAILABLE (a groupgate without fleet support holds it), or decided here.
 A relayed request arriving from another sidecar is never relayed again: if its groups are not
-held here it is answered NOT_COORDINATOR, and that sidecar looks again.
+held here it is answered NOT_COORDINATOR, and that sidecar looks again. What its mark says of
+the application (client id, host, listener, software, principal) is believed only on a
+connection that proved it comes from a sidecar (the connection's
+:class:`~proxy.security.session.Session`, ``fleet_peer``); anywhere else a client id that
+looks like a mark is just a client id.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ from proxy.journal.clients import ClientSoftwareDirectory
 from proxy.metrics import RequestCounters
 from proxy.rewrite import AddressMap
 from proxy.router import ForwardingRouter, body_offset
+from proxy.security.session import Session
 from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode
 
@@ -100,14 +105,16 @@ def served_versions(handlers: dict[int, ApiHandler]) -> dict[int, tuple[int, int
 class CoordinatingRouter(ForwardingRouter):
     """Per-connection routing with the coordinator service behind it."""
 
-    __slots__ = ("_claims", "_client_host", "_fleet", "_handlers", "_node_id", "_software")
+    __slots__ = ("_claims", "_client_host", "_fleet", "_handlers", "_node_id", "_session",
+                 "_software")
 
     def __init__(self, address_map: AddressMap, counters: RequestCounters,
                  accepted: dict[int, tuple[int, int]], handlers: dict[int, ApiHandler],
                  node_id: int | None, client_host: str,
                  claims: Callable[[str], bool] = lambda _group_id: True,
                  fleet: FleetSide | None = None,
-                 software: ClientSoftwareDirectory | None = None) -> None:
+                 software: ClientSoftwareDirectory | None = None,
+                 session: Session | None = None) -> None:
         super().__init__(address_map, counters, accepted, served_versions(handlers))
         self._handlers = handlers
         self._node_id = node_id
@@ -118,6 +125,8 @@ class CoordinatingRouter(ForwardingRouter):
         """This connection's place among several sidecars (None: this proxy decides all)."""
         self._software = software
         """Where the client software named in ApiVersions (KIP-511) is noted (the journal)."""
+        self._session = session if session is not None else Session("")
+        """What is known of the connection's authentication (filled as it authenticates)."""
 
     async def aclose(self) -> None:
         """The client's connection closed: close the links it opened."""
@@ -164,15 +173,19 @@ class CoordinatingRouter(ForwardingRouter):
         except CodecError as exc:
             raise RejectRequest(f"malformed request (api key {key} v{version}): {exc}") from exc
         fleet = self._fleet
+        session = self._session
         client_id, client_host, node_id = header.client_id, self._client_host, self._node_id
-        relayed = unmark(client_id) if fleet is not None and fleet.inbound else None
+        principal = session.principal
+        relayed = (unmark(client_id) if fleet is not None and fleet.inbound
+                   and session.fleet_peer else None)
         if relayed is not None:
-            client_id, client_host, node_id = (relayed.client_id, relayed.client_host,
-                                               relayed.node_id)
+            client_id, client_host, node_id, principal = (
+                relayed.client_id, relayed.client_host, relayed.node_id, relayed.principal)
             if relayed.software is not None and self._software is not None:
                 self._software.note(client_host, client_id, *relayed.software)
         return GroupRequest(handler.api_key, version, request.correlation_id, client_id,
-                            client_host, node_id, bytes(frame[:header.header_length]), value)
+                            client_host, node_id, bytes(frame[:header.header_length]), value,
+                            principal)
 
     def _decide(self, handler: ApiHandler, request: RequestInfo, group_request: GroupRequest,
                 route: Route | None) -> Decision:
@@ -193,9 +206,8 @@ class CoordinatingRouter(ForwardingRouter):
                         # ask the broker first; the decoded request is not kept meanwhile
                         return Prepare(self._after_lookup(handler, request, groups))
                     if route.kind == RELAY:
-                        assert route.address is not None
-                        return Local(self._relay(handler, group_request, groups,
-                                                 route.address), holds_later=True)
+                        return Local(self._relay(handler, group_request, groups, route),
+                                     holds_later=True)
                     if route.kind != LOCAL:
                         fleet.routes.note_refused(groups, route.reason)
                         error = (UNKNOWN_MEMBER_ID
@@ -225,15 +237,18 @@ class CoordinatingRouter(ForwardingRouter):
         return decision
 
     async def _relay(self, handler: ApiHandler, request: GroupRequest,
-                     groups: tuple[str, ...], address: tuple[str, int]) -> bytes:
-        assert self._fleet is not None
+                     groups: tuple[str, ...], route: Route) -> bytes:
+        assert self._fleet is not None and route.address is not None
+        address = route.address
         try:
             value = await self._fleet.links.request(
                 address, request.api_key, request.version, request.value,
                 mark_forwarded(request.client_id, request.client_host, request.node_id,
                                self._software.lookup(request.client_host,
                                                      request.client_id or "")
-                               if self._software is not None else None))
+                               if self._software is not None else None,
+                               request.principal, route.protocol),
+                to_peer=True)
         except UpstreamError as exc:
             log.info("relaying api key %d for %s to %s:%d failed: %s", request.api_key,
                      ",".join(groups), *address, exc)

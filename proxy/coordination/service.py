@@ -63,6 +63,7 @@ from proxy.coordination.topics import TopicWatcher
 from proxy.journal.clients import ClientSoftwareDirectory
 from proxy.journal.observer import JournalObserver
 from proxy.journal.writer import JournalWriter, run_snapshots
+from proxy.security.policy import Security
 from translation.assignors import BUILTIN_ASSIGNORS
 from translation.classic.coordinator import ClassicGroupCoordinator
 from translation.classic.messages import (
@@ -211,12 +212,16 @@ def issued_by_a_proxy(member_id: str) -> bool:
 class CoordinatorService:
     """The engine plus its timers, topic metadata and broker-side memberships."""
 
-    def __init__(self, config: ProxyConfig) -> None:
+    def __init__(self, config: ProxyConfig, security: Security | None = None) -> None:
+        """``security``: how the service's own connections are opened (TLS and SASL to the
+        brokers as the proxy's identity, the fleet's to other sidecars); by default as
+        ``config`` says."""
         self.config = config
+        self.security = security if security is not None else Security(config)
         self.engine = GroupCoordinator(group_config(config))
         self.pool = LinkPool(connect_timeout=config.connect_timeout,
                              request_timeout=config.connect_timeout + 20,
-                             max_frame_bytes=config.max_frame_bytes)
+                             max_frame_bytes=config.max_frame_bytes, security=self.security)
         self.memberships: dict[str, BrokerMembership] = {}
         self.topics = TopicWatcher(self.pool, config.upstream,
                                    config.group_metadata_refresh_ms / 1000, self._wanted_topics,
@@ -248,7 +253,8 @@ class CoordinatorService:
         if config.state_log:
             state_log = StateLog(config.upstream, state_log_settings(config),
                                  group_of=key_group_id, connect_timeout=config.connect_timeout,
-                                 max_frame_bytes=max(config.max_frame_bytes, 8 << 20))
+                                 max_frame_bytes=max(config.max_frame_bytes, 8 << 20),
+                                 security=self.security)
             self.durability = Durability(state_log, self.engine, wall_ms, self.now_ms,
                                          self._refresh_for_load)
             self.durability.lost = self._state_lost

@@ -5,8 +5,10 @@
 (a link carries one request at a time and a broker handles one connection's requests in
 order, so writers of different groups spread over several), the broker addresses and
 partition leaders from Metadata, and finds transaction coordinators (FindCoordinator,
-key type 1). Every lookup retries what Kafka calls retriable until a deadline; what is known
-is dropped when a broker says it moved (:meth:`forget_leader`).
+key type 1). Links are opened as the proxy's own identity (TLS and SASL as the cluster wants,
+:class:`~proxy.security.policy.Security`). Every lookup retries what Kafka calls retriable
+until a deadline; what is known is dropped when a broker says it moved
+(:meth:`forget_leader`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import trio
 from proxy.codec.api_keys import ApiKey
 from proxy.coordination.links import Address, BrokerLink
 from proxy.coordination.state_errors import Unavailable
+from proxy.security.policy import Security
 from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode
 
@@ -77,7 +80,7 @@ def error_name(code: int) -> str:
 class StateCluster:
     def __init__(self, bootstrap: Sequence[Address], *, connect_timeout: float,
                  request_timeout: float, max_frame_bytes: int,
-                 connections_per_broker: int) -> None:
+                 connections_per_broker: int, security: Security | None = None) -> None:
         if not bootstrap:
             raise ValueError("no bootstrap server")
         self.bootstrap = tuple(bootstrap)
@@ -85,6 +88,7 @@ class StateCluster:
         self.request_timeout = request_timeout
         self.max_frame_bytes = max_frame_bytes
         self.connections_per_broker = max(1, connections_per_broker)
+        self.security = security
         self._links: dict[tuple[Address, int], BrokerLink] = {}
         self.nodes: dict[int, Address] = {}
         self._leaders: dict[tuple[str, int], int] = {}
@@ -96,7 +100,8 @@ class StateCluster:
         if link is None:
             link = self._links[(address, slot)] = BrokerLink(
                 address, connect_timeout=self.connect_timeout,
-                request_timeout=self.request_timeout, max_frame_bytes=self.max_frame_bytes)
+                request_timeout=self.request_timeout, max_frame_bytes=self.max_frame_bytes,
+                security=self.security)
         return link
 
     async def aclose(self) -> None:

@@ -47,6 +47,7 @@ from proxy.coordination.state_topic import (
     ensure_topic,
 )
 from proxy.coordination.state_writer import KeyValue, Writer, WriterConfig, open_writer
+from proxy.security.policy import Security
 
 __all__ = ["Fenced", "KeyValue", "LoadFailed", "LoadedGroup", "StateLog", "StateLogError",
            "StateLogSettings", "StateTopicError", "Unavailable", "WriteFailed", "Writer"]
@@ -90,8 +91,10 @@ class StateLog:
 
     def __init__(self, bootstrap: Sequence[Address], settings: StateLogSettings, *,
                  group_of: GroupOf, connect_timeout: float = 10.0,
-                 request_timeout: float = 30.0, max_frame_bytes: int = 100 * 1024 * 1024
-                 ) -> None:
+                 request_timeout: float = 30.0, max_frame_bytes: int = 100 * 1024 * 1024,
+                 security: Security | None = None) -> None:
+        """``security``: how the proxy's own connections reach the cluster (TLS, SASL); None:
+        plaintext."""
         if settings.fetch_max_bytes + 64 * 1024 > max_frame_bytes:
             raise ValueError("fetch_max_bytes must leave 64 KiB below max_frame_bytes")
         self.settings = settings
@@ -103,7 +106,8 @@ class StateLog:
         self.cluster = StateCluster(bootstrap, connect_timeout=connect_timeout,
                                     request_timeout=request_timeout,
                                     max_frame_bytes=max_frame_bytes,
-                                    connections_per_broker=settings.connections_per_broker)
+                                    connections_per_broker=settings.connections_per_broker,
+                                    security=security)
         self._writer_config = WriterConfig(
             settings.topic, settings.transactional_id_prefix, settings.transaction_timeout_ms,
             settings.write_timeout, settings.open_timeout, settings.max_batch_bytes,

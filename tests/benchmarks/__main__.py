@@ -26,6 +26,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
                   "group state log: write latency and rate, load time, record batch code"),
     "passthrough": ("tests.benchmarks.passthrough",
                     "groupgate bench passthrough against a test-bed broker"),
+    "security": ("tests.benchmarks.security",
+                 "SCRAM, test certificates and TLS stream costs, in process"),
     "report-scale": ("tests.benchmarks.report_scale",
                      "groupgate report on 1, 3 and 10 million synthetic journal events"),
     "records": ("tests.benchmarks.records",

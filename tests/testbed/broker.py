@@ -39,6 +39,8 @@ from typing import Any
 
 from tests.testbed import artifacts
 from tests.testbed.distributions import KafkaLine, get_line
+from tests.testbed.security import LISTENER as SECURE_LISTENER
+from tests.testbed.security import BrokerSecurity
 
 __all__ = [
     "BENCH_JVM_FLAGS",
@@ -240,6 +242,10 @@ class KafkaNode:
         self.die_with_parent = die_with_parent
         self.proc: subprocess.Popen[bytes] | None = None
         self.startup_seconds: float | None = None
+        self.secure_port: int | None = None
+        """The SASL_SSL listener's port (clusters with ``security``)."""
+        self.format_args: list[str] = []
+        """Extra StorageTool ``format`` arguments (SCRAM users)."""
 
     def __repr__(self) -> str:
         return f"KafkaNode({self.line.version}, id={self.node_id}, {self.bootstrap})"
@@ -298,7 +304,8 @@ class KafkaNode:
         """Start ``StorageTool format`` for this node (the caller waits)."""
         cmd = self._java(
             self.line.storage_tool_main,
-            ["format", "-t", cluster_id, "-c", str(self.config_file), "--ignore-formatted"],
+            ["format", "-t", cluster_id, "-c", str(self.config_file), "--ignore-formatted",
+             *self.format_args],
             None,
         )
         cmd = [c for c in cmd if not c.startswith("-Xm")]
@@ -458,9 +465,12 @@ class KafkaCluster:
         properties: Mapping[str, str] | None = None,
         die_with_parent: bool = True,
         host: str = "127.0.0.1",
+        security: BrokerSecurity | None = None,
     ) -> None:
         """``host``: the address the brokers listen on and advertise, e.g. the bridge of a
-        :class:`~tests.testbed.pods.PodNetwork` so that pods reach them."""
+        :class:`~tests.testbed.pods.PodNetwork` so that pods reach them. ``security``: also a
+        SASL_SSL listener per node, with the authorizer (:mod:`tests.testbed.security`)."""
+        self.security = security
         self.line = get_line(version)
         self.host = host
         self._own_workdir = workdir is None
@@ -513,7 +523,9 @@ class KafkaCluster:
                 shutil.rmtree(self.workdir / "nodes", ignore_errors=True)
 
     def _build_nodes(self) -> None:
-        ports = free_ports(2 * self.size)
+        per_node = 3 if self.security is not None else 2
+        ports = free_ports(per_node * self.size)
+        secure_ports = ports[2 * self.size:]
         ids = list(range(1, self.size + 1))
         voters = ",".join(f"{i}@127.0.0.1:{ports[2 * (i - 1) + 1]}" for i in ids)
         base = _base_properties(
@@ -530,8 +542,15 @@ class KafkaCluster:
                 "advertised.listeners": f"PLAINTEXT://{self.host}:{port}",
                 "log.dirs": str(directory / "data"),
                 **base,
-                **self.extra_properties,
             }
+            if self.security is not None:
+                sport = secure_ports[i - 1]
+                props["listeners"] += f",{SECURE_LISTENER}://{self.host}:{sport}"
+                props["advertised.listeners"] += f",{SECURE_LISTENER}://{self.host}:{sport}"
+                props["listener.security.protocol.map"] += (
+                    f",{SECURE_LISTENER}:{SECURE_LISTENER}")
+                props.update(self.security.broker_properties())
+            props.update(self.extra_properties)
             node = KafkaNode(
                 self.line,
                 i,
@@ -543,6 +562,9 @@ class KafkaCluster:
                 self.die_with_parent,
                 self.host,
             )
+            if self.security is not None:
+                node.secure_port = secure_ports[i - 1]
+                node.format_args = self.security.format_args()
             node.write_config()
             self.nodes[i] = node
 
@@ -592,6 +614,22 @@ class KafkaCluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(n.bootstrap for n in self.nodes.values())
+
+    @property
+    def secure_bootstrap(self) -> str:
+        """The SASL_SSL listeners (clusters started with ``security``)."""
+        if self.security is None:
+            raise RuntimeError("this cluster has no secured listener")
+        return ",".join(f"{n.host}:{n.secure_port}" for n in self.nodes.values())
+
+    def grant(self, principal: str, *grants: tuple[str, str, str, Sequence[str]]) -> None:
+        """Allow ``principal`` the operations of ``grants`` (see
+        :func:`tests.testbed.security.acl_bindings`), through the administration listener."""
+        from tests.testbed.security import acl_bindings
+
+        admin = self.admin()
+        for future in admin.create_acls(acl_bindings(principal, grants)).values():
+            future.result(30)
 
     @property
     def alive(self) -> bool:

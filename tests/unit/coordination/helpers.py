@@ -27,6 +27,7 @@ from proxy.coordination.service import CoordinatorService
 from proxy.metrics import RequestCounters
 from proxy.rewrite import DictAddressMap
 from proxy.router import body_offset, parse_table
+from proxy.security.session import Session
 from translation.heartbeat import ConsumerGroupHeartbeatRequest
 from translation.topics import TopicMetadata, TopicsImage
 
@@ -96,6 +97,10 @@ class FakePool(LinkPool):
         self.addresses.append(address)
         return self.fake
 
+    def peer(self, address: tuple[str, int], request_timeout: float) -> Any:
+        self.addresses.append(address)
+        return self.fake
+
 
 def make_service(answer: Answer | None = None, **settings: Any) -> CoordinatorService:
     """A service whose broker links are ``answer``; the state log is off unless asked for
@@ -127,15 +132,18 @@ def request(key: int, version: int, value: dict[str, Any], correlation: int = 7,
 
 
 def router(service: CoordinatorService, node_id: int | None = 1, *,
-           fleet: bool = False, inbound: bool = False) -> CoordinatingRouter:
+           fleet: bool = False, inbound: bool = False,
+           session: Session | None = None) -> CoordinatingRouter:
     """A connection's router; ``fleet``: routing between sidecars on, as ``groupgate run``
     builds it (relays go through the service's pool); ``inbound``: a connection on the fleet
-    listener."""
+    listener, from another sidecar unless ``session`` says otherwise."""
     side = (FleetSide(service.routes, ConnectionLinks(service.pool), inbound, service.broker_of)
             if fleet or inbound else None)
+    if session is None:
+        session = Session("fleet", fleet_peer=True) if inbound else Session("test")
     return CoordinatingRouter(DictAddressMap({}), RequestCounters("test"), parse_table(),
                               handler_table(service), node_id, "/10.0.0.7",
-                              claims=service.claims, fleet=side)
+                              claims=service.claims, fleet=side, session=session)
 
 
 @dataclass

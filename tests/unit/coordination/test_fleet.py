@@ -21,6 +21,7 @@ from proxy.coordination.fleet import (
 )
 from proxy.coordination.membership import LEASE_FRACTION, BrokerMembership
 from proxy.coordination.peers import LOCAL, LOOKUP, REFUSE, RELAY, Directory, Routes
+from proxy.security.session import Session
 from tests.unit.coordination.test_fuzz_requests import stub_broker
 
 from .helpers import COORDINATOR, FakePool, coordinate, exchange, make_service, request, router
@@ -85,6 +86,23 @@ def test_relayed_requests_carry_the_application_s_client_id_host_listener_and_so
     assert unmark("app-1") is None and unmark(None) is None
     assert unmark("groupgate-fleet|x|/h||app") is None  # a node id that is not a number
     assert unmark("groupgate-fleet|1|/h") is None  # cut short
+    assert unmark("groupgate-fleet2|1|/h||app") is None  # protocol 2 without the principal
+
+
+def test_protocol_2_marks_carry_the_principal_and_protocol_1_marks_are_still_read() -> None:
+    from proxy.coordination.fleet import FLEET_PROTOCOL, Relayed
+
+    assert FLEET_PROTOCOL == 2
+    odd = "User:a|b%7C"  # separators and escapes in a name survive the round trip
+    marked = mark_forwarded("app", "/h", 1, ("java", "4.1"), odd)
+    assert marked.startswith("groupgate-fleet2|")
+    assert unmark(marked) == Relayed("app", "/h", 1, ("java", "4.1"), odd)
+    assert unmark(mark_forwarded("app", "/h", None, None, None)) == Relayed(
+        "app", "/h", None, None, None)
+    # a holder that speaks protocol 1 (its card says so) gets the mark it reads: no principal
+    old = mark_forwarded("app|x", "/h", 3, ("java", "4.1"), "User:alice", protocol=1)
+    assert old == "groupgate-fleet|3|/h|java/4.1|app|x"
+    assert unmark(old) == Relayed("app|x", "/h", 3, ("java", "4.1"), None)
 
 
 # -- routes ----------------------------------------------------------------------------------
@@ -180,6 +198,23 @@ async def test_a_follower_relays_a_held_group_s_request_marked_and_answers_with_
         mark_forwarded("client-1", "/10.0.0.7", 1)]
 
 
+async def test_a_relay_carries_the_principal_as_the_coordinating_sidecar_s_protocol_reads_it(
+) -> None:
+    answered = {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
+                "member_id": "m-1", "member_epoch": 3, "heartbeat_interval_ms": 5000,
+                "assignment": None}
+    service = make_service(lambda key, version, value: answered)
+    alice = Session("broker 1", mechanism="SCRAM-SHA-512", user="alice", authenticated=True)
+    for protocol, mark in ((2, "groupgate-fleet2|1|/10.0.0.7||User:alice|client-1"),
+                           (1, "groupgate-fleet|1|/10.0.0.7||client-1")):
+        service.directory._views["g"] = Holder("sidecar", Card(PEER, "0.3.0", protocol), "m1")
+        service.pool.fake.client_ids.clear()  # type: ignore[attr-defined]
+        result = await exchange(router(service, fleet=True, session=alice),
+                                request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, HEARTBEAT_V0))
+        assert result.response == answered
+        assert service.pool.fake.client_ids == [mark]  # type: ignore[attr-defined]
+
+
 async def test_a_relay_that_fails_answers_not_coordinator_and_looks_again() -> None:
     def unreachable(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
         from proxy.upstream import UpstreamError
@@ -234,6 +269,26 @@ async def test_only_the_fleet_listener_trusts_the_relay_mark() -> None:
     assert group is not None
     (engine_member,) = group.members.values()
     assert engine_member.client_host == "/10.0.0.7"
+
+
+async def test_on_the_fleet_listener_only_a_fleet_peer_s_mark_is_believed() -> None:
+    """A connection on the fleet listener that did not prove it is a sidecar (a SASL user not
+    in fleet-users, before the gate closes it) cannot pass itself off as a relay either."""
+    service = make_service(stub_broker)
+    coordinate(service, "g")
+    info = request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0,
+                   dict(HEARTBEAT_V0, member_id="", member_epoch=0, rebalance_timeout_ms=30000,
+                        subscribed_topic_names=["orders"], topic_partitions=[]),
+                   client_id=mark_forwarded("app-7", "/10.233.0.9", None, None, "User:admin"))
+    stranger = Session("fleet", mechanism="PLAIN", user="mallory", authenticated=True)
+    result = await exchange(router(service, None, inbound=True, session=stranger), info)
+    assert result.response is not None and result.response["error_code"] == 0
+    group = service.engine.group("g")
+    assert group is not None
+    (engine_member,) = group.members.values()
+    assert engine_member.client_host == "/10.0.0.7"
+    assert engine_member.client_id is not None and engine_member.client_id.startswith(
+        "groupgate-fleet2|")
 
 
 COMMIT_V9 = {"group_id": "g", "generation_id_or_member_epoch": 1, "member_id": "",

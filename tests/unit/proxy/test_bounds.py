@@ -251,7 +251,7 @@ async def test_connections_beyond_the_bound_are_closed_at_once(
         config = ProxyConfig(upstream=(("127.0.0.1",
                                         upstream_listeners[0].socket.getsockname()[1]),),
                              listen=("127.0.0.1", 0), shutdown_grace=1.0, max_connections=3)
-        server = ProxyServer(config, lambda _s, _n, _h: ExaminingRouter())
+        server = ProxyServer(config, lambda _s, _n, _h, _session: ExaminingRouter())
         await nursery.start(server.run)
         with caplog.at_level("WARNING"), trio.fail_after(10):
             kept = [await trio.open_tcp_stream("127.0.0.1", server.bootstrap_port)

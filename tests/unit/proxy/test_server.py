@@ -50,7 +50,7 @@ async def test_unexpected_error_closes_only_its_connection() -> None:
         nursery.start_soon(trio.serve_listeners, echo_upstream, upstream_listeners)
         config = ProxyConfig(upstream=(("127.0.0.1", upstream_port),),
                              listen=("127.0.0.1", 0), shutdown_grace=1.0)
-        server = ProxyServer(config, lambda _server, _node, _host: ExplodingRouter())
+        server = ProxyServer(config, lambda _server, _node, _host, _session: ExplodingRouter())
         await nursery.start(server.run)
 
         bystander = await trio.open_tcp_stream("127.0.0.1", server.bootstrap_port)
@@ -78,7 +78,7 @@ async def test_a_broker_port_that_cannot_be_bound_does_not_break_the_others() ->
     port = taken.getsockname()[1]
     config = ProxyConfig(upstream=(("127.0.0.1", 1),), listen=("127.0.0.1", 0),
                          broker_port_base=port - 1)
-    server = ProxyServer(config, lambda _server, _node, _host: ExplodingRouter())
+    server = ProxyServer(config, lambda _server, _node, _host, _session: ExplodingRouter())
     async with trio.open_nursery() as nursery:
         await nursery.start(server.run)
         # Node 1 maps onto the taken port: the client gets that (refusing) address, no error.
@@ -97,7 +97,7 @@ async def test_a_broker_port_that_cannot_be_bound_does_not_break_the_others() ->
 async def test_a_malformed_upstream_host_closes_the_client_only() -> None:
     config = ProxyConfig(upstream=(("kafka-7..internal", 9092),), listen=("127.0.0.1", 0),
                          connect_timeout=2.0)
-    server = ProxyServer(config, lambda _server, _node, _host: ExplodingRouter())
+    server = ProxyServer(config, lambda _server, _node, _host, _session: ExplodingRouter())
     async with trio.open_nursery() as nursery:
         await nursery.start(server.run)
         for _ in range(2):
