@@ -281,7 +281,8 @@ SETTINGS: tuple[Setting, ...] = (
             "COORDINATOR_NOT_AVAILABLE."),
     Setting("max-subscription-topics", _positive_int, "10000",
             "Topic names one member may subscribe to; a longer subscription gets "
-            "INVALID_REQUEST (new protocol) or INCONSISTENT_GROUP_PROTOCOL (classic)."),
+            "INVALID_REQUEST (a classic join that would start a group goes to the broker "
+            "untouched)."),
     Setting("max-regex-bytes", _positive_int, "4096",
             "Longest subscription regular expression (SubscribedTopicRegex) accepted; a longer "
             "one gets INVALID_REGULAR_EXPRESSION."),

@@ -28,7 +28,8 @@ SETTINGS: tuple[tuple[str, str, str], ...] = (
      "Replication factor of the journal topic when the proxy creates it; -1: the cluster's "
      "default.replication.factor."),
     ("journal-retention-ms", str(DEFAULT_RETENTION_MS),
-     "retention.ms of the journal topic when the proxy creates it (cleanup.policy=delete)."),
+     "retention.ms of the journal topic when the proxy creates it (cleanup.policy=delete; "
+     "-1: unlimited)."),
     ("journal-buffer-events", str(DEFAULT_BUFFER_EVENTS),
      "Events held in memory while the journal topic cannot be written; more are dropped and "
      "counted in groupgate_journal_events_dropped_total."),
