@@ -105,13 +105,14 @@ def test_bad_frame_closes_only_its_connection(proxy: ProxyProcess, case: str) ->
     assert proxy.alive
 
 
-def test_tls_is_relayed_opaquely(proxy: ProxyProcess) -> None:
-    """TLS is not terminated: the bytes reach the broker unchanged (a plaintext listener then
-    closes the connection, which the proxy passes on)."""
+def test_tls_on_a_plaintext_listener_is_refused_with_a_log_line(proxy: ProxyProcess) -> None:
+    """A client that starts TLS on a listener without TLS is closed with a clear log line;
+    nothing is relayed unexamined past the coordination, and other connections go on."""
     hostile = socket.create_connection((proxy.host, proxy.port))
     hostile.sendall(bytes.fromhex("160301020001") + b"\x00" * 64)
     assert closed_by_peer(hostile)
-    assert "TLS from the client: relaying bytes opaquely" in proxy.log()
+    assert "the client started TLS, but this listener has none" in proxy.log()
+    assert "relaying bytes opaquely" not in proxy.log()
     healthy_roundtrip(proxy)
 
 
