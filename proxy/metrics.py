@@ -45,6 +45,10 @@ TLS_REFUSED = Counter("groupgate_tls_refused",
 GROUPS_HELD = Gauge("groupgate_groups_held",
                     "Groups whose broker group this sidecar holds: it coordinates them",
                     registry=REGISTRY)
+STALE_COMMIT_RETRIES = Counter(
+    "groupgate_stale_commit_retries",
+    "Partitions of commits acknowledged without being written: the client retried a commit the "
+    "proxy had failed after a newer commit of the same member succeeded", registry=REGISTRY)
 LEASE_EVENTS = Counter("groupgate_group_lease_events",
                        "Changes of this sidecar's hold on broker groups: won, lost-election "
                        "(another sidecar holds the group), expired (no heartbeat answered in "

@@ -24,6 +24,7 @@ Requests for groups the proxy does not coordinate pass untouched.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,8 @@ from translation.topics import TopicId, TopicsImage
 
 if TYPE_CHECKING:
     from proxy.coordination.service import CoordinatorService
+
+log = logging.getLogger("groupgate.offsets")
 
 STABLE_WAIT_SECONDS = 15.0
 """How long a commit waits for the proxy's broker-side membership to be usable before it is
@@ -99,6 +102,24 @@ def commit_error(value: Value, error: int) -> Value:
         for t in value["topics"]]}
 
 
+def _offsets(topics: Iterable[dict[str, Any]], field: str = "committed_offset") -> str:
+    """``topic[partition]=offset,...`` of a request's or response's topics, for debug lines."""
+    return ",".join(f"{t.get('name') or t.get('topic_id')}[{p['partition_index']}]="
+                    f"{p.get(field)}{'!' + str(p['error_code']) if p.get('error_code') else ''}"
+                    for t in topics for p in t.get("partitions", ()))
+
+
+def _trace(what: str, request: GroupRequest, **facts: object) -> None:
+    """One debug line about an offset request: where it came from and what it carries."""
+    if log.isEnabledFor(logging.DEBUG):
+        value = request.value
+        log.debug("%s: api key %d v%d corr %d from %s node %s group %s member %s epoch %s %s",
+                  what, request.api_key, request.version, request.correlation_id,
+                  request.client_host, request.node_id, value.get("group_id"),
+                  value.get("member_id"), value.get("generation_id_or_member_epoch"),
+                  " ".join(f"{k}={v}" for k, v in facts.items()))
+
+
 def _partition_errors(response: Value) -> set[int]:
     return {p["error_code"] for t in response["topics"] for p in t["partitions"]}
 
@@ -115,6 +136,9 @@ class OffsetCommitHandler(ApiHandler):
     def decide(self, request: GroupRequest) -> Outcome:
         group_id = request.value["group_id"]
         membership = self.service.membership(group_id)
+        _trace("commit", request, offsets=_offsets(request.value["topics"]),
+               held=membership is not None,
+               stable=membership is not None and membership.stable)
         if membership is None:
             if (group_id in self.service.memberships
                     or self.service.may_load(group_id, request.value.get("member_id") or "")):
@@ -158,6 +182,7 @@ class OffsetCommitHandler(ApiHandler):
         group_id = request.value["group_id"]
         waited = await self.service.load_for_member(group_id,
                                                     request.value.get("member_id") or "")
+        _trace("commit after a takeover wait", request, error=waited)
         if waited is not None:
             return commit_error(request.value, int(waited))
         outcome = self.decide(request)
@@ -171,7 +196,9 @@ class OffsetCommitHandler(ApiHandler):
     async def _when_stable(self, request: GroupRequest, membership: BrokerMembership
                            ) -> Value | Upstream:
         """The membership is rejoining: wait for it, then check and stamp again."""
-        if not await membership.wait_stable(STABLE_WAIT_SECONDS):
+        stable = await membership.wait_stable(STABLE_WAIT_SECONDS)
+        _trace("commit after waiting for the membership", request, stable=stable)
+        if not stable:
             return commit_error(request.value, int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS))
         if _moved(request, membership):
             return commit_error(request.value, int(ErrorCode.NOT_COORDINATOR))
@@ -187,8 +214,11 @@ class OffsetCommitHandler(ApiHandler):
         member_id, generation, release = membership.stamp()
         stamped = dict(value, member_id=member_id, generation_id_or_member_epoch=generation,
                        group_instance_id=None)
+        _trace("commit stamped", request, generation=generation)
 
         def on_response(response: Value) -> Value:
+            _trace("commit answered", request, generation=generation,
+                   result=_offsets(response["topics"], "error_code"))
             release()
             _check_membership(response, membership, generation)
             return response
@@ -295,6 +325,9 @@ class OffsetFetchHandler(ApiHandler):
 
         def on_response(response: Value) -> Value:
             response["groups"] = merge_in_order(ids, response["groups"], failed, "group_id")
+            if log.isEnabledFor(logging.DEBUG):
+                _trace("offsets fetched", request, result=" ".join(
+                    f"{g['group_id']}:{_offsets(g['topics'])}" for g in response["groups"]))
             return response
 
         return Upstream(dict(value, groups=forwarded), on_response)

@@ -34,8 +34,10 @@ looks like a mark is just a client id.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from proxy import metrics
 from proxy.codec import messages
@@ -52,7 +54,7 @@ from proxy.connection import (
     RequestInfo,
     Rewrite,
 )
-from proxy.coordination import classic, consumer_group, listing, offsets
+from proxy.coordination import classic, commit_retries, consumer_group, listing, offsets
 from proxy.coordination.fleet import mark_forwarded, unmark
 from proxy.coordination.handler import (
     ApiHandler,
@@ -80,6 +82,8 @@ NOT_COORDINATOR = int(ErrorCode.NOT_COORDINATOR)
 UNKNOWN_MEMBER_ID = int(ErrorCode.UNKNOWN_MEMBER_ID)
 COORDINATOR_NOT_AVAILABLE = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
 _MOVED = frozenset({NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE})
+MAX_COMMITTERS_PER_CONNECTION = 64
+"""Group members one connection's commits are remembered for (a client commits as one)."""
 
 
 HANDLERS = (*consumer_group.HANDLERS, *classic.HANDLERS, *offsets.HANDLERS, *listing.HANDLERS)
@@ -105,8 +109,8 @@ def served_versions(handlers: dict[int, ApiHandler]) -> dict[int, tuple[int, int
 class CoordinatingRouter(ForwardingRouter):
     """Per-connection routing with the coordinator service behind it."""
 
-    __slots__ = ("_claims", "_client_host", "_fleet", "_handlers", "_node_id", "_session",
-                 "_software")
+    __slots__ = ("_claims", "_client_host", "_committers", "_fleet", "_handlers", "_node_id",
+                 "_session", "_software", "_stale_acknowledged")
 
     def __init__(self, address_map: AddressMap, counters: RequestCounters,
                  accepted: dict[int, tuple[int, int]], handlers: dict[int, ApiHandler],
@@ -127,9 +131,20 @@ class CoordinatingRouter(ForwardingRouter):
         """Where the client software named in ApiVersions (KIP-511) is noted (the journal)."""
         self._session = session if session is not None else Session("")
         """What is known of the connection's authentication (filled as it authenticates)."""
+        self._committers: set[tuple[str, str]] = set()
+        """Group members that committed on this connection: disrupted when it closes."""
+        self._stale_acknowledged: dict[int, list[Value]] = {}
+        """By correlation id: partitions of a commit acknowledged as stale retries
+        (:mod:`.commit_retries`), added to its answer."""
 
     async def aclose(self) -> None:
-        """The client's connection closed: close the links it opened."""
+        """The client's connection closed: its commits still on their way are retried by the
+        client (:mod:`.commit_retries`); close the links it opened."""
+        if self._committers:
+            retries = self._handlers[ApiKey.OFFSET_COMMIT].service.commit_retries
+            for group_id, member_id in self._committers:
+                retries.disrupted(group_id, member_id)
+            self._committers.clear()
         if self._fleet is not None:
             await self._fleet.links.aclose()
 
@@ -192,6 +207,11 @@ class CoordinatingRouter(ForwardingRouter):
         """Decide ``group_request``; ``route``: where its groups go, when a lookup found out."""
         try:
             fleet = self._fleet
+            if group_request.api_key == ApiKey.OFFSET_COMMIT and self._client_facing:
+                group_request = self._without_stale_retries(handler, group_request)
+                if not group_request.value["topics"]:
+                    return Local(self._encode(handler, group_request,
+                                              {"throttle_time_ms": 0, "topics": []}))
             if fleet is not None:
                 groups = handler.group_ids(group_request)
                 if fleet.inbound:
@@ -342,10 +362,67 @@ class CoordinatingRouter(ForwardingRouter):
 
         return Rewrite(payload, on_response, upstream.release)
 
-    @staticmethod
-    def _encode(handler: ApiHandler, request: GroupRequest, value: Value) -> bytes:
+    # -- commits a newer commit overtook -------------------------------------------------------
+
+    @property
+    def _client_facing(self) -> bool:
+        """The application's own connection (not a relay from another sidecar)."""
+        return self._fleet is None or not self._fleet.inbound
+
+    def _without_stale_retries(self, handler: ApiHandler, request: GroupRequest
+                               ) -> GroupRequest:
+        """``request`` without the partitions that retry a commit a newer one of the same
+        member overtook; they are acknowledged in its answer (:mod:`.commit_retries`)."""
+        value = request.value
+        retries = handler.service.commit_retries
+        group_id, member_id = value["group_id"], value.get("member_id") or ""
+        if not member_id:
+            return request
+        if len(self._committers) < MAX_COMMITTERS_PER_CONNECTION:
+            self._committers.add((group_id, member_id))
+        kept: list[Value] = []
+        acknowledged: list[Value] = []
+        for topic in value["topics"]:
+            key = commit_retries.topic_key(topic)
+            fresh = [p for p in topic["partitions"] if not retries.stale(
+                group_id, member_id, (key, p["partition_index"]), p["committed_offset"])]
+            stale = [p for p in topic["partitions"] if p not in fresh]
+            if fresh:
+                kept.append(dict(topic, partitions=fresh))
+            if stale:
+                acknowledged.append(dict(_topic_names(topic), partitions=[
+                    {"partition_index": p["partition_index"], "error_code": 0} for p in stale]))
+        if not acknowledged:
+            return request
+        count = sum(len(t["partitions"]) for t in acknowledged)
+        retries.acknowledged += count
+        metrics.STALE_COMMIT_RETRIES.inc(count)
+        log.debug("group %s member %s: %d partition(s) of a retried commit acknowledged without "
+                  "being written: a newer commit of the member stands", group_id, member_id,
+                  count)
+        self._stale_acknowledged[request.correlation_id] = acknowledged
+        return dataclasses.replace(request, value=dict(value, topics=kept))
+
+    def _observe_commit(self, handler: ApiHandler, request: GroupRequest, value: Value
+                        ) -> Value:
+        """Note what the client is told of its commit; add the partitions acknowledged as
+        stale retries."""
+        try:
+            handler.service.commit_retries.observe(
+                request.value["group_id"], request.value.get("member_id") or "", request.value,
+                value)
+        except (KeyError, TypeError):  # an answer without per-partition errors
+            log.debug("commit answer without partitions: %r", value)
+        acknowledged = self._stale_acknowledged.pop(request.correlation_id, None)
+        if acknowledged:
+            value = dict(value, topics=[*value.get("topics", ()), *acknowledged])
+        return value
+
+    def _encode(self, handler: ApiHandler, request: GroupRequest, value: Value) -> bytes:
         """The response payload for ``value``, or the API's failure if it cannot be encoded
         (e.g. a value too long for the client's version)."""
+        if request.api_key == ApiKey.OFFSET_COMMIT and self._client_facing:
+            value = self._observe_commit(handler, request, value)
         key, version = request.api_key, request.version
         header = response_header_for(key, version, request.correlation_id)
         try:
@@ -355,6 +432,11 @@ class CoordinatingRouter(ForwardingRouter):
             failure = handler.failure(request, UNKNOWN_SERVER_ERROR)
             return header + messages.encode_response(key, version, failure)
 
+
+
+def _topic_names(topic: Value) -> dict[str, Any]:
+    """The fields naming a request topic (its name, or its id from v10 on)."""
+    return {k: topic[k] for k in ("name", "topic_id") if k in topic}
 
 
 def _is_join(request: GroupRequest) -> bool:

@@ -52,6 +52,7 @@ from cachetools import TTLCache
 
 from proxy import __version__, metrics
 from proxy.config import ProxyConfig
+from proxy.coordination.commit_retries import CommitRetries
 from proxy.coordination.durability import Durability
 from proxy.coordination.fleet import Card
 from proxy.coordination.handoff import HandOff
@@ -260,6 +261,9 @@ class CoordinatorService:
             self.durability.lost = self._state_lost
         self.software = ClientSoftwareDirectory()
         """What clients said they are in ApiVersions (KIP-511), for the journal."""
+        self.commit_retries = CommitRetries(trio.current_time)
+        """What this sidecar's clients were told of their commits, to recognise a retry that a
+        newer commit overtook (:mod:`.commit_retries`)."""
         self.observer: JournalObserver | None = None
         self.journal: JournalWriter | None = None
         """The group-event journal (``journal-topic``; docs/pipeline.md)."""

@@ -9,6 +9,7 @@ restarts (SIGTERM and SIGKILL) and a broker restart.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ def test_short_soak_keeps_every_invariant(tmp_path: Path) -> None:
     settings = soak.Settings(duration_s=70.0, seed=7, min_event_gap_s=6.0,
                              max_event_gap_s=8.0, catch_up_s=150.0)
     result = soak.Soak(settings, tmp_path).run()
+    (tmp_path / "result.json").write_text(json.dumps(result, indent=1, default=str))
     print(soak.summary(result))
     applied = {e["event"] for e in result["events"] if not e.get("skipped")}
     assert {"kill", "proxy-restart", "proxy-kill", "broker-restart"} <= applied
