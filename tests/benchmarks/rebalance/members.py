@@ -2,11 +2,12 @@
 
 ``python -m tests.benchmarks.rebalance.members consumers ...`` hosts several consumer members, each
 a real ``confluent_kafka.Consumer`` polled by its own thread, so that 100 members fit in a few
-processes on a small machine. It reads commands from stdin (one JSON object a line: ``start``,
-``stop`` (graceful close), ``slow`` (block in the next rebalance callback), ``quit``) and writes
-what the members observe to stdout, one JSON object a line: the timeline events of
-:mod:`tests.benchmarks.rebalance.timeline` (``join``, ``assign``, ``revoke``, ``lost``, ``stall``,
-``resume``, ``leave``) plus ``closed`` and consumed-record batches (``c``).
+processes on a small machine. It reads commands from stdin (one JSON object a line: ``start``
+with an optional ``config`` of the member's own settings, ``stop`` (graceful close), ``slow``
+(block in the next rebalance callback), ``quit``) and writes what the members observe to
+stdout, one JSON object a line: the timeline events of
+:mod:`tests.benchmarks.rebalance.timeline` (``join``, ``assign``, ``revoke``, ``lost``,
+``stall``, ``resume``, ``leave``) plus ``closed`` and consumed-record batches (``c``).
 
 ``python -m tests.benchmarks.rebalance.members producer ...`` produces at a fixed rate to every
 partition and reports the high-water marks (``p``).
@@ -131,7 +132,10 @@ def run_consumers(args: argparse.Namespace) -> int:
         op = cmd.get("cmd")
         name = cmd.get("member", "")
         if op == "start":
-            member = Member(name, args.topic, config)
+            # settings of this member only (a rolling migration restarts a member with
+            # another group.protocol); a null value removes a setting
+            own = {**config, **cmd.get("config", {})}
+            member = Member(name, args.topic, {k: v for k, v in own.items() if v is not None})
             members[name] = member
             member.start()
         elif op == "stop":

@@ -207,8 +207,10 @@ class ConfluentPool(MemberPool):
             for name in names:
                 self.host_of[name] = host
 
-    def start(self, member: str) -> None:
-        self.host_of[member].send({"cmd": "start", "member": member})
+    def start(self, member: str, config: dict[str, Any] | None = None) -> None:
+        """Start ``member``; ``config``: settings of its own over the pool's (None removes
+        one)."""
+        self.host_of[member].send({"cmd": "start", "member": member, "config": config or {}})
 
     def stop(self, member: str) -> None:
         self.host_of[member].send({"cmd": "stop", "member": member})
