@@ -37,6 +37,12 @@ BROKER_FIXTURES = frozenset({"kafka39", "kafka4", "broker", "kafka39_cluster", "
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
+        "--run-slow",
+        action="store_true",
+        default=False,
+        help="also run the long scenarios marked slow (also: GROUPGATE_RUN_SLOW=1)",
+    )
+    parser.addoption(
         "--no-brokers",
         action="store_true",
         default=False,
@@ -47,6 +53,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def _no_brokers(config: pytest.Config) -> bool:
     env = os.environ.get("GROUPGATE_NO_BROKERS", "").lower() not in ("", "0", "false", "no")
     return bool(config.getoption("--no-brokers")) or env
+
+
+def _run_slow(config: pytest.Config) -> bool:
+    env = os.environ.get("GROUPGATE_RUN_SLOW", "").lower() not in ("", "0", "false", "no")
+    return bool(config.getoption("--run-slow")) or env
 
 
 def _broker_key(item: pytest.Item) -> str:
@@ -70,16 +81,35 @@ def _broker_key(item: pytest.Item) -> str:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     skip = pytest.mark.skip(reason="real brokers disabled (--no-brokers / GROUPGATE_NO_BROKERS)")
+    slow = pytest.mark.skip(reason="a long scenario: ./dev/test --run-slow (GROUPGATE_RUN_SLOW=1)")
     for item in items:
         if BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.broker)
         if _no_brokers(config) and item.get_closest_marker("broker") is not None:
             item.add_marker(skip)
+        if item.get_closest_marker("slow") is not None and not _run_slow(config):
+            item.add_marker(slow)
     # Group tests by broker set (stable: the order within a group is kept), so that the pool
-    # starts each set once instead of switching back and forth.
+    # starts each set once instead of switching back and forth. A module's tests that need no
+    # broker run with its first broker set's tests, so that its module-scoped fixtures (a Spark
+    # session) start once.
     order = {"": 0, "3.9": 1, "4.4": 2, "3.9x3": 3, "3.9-sasl-ssl": 4, "4.4-sasl-ssl": 5,
              "factory": 6}
-    items.sort(key=lambda it: order.get(_broker_key(it), 6))
+    module_rank: dict[str, int] = {}
+    for item in items:
+        key = _broker_key(item)
+        if key:
+            module = item.nodeid.split("::", 1)[0]
+            rank = order.get(key, 6)
+            module_rank[module] = min(module_rank.get(module, rank), rank)
+
+    def rank_of(item: pytest.Item) -> int:
+        key = _broker_key(item)
+        if key:
+            return order.get(key, 6)
+        return module_rank.get(item.nodeid.split("::", 1)[0], 0)
+
+    items.sort(key=rank_of)
 
 
 # ---------------------------------------------------------------------------------------------

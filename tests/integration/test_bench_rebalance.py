@@ -15,6 +15,7 @@ import pytest
 
 
 @pytest.mark.broker
+@pytest.mark.slow  # the harness of a benchmark; its groupgate target runs in the default suite
 def test_scale_out_on_the_classic_reference(tmp_path: Path) -> None:
     out = tmp_path / "runs.json"
     plots = tmp_path / "plots"

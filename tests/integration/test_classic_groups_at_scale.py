@@ -82,7 +82,8 @@ def test_twenty_confluent_classic_members(groupgate: targets.Target, tmp_path: P
 
 
 @pytest.mark.broker
-@pytest.mark.parametrize("protocol", ["range", "cooperative-sticky"])
+@pytest.mark.parametrize("protocol", ["range", pytest.param("cooperative-sticky",
+                                                           marks=pytest.mark.slow)])
 def test_ten_java_classic_members(groupgate: targets.Target, tmp_path: Path,
                                   protocol: str) -> None:
     run = play(groupgate, tmp_path, members=10, protocol=protocol, client="java")

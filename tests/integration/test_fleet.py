@@ -41,6 +41,7 @@ def run_soak(tmp_path: Path, **settings: Any) -> dict[str, Any]:
     return result
 
 
+@pytest.mark.slow  # the three-pod test below covers it in the default run
 def test_two_sidecars_one_group_every_partition_owned_once(tmp_path: Path) -> None:
     """The deployment that failed before the fleet: two sidecars, each with a new-protocol and a
     classic member of one group (every partition was owned twice, 1.5-1.9x the records read)."""
@@ -101,6 +102,7 @@ def test_a_rollout_restarts_every_sidecar_one_at_a_time(tmp_path: Path) -> None:
     assert roll["proxies"] == ["pod1", "pod2", "pod3"]
 
 
+@pytest.mark.slow  # a multi-node failover: dev/bench soak --brokers 3 is the long version
 def test_three_brokers_the_group_s_broker_and_then_its_sidecar_fail(tmp_path: Path) -> None:
     """Kafka 3.9 on three nodes: the broker coordinating the group is SIGKILLed (its
     ``__consumer_offsets`` partition moves; the sidecar's member rejoins at the new broker

@@ -148,6 +148,7 @@ def consume_and_commit(bootstrap: str, group: str, topic: str, records: int, pro
     return consumer
 
 
+@pytest.mark.slow  # waits for the broker's one-minute offset retention
 def test_offsets_of_a_live_coordinated_group_do_not_expire(
         kafka_factory: Any, topic: Callable[..., str], start_proxy: StartProxy) -> None:
     """KIP-211: the broker expires the offsets of topics a live consumer group does not

@@ -234,8 +234,9 @@ def instances(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[I
 
 
 @pytest.mark.broker
-@pytest.mark.parametrize("classic_assignor", ["range", "cooperative-sticky"],
-                         ids=["eager", "cooperative"])
+@pytest.mark.parametrize("classic_assignor", [
+    pytest.param("range", marks=pytest.mark.slow), "cooperative-sticky"],
+    ids=["eager", "cooperative"])
 def test_rolling_migration_to_consumer_protocol_and_back_loses_nothing(
         kafka39: KafkaBroker, proxy: ProxyProcess, topic: Callable[..., str],
         instances: list[Instance], tmp_path: Path, classic_assignor: str) -> None:
