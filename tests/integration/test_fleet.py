@@ -94,10 +94,10 @@ def test_the_coordinating_sidecar_sigkilled_at_steady_state_and_while_a_member_j
 
 def test_a_rollout_restarts_every_sidecar_one_at_a_time(tmp_path: Path) -> None:
     result = run_soak(
-        tmp_path, duration_s=75.0, seed=24, pods=3, groups=("eager",), roll_gap_s=8.0,
+        tmp_path, duration_s=60.0, seed=24, pods=3, groups=("eager",), roll_gap_s=8.0,
         initial=("eager:confluent/consumer/async@1", "eager:confluent/classic/async@2",
                  "eager:kafka-python/classic/auto@3", "eager:confluent/consumer/sync@3"),
-        script=("15:sidecar-roll:eager",))
+        script=("12:sidecar-roll:eager",))
     (roll,) = [e for e in result["events"] if e["event"] == "sidecar-roll"]
     assert roll["proxies"] == ["pod1", "pod2", "pod3"]
 

@@ -80,9 +80,11 @@ class Target:
         return "4.4"
 
 
-@pytest.fixture(params=["3.9", "4.4"], ids=["groupgate", "native"])
+@pytest.fixture(params=["3.9", pytest.param("4.4", marks=pytest.mark.slow)],
+                ids=["groupgate", "native"])
 def broker(request: pytest.FixtureRequest, broker_pool: BrokerPool) -> Iterator[KafkaBroker]:
-    """3.9 (behind the proxy) or a 4.4 broker with KIP-848 timeouts matching the proxy's.
+    """3.9 (behind the proxy) or a 4.4 broker with KIP-848 timeouts matching the proxy's (the
+    reference: the same tests on Kafka's own coordinator, with ``--run-slow``).
 
     Named ``broker`` so that the session's test ordering groups the tests by broker set."""
     key = "3.9" if request.param == "3.9" else NATIVE_KEY
