@@ -191,16 +191,9 @@ def member_lives(events: DataFrame, span: Span) -> DataFrame:
         F.regexp_replace(typ, "^group_", "group ").alias("end_reason"))
     # Snapshots: every appearance says "still there" (member ids only); who a member is comes
     # from its group's first snapshot (members that joined before the data starts), else from
-    # its own events. A member's lives need only the first and the last snapshot listing it,
-    # so snapshots with the same member list are taken together first: a list is exploded
-    # once, at the first and the last time it was seen, not at every snapshot (most snapshots
-    # repeat the one before).
+    # its own events.
     snapshots = events.where(typ == "group_snapshot")
-    lists = snapshots.groupBy("group", F.array_sort("members.member").alias("ids")).agg(
-        F.min("ts").alias("first"), F.max("ts").alias("last"))
-    listed = lists.select("group", "ids", F.explode(F.array_distinct(
-        F.array("first", "last"))).alias("ts")).select(
-        "group", F.explode("ids").alias("member"), "ts").select(
+    listed = snapshots.select("group", "ts", F.explode("members.member").alias("member")).select(
         "group", "member", "ts", *[F.lit(None).cast("string").alias(c) for c in identity],
         F.col("ts").alias("start"), F.lit(None).cast("long").alias("end"),
         F.lit(None).cast("string").alias("end_reason"))
