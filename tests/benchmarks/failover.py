@@ -95,6 +95,16 @@ def settings_for(arm: str, seed: int, duration_s: float) -> soak.Settings:
 def commits_resumed(run: soak.Soak, t: float, end: float) -> float | None:
     """Seconds from ``t`` until every member that lived through ``[t, end]`` had a commit sent
     after ``t`` acknowledged; None if one had none by ``end``."""
+    by_member = commits_resumed_by_member(run, t, end)
+    if by_member is None or None in by_member.values():
+        return None
+    return max(v for v in by_member.values() if v is not None)
+
+
+def commits_resumed_by_member(run: soak.Soak, t: float,
+                              end: float) -> dict[str, float | None] | None:
+    """Per member that lived through ``[t, end]``: seconds from ``t`` to its first acknowledged
+    commit sent after ``t`` (None if none by ``end``); None if no member lived through it."""
     g = run.groups[GROUP]
     gone = {e.member for e in g.events if e.kind in ("crash", "leave") and e.t <= end}
     started = {e.member for e in g.events if e.kind == "join" and e.t >= t - 1.5}
@@ -103,9 +113,9 @@ def commits_resumed(run: soak.Soak, t: float, end: float) -> float | None:
     for c in g.commits:
         if c.sent is not None and t < c.sent and c.t <= end and c.member in members:
             first[c.member] = min(first.get(c.member, c.t), c.t)
-    if not members or set(first) != members:
+    if not members:
         return None
-    return max(first.values()) - t
+    return {m: (round(first[m] - t, 2) if m in first else None) for m in sorted(members)}
 
 
 def failure_figures(run: soak.Soak, result: dict[str, Any], arm: str) -> dict[str, Any]:
@@ -124,6 +134,7 @@ def failure_figures(run: soak.Soak, result: dict[str, Any], arm: str) -> dict[st
         figures: dict[str, Any] = {
             "t": f["t"], "window_s": f["window_s"], "served_again_s": both,
             "converged_s": converged, "commits_resumed_s": resumed,
+            "commits_resumed_by_member": commits_resumed_by_member(run, f["t"], end),
             "downtime_partition_s": f["downtime_partition_s"],
             "members_disturbed": f["members_disturbed"], "joiner_waited_s": None,
             "where": note.get("proxy") or note.get("broker")}
