@@ -15,6 +15,8 @@ Commit styles: ``async`` (a commit of each record's offset right after it, many 
 ``sync`` (one synchronous commit per batch) and ``auto`` (the client's auto-commit). stdin
 takes ``stall SECONDS`` (block the poll loop once, after reading and before committing: a
 member overrunning ``max.poll.interval.ms``) and ``stop`` (close gracefully, as SIGTERM does).
+``GROUPGATE_SOAK_CLIENT_DEBUG`` (e.g. ``cgrp``) sets confluent-kafka's ``debug`` contexts; the
+lines go to the member's stderr file in the run's work directory.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import signal
 import sys
 import threading
@@ -120,6 +123,8 @@ def run_confluent(args: argparse.Namespace, control: Control) -> None:
                        "partition.assignment.strategy": args.assignor})
     else:
         config["group.remote.assignor"] = args.assignor
+    if os.environ.get("GROUPGATE_SOAK_CLIENT_DEBUG"):  # librdkafka's debug contexts, to stderr
+        config["debug"] = os.environ["GROUPGATE_SOAK_CLIENT_DEBUG"]
     consumer = Consumer(config)
 
     def callback(kind: str) -> Any:
