@@ -92,11 +92,10 @@ def settings_for(arm: str, seed: int, duration_s: float) -> soak.Settings:
         broker_properties=(f"broker.session.timeout.ms={DETECTION_MS}",))
 
 
-def commits_resumed(run: soak.Soak, t: float, end: float) -> float | None:
-    """Seconds from ``t`` until every member that lived through ``[t, end]`` had a commit sent
-    after ``t`` acknowledged; None if one had none by ``end``."""
-    by_member = commits_resumed_by_member(run, t, end)
-    if by_member is None or None in by_member.values():
+def slowest(by_member: dict[str, float | None] | None) -> float | None:
+    """Seconds until every member that lived through a failure had a commit sent after it
+    acknowledged (:func:`commits_resumed_by_member`); None if one had none."""
+    if not by_member or None in by_member.values():
         return None
     return max(v for v in by_member.values() if v is not None)
 
@@ -128,13 +127,14 @@ def failure_figures(run: soak.Soak, result: dict[str, Any], arm: str) -> dict[st
             out[name] = None
             continue
         end = f["t"] + f["window_s"]
-        resumed = commits_resumed(run, f["t"], end)
+        by_member = commits_resumed_by_member(run, f["t"], end)
+        resumed = slowest(by_member)
         converged = f["served_again_s"]
         both = None if resumed is None or converged is None else max(resumed, converged)
         figures: dict[str, Any] = {
             "t": f["t"], "window_s": f["window_s"], "served_again_s": both,
             "converged_s": converged, "commits_resumed_s": resumed,
-            "commits_resumed_by_member": commits_resumed_by_member(run, f["t"], end),
+            "commits_resumed_by_member": by_member,
             "downtime_partition_s": f["downtime_partition_s"],
             "members_disturbed": f["members_disturbed"], "joiner_waited_s": None,
             "where": note.get("proxy") or note.get("broker")}
