@@ -207,13 +207,18 @@ class CoordinatingRouter(ForwardingRouter):
         """Decide ``group_request``; ``route``: where its groups go, when a lookup found out."""
         try:
             fleet = self._fleet
+            groups = handler.group_ids(group_request) if fleet is not None else ()
+            if fleet is not None and not fleet.inbound:
+                route = route or fleet.routes.route(groups)
+                if route.kind == LOOKUP:
+                    # ask the broker first; the decoded request is not kept meanwhile
+                    return Prepare(self._after_lookup(handler, request, groups))
             if group_request.api_key == ApiKey.OFFSET_COMMIT and self._client_facing:
                 group_request = self._without_stale_retries(handler, group_request)
                 if not group_request.value["topics"]:
                     return Local(self._encode(handler, group_request,
                                               {"throttle_time_ms": 0, "topics": []}))
             if fleet is not None:
-                groups = handler.group_ids(group_request)
                 if fleet.inbound:
                     # relayed by another sidecar: decided here or refused, never passed on
                     # again
@@ -221,10 +226,7 @@ class CoordinatingRouter(ForwardingRouter):
                         return Local(self._encode(handler, group_request, handler.failure(
                             group_request, NOT_COORDINATOR)))
                 else:
-                    route = route or fleet.routes.route(groups)
-                    if route.kind == LOOKUP:
-                        # ask the broker first; the decoded request is not kept meanwhile
-                        return Prepare(self._after_lookup(handler, request, groups))
+                    assert route is not None
                     if route.kind == RELAY:
                         return Local(self._relay(handler, group_request, groups, route),
                                      holds_later=True)

@@ -122,3 +122,40 @@ async def test_through_the_router_the_overtaken_retry_is_acknowledged_not_writte
     assert [p["partition_index"] for t in mixed.sent["topics"] for p in t["partitions"]] == [1]
     assert sorted((p["partition_index"], p["error_code"]) for t in mixed.response["topics"]
                   for p in t["partitions"]) == [(0, 0), (1, 0)]
+
+
+async def test_a_stale_retry_waiting_for_a_lookup_is_acknowledged_once() -> None:
+    """A follower that must first ask the broker where the group is coordinated decides the
+    request again afterwards; the stale partition is taken out (and counted) only then, and the
+    fresh one is relayed."""
+    from proxy.codec.api_keys import ApiKey
+    from proxy.coordination.fleet import Card, subscription_metadata
+
+    from .test_fleet import PEER, described, member
+    from .test_fuzz_requests import stub_broker
+
+    card = subscription_metadata([TOPIC], Card(PEER, "0.2.0"))
+    relayed: list[dict[str, Any]] = []
+
+    def broker(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
+        if key == ApiKey.DESCRIBE_GROUPS:
+            return {"throttle_time_ms": 0, "groups": [described(member("holder", card))]}
+        if key == ApiKey.OFFSET_COMMIT:
+            relayed.append(value)
+            return answer(value, 0)
+        return stub_broker(key, version, value)
+
+    service = make_service(broker)
+    retries = service.commit_retries
+    retries.disrupted("g", "m1")
+    retries.observe("g", "m1", commit("m1", 5, 621), answer(commit("m1", 5, 621), 0))
+    both = commit("m1", 5, 431)
+    both["topics"][0]["partitions"].append(dict(both["topics"][0]["partitions"][0],
+                                                partition_index=1))
+    result = await exchange(router(service, fleet=True), request(8, 9, both))
+    assert result.action == "local" and result.response is not None
+    assert sorted((p["partition_index"], p["error_code"]) for t in result.response["topics"]
+                  for p in t["partitions"]) == [(0, 0), (1, 0)]
+    assert [p["partition_index"] for v in relayed for t in v["topics"]
+            for p in t["partitions"]] == [1]
+    assert retries.acknowledged == 1
