@@ -318,3 +318,28 @@ async def test_a_client_gone_before_its_local_answer_is_an_ordinary_close() -> N
         assert conn.closing_reason is not None and "client connection failed" in conn.closing_reason
         await peer.aclose()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_client_gone_with_requests_at_the_broker_resets_the_broker_connection() -> None:
+    """What the broker has not read yet of a connection whose client left must not be carried
+    out later (a commit written after the client's newer ones): the proxy resets it. With
+    nothing outstanding it ends the connection as usual."""
+    async def script(client: trio.SocketStream, peer: trio.SocketStream) -> None:
+        await client.send_all(request(8, 9, 1, b"a"))
+        await read_frames(peer, 1)  # unanswered when the client leaves
+        await client.aclose()
+        with pytest.raises(trio.BrokenResourceError):
+            while await peer.receive_some(10):
+                pass
+
+    await run_with_peer(EchoRouter(), script)
+
+    async def answered(client: trio.SocketStream, peer: trio.SocketStream) -> None:
+        await client.send_all(request(8, 9, 1, b"a"))
+        await read_frames(peer, 1)
+        await peer.send_all(encode_frame(struct.pack(">i", 1) + b"x"))
+        await read_frames(client, 1)
+        await client.aclose()
+        assert await peer.receive_some(10) == b""
+
+    await run_with_peer(EchoRouter(), answered)
