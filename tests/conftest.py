@@ -50,14 +50,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def _switch(config: pytest.Config, option: str, variable: str) -> bool:
+    """A command-line switch, or its environment variable set to anything but 0/false/no."""
+    env = os.environ.get(variable, "").lower() not in ("", "0", "false", "no")
+    return bool(config.getoption(option)) or env
+
+
 def _no_brokers(config: pytest.Config) -> bool:
-    env = os.environ.get("GROUPGATE_NO_BROKERS", "").lower() not in ("", "0", "false", "no")
-    return bool(config.getoption("--no-brokers")) or env
+    return _switch(config, "--no-brokers", "GROUPGATE_NO_BROKERS")
 
 
 def _run_slow(config: pytest.Config) -> bool:
-    env = os.environ.get("GROUPGATE_RUN_SLOW", "").lower() not in ("", "0", "false", "no")
-    return bool(config.getoption("--run-slow")) or env
+    return _switch(config, "--run-slow", "GROUPGATE_RUN_SLOW")
 
 
 def _broker_key(item: pytest.Item) -> str:
