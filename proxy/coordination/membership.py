@@ -186,6 +186,12 @@ class BrokerMembership:
         self.settled = trio.Event()
         """Set once the first attempt succeeded or failed (see :attr:`failure`)."""
         self.failure: str | None = None
+        self.failure_kind = ""
+        """Why the first attempt failed: ``lost-election`` (another member leads the broker's
+        group: a sidecar, an old groupgate or a client connected straight to the broker,
+        which the directory tells apart), ``refused`` (the broker refused the membership,
+        e.g. its group has members of another protocol) or ``unavailable`` (the broker could
+        not be reached or had no coordinator: worth trying again)."""
         self.left = False
         self._rejoin = trio.Event()
         self._link: BrokerLink | None = None
@@ -331,6 +337,7 @@ class BrokerMembership:
                     await self._leave_quietly()
                     if first:
                         self.failure = str(exc)
+                        self.failure_kind = "lost-election"
                         self.settled.set()
                         self._set_stable(False)
                     else:
@@ -341,6 +348,8 @@ class BrokerMembership:
                     self._set_stable(False)
                     if first:
                         self.failure = str(exc)
+                        self.failure_kind = ("refused" if isinstance(exc, MembershipRefused)
+                                             else "unavailable")
                         self.settled.set()
                         return
                     log.warning("group %s: broker-side membership lost, rejoining: %s",

@@ -45,6 +45,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import trio
@@ -117,9 +118,9 @@ with the retriable COORDINATOR_LOAD_IN_PROGRESS (the membership keeps trying).""
 
 
 BROKER_ACTIVE_SECONDS = 10.0
-"""How long a group whose takeover failed (the broker's group has direct members) counts as
-active at the broker: its classic JoinGroups are forwarded meanwhile, then the next new one
-tries the takeover again."""
+"""How long a group whose takeover the broker refused (its group has members of another
+protocol, an authorization error; never a lost election) counts as active at the broker: its
+classic JoinGroups are forwarded meanwhile, then the next new one tries the takeover again."""
 REMEMBERED_MAX = 10_000
 """Most member ids / broker-active groups remembered at once (least recently used go first)."""
 SYNC_HOLD_SLACK = 5.0
@@ -131,6 +132,19 @@ next JoinGroup to the engine while the group has no members yet."""
 
 
 R = TypeVar("R", JoinGroupResponse, SyncGroupResponse)
+
+
+@dataclass(frozen=True, slots=True)
+class NotTaken:
+    """Why this sidecar did not take a group over."""
+
+    reason: str
+    kind: str = "refused"
+    """``lost-election``, ``refused`` or ``unavailable`` (:attr:`BrokerMembership.failure_kind`):
+    only a refusal leaves the group to the broker's own members for a while."""
+
+    def __str__(self) -> str:
+        return self.reason
 
 
 class Held(Generic[R]):
@@ -446,7 +460,7 @@ class CoordinatorService:
             except GroupError as exc:
                 return ConsumerGroupHeartbeatResponse(error_code=int(exc.code),
                                                       error_message=exc.message)
-            failure: str | None = None
+            failure: NotTaken | None = None
             with trio.move_on_after(TAKEOVER_WAIT_SECONDS) as waiting:
                 failure = await self._take_over(group_id, request.subscribed_topic_names or ())
             if waiting.cancelled_caught:
@@ -502,16 +516,16 @@ class CoordinatorService:
                      "group", group_id)
             self._nursery.start_soon(membership.leave)
 
-    async def _take_over(self, group_id: str, topics: Iterable[str]) -> str | None:
+    async def _take_over(self, group_id: str, topics: Iterable[str]) -> NotTaken | None:
         """Hold the broker's group ``group_id`` (subscribed to the group's topics, at first
         ``topics``, those of the member that starts the group); returns why not, or None."""
         membership = self.memberships.get(group_id)
         if membership is None:
             if self.hand_off.active or self.stepping_down:
-                return "the proxy is stopping"
+                return NotTaken("the proxy is stopping", "unavailable")
             if len(self.memberships) >= self.config.max_groups:
-                return (f"the proxy coordinates its maximum of {self.config.max_groups} groups "
-                        "(max-groups)")
+                return NotTaken(f"the proxy coordinates its maximum of "
+                                f"{self.config.max_groups} groups (max-groups)")
             assert self._nursery is not None
             first = tuple(topics)
             membership = BrokerMembership(
@@ -527,7 +541,7 @@ class CoordinatorService:
             if self.memberships.get(group_id) is membership:
                 del self.memberships[group_id]
             self.directory.forget(group_id)
-            return membership.failure
+            return NotTaken(membership.failure, membership.failure_kind or "unavailable")
         return None
 
     async def _established(self, membership: BrokerMembership) -> None:
@@ -720,9 +734,14 @@ class CoordinatorService:
     # -- classic members (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) ------------------------
 
     def broker_group_active(self, group_id: str) -> bool:
-        """Whether the broker's own group ``group_id`` had members other than the proxy when
-        the proxy last tried to take it over (remembered for :data:`BROKER_ACTIVE_SECONDS`)."""
-        return group_id in self._broker_active
+        """Whether the broker's own group ``group_id`` has members that are not sidecars:
+        the broker refused the proxy's membership when it last tried to take the group over
+        (remembered for :data:`BROKER_ACTIVE_SECONDS`), or the directory saw members of
+        another protocol holding it (clients connected straight to the broker)."""
+        if group_id in self._broker_active:
+            return True
+        view = self.directory.view(group_id)
+        return view is not None and view.kind == "broker"
 
     def serves_classic(self, group_id: str, member_id: str = "") -> bool:
         """Whether SyncGroup, Heartbeat and LeaveGroup of ``group_id`` are the engine's: the
@@ -825,7 +844,7 @@ class CoordinatorService:
                 error_code=int(ErrorCode.UNKNOWN_MEMBER_ID), member_id=request.member_id,
                 error_message=f"Group {group_id} is not coordinated here (any more); rejoin.")
         if not self.coordinates(group_id):
-            failure: str | None = None
+            failure: NotTaken | None = None
             subscription = request.protocols[0].subscription if request.protocols else None
             with trio.move_on_after(TAKEOVER_WAIT_SECONDS) as waiting:
                 failure = await self._take_over(
@@ -835,6 +854,18 @@ class CoordinatorService:
                     error_code=int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
                     member_id=request.member_id,
                     error_message=f"groupgate is still joining the broker's group {group_id}")
+            if failure is not None and failure.kind != "refused":
+                # Someone else leads the broker's group, or the broker could not be asked.
+                # Retriable: the client's next request is looked up, and relayed to the
+                # sidecar that holds the group, or passed to the broker if its own members
+                # hold it (the directory tells them apart), or tried here again. Never sent
+                # to the broker from here: next to a sidecar holding the group the client
+                # would be a second coordinator's member.
+                log.info("group %s: not coordinated here now: %s", group_id, failure)
+                return JoinGroupResponse(
+                    error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                    member_id=request.member_id,
+                    error_message=f"groupgate cannot coordinate group {group_id} now: {failure}")
             if failure is not None:
                 # Retriable: the client finds the coordinator again and its next JoinGroup is
                 # forwarded to the broker, whose group it then joins.

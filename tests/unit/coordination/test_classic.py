@@ -14,6 +14,7 @@ from proxy.codec import messages
 from proxy.codec.header import encode_request_header
 from proxy.connection import EXAMINE, FORWARD, Local, RequestInfo
 from proxy.coordination import offsets
+from proxy.coordination.fleet import Holder
 from translation.classic.messages import ClassicProtocol, ClassicSubscription, JoinGroupRequest
 
 from .helpers import TOPIC, FakeMembership, coordinate, exchange, make_service, router
@@ -141,6 +142,7 @@ async def test_failed_takeover_sends_the_next_joins_to_the_broker(
     service = make_service(classic_translation=True)
     refused = FakeMembership("g", service.pool)
     refused.failure = "the broker's group g has members connected straight to the broker"
+    refused.failure_kind = "refused"
     service.memberships["g"] = refused
     assert await _action(service, _join_wire()) == "answered"
     answer = await service.join_group(_join())
@@ -152,6 +154,36 @@ async def test_failed_takeover_sends_the_next_joins_to_the_broker(
     assert not service.broker_group_active("g")
     # tried again once the memory is gone
     assert await _action(service, _join_wire()) == "answered"
+
+
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited")
+@pytest.mark.parametrize("kind", ["lost-election", "unavailable"])
+async def test_a_takeover_lost_to_another_member_never_sends_joins_to_the_broker(
+        kind: str, autojump_clock: trio.testing.MockClock) -> None:
+    """Two sidecars joined the free broker group at once and the other leads it (or the
+    broker could not be asked): the client retries, and its next JoinGroup is looked up and
+    relayed, or tried here again; passed to the broker, it would join the broker's group as a
+    member of a second coordinator, next to the sidecar that holds it."""
+    service = make_service(classic_translation=True)
+    lost = FakeMembership("g", service.pool)
+    lost.failure = "another sidecar holds the broker's group g"
+    lost.failure_kind = kind
+    service.memberships["g"] = lost
+    answer = await service.join_group(_join())
+    assert answer.error_code == COORDINATOR_NOT_AVAILABLE
+    assert not service.broker_group_active("g") and "g" not in service.memberships
+    assert await _action(service, _join_wire()) == "answered"
+
+
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited")
+async def test_a_group_the_broker_s_own_members_hold_sends_joins_to_the_broker() -> None:
+    """The directory saw clients connected straight to the broker holding the group (members
+    of another protocol): joins go to the broker, without the proxy joining (and so
+    disturbing) their group first."""
+    service = make_service(classic_translation=True)
+    service.directory._views["g"] = Holder("broker")
+    assert service.broker_group_active("g")
+    assert await _action(service, _join_wire()) == "forward"
 
 
 @pytest.mark.filterwarnings("ignore:coroutine .* was never awaited")

@@ -123,7 +123,7 @@ async def test_groups_and_members_of_the_proxy_are_bounded(
     ({"group_instance_id": "i" * 250}, "not a legal name"),
     ({"session_timeout_ms": 1}, "out of range"),
 ], ids=["too-many-topics", "group-id-too-long", "instance-id-too-long", "session-timeout"])
-def test_a_classic_join_the_engine_would_refuse_goes_to_the_broker(
+async def test_a_classic_join_the_engine_would_refuse_goes_to_the_broker(
         change: dict[str, Any], reason: str) -> None:
     """Forwarded untouched, so nothing is taken over: the broker answers it, as it would
     without the proxy."""
