@@ -185,6 +185,9 @@ class OffsetCommitHandler(ApiHandler):
         _trace("commit after a takeover wait", request, error=waited)
         if waited is not None:
             return commit_error(request.value, int(waited))
+        if self.service.membership(group_id) is None and group_id in self.service.memberships:
+            # still not held (its membership was lost meanwhile): never wait again from here
+            return commit_error(request.value, int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
         outcome = self.decide(request)
         if isinstance(outcome, Pass):
             return Upstream(request.value, _unchanged)

@@ -578,13 +578,14 @@ class CoordinatorService:
         """If the broker's group ``group_id`` is being taken over (its state loaded), wait
         for that; the error to answer with if it failed or takes too long, else None."""
         membership = self.memberships.get(group_id)
-        if membership is None or membership.settled.is_set():
+        if membership is None:
             return None
-        with trio.move_on_after(TAKEOVER_WAIT_SECONDS):
-            await membership.settled.wait()
+        if not membership.settled.is_set():
+            with trio.move_on_after(TAKEOVER_WAIT_SECONDS):
+                await membership.settled.wait()
         if not membership.settled.is_set():
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        if membership.failure is not None:
+        if membership.failure is not None:  # failed at first, or lost since
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         return None
 

@@ -234,3 +234,16 @@ async def test_a_broker_request_of_the_proxy_that_hangs_does_not_hold_commits() 
         assert commit.action == "rewrite" and _errors(commit.response) == {0}
         assert fetch.action == "rewrite"
         nursery.cancel_scope.cancel()
+
+
+async def test_a_commit_for_a_membership_lost_but_not_yet_removed_is_refused_once() -> None:
+    """The broker's group was lost (its lease ended) and the membership is still registered:
+    the commit is answered the retriable COORDINATOR_NOT_AVAILABLE at once. (Deciding it again
+    after the takeover wait found the same state and waited again, without end: a
+    RecursionError answered as UNKNOWN_SERVER_ERROR.)"""
+    service = make_service()
+    membership = coordinate(service, "g")
+    epoch = _join(service, "g", "m1")
+    membership.failure = "the broker forgot member proxy-member"
+    result = await exchange(router(service), request(8, 9, _commit("m1", epoch, [0])))
+    assert (result.action, _errors(result.response)) == ("local", {15})
