@@ -16,7 +16,8 @@ Commit styles: ``async`` (a commit of each record's offset right after it, many 
 takes ``stall SECONDS`` (block the poll loop once, after reading and before committing: a
 member overrunning ``max.poll.interval.ms``) and ``stop`` (close gracefully, as SIGTERM does).
 ``GROUPGATE_SOAK_CLIENT_DEBUG`` (e.g. ``cgrp``) sets confluent-kafka's ``debug`` contexts; the
-lines go to the member's stderr file in the run's work directory.
+lines go to the member's stderr file in the run's work directory. kafka-python's own warnings
+(and its coordinator's information lines) go there too, stamped with ``time.monotonic()``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import logging
 import os
 import signal
 import sys
@@ -178,6 +180,24 @@ def run_confluent(args: argparse.Namespace, control: Control) -> None:
     emit("closed")
 
 
+class _MonotonicFormatter(logging.Formatter):
+    """Log lines stamped on the soak's clock (``time.monotonic()``), as its events are."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{time.monotonic():.3f} {super().format(record)}"
+
+
+def _log_kafka_python() -> None:
+    """kafka-python's warnings and its group coordinator's progress, to stderr: without a
+    handler Python prints only bare warning text, with no time to set against the events."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_MonotonicFormatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("kafka")
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    logging.getLogger("kafka.coordinator").setLevel(logging.INFO)
+
+
 def run_kafka_python(args: argparse.Namespace, control: Control) -> None:
     from kafka import ConsumerRebalanceListener, KafkaConsumer, OffsetAndMetadata, TopicPartition
     from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
@@ -185,6 +205,7 @@ def run_kafka_python(args: argparse.Namespace, control: Control) -> None:
     from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
     from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 
+    _log_kafka_python()
     assignors = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor,
                  "sticky": StickyPartitionAssignor,
                  "cooperative-sticky": CooperativeStickyAssignor}

@@ -876,7 +876,25 @@ class Soak:
                 "rss_peak_mib": max((mib for _, _, mib in self.rss), default=0.0),
                 "caught_up": self.caught_up, "violations": violations,
             }
+        if violations:
+            result["member_log_tails"] = self.member_log_tails()
         return result
+
+    def member_log_tails(self, lines: int = 12) -> dict[str, list[str]]:
+        """The last lines each member's client logged (its stderr), for a failed run's
+        summary: a CI run keeps only what the test printed."""
+        tails: dict[str, list[str]] = {}
+        for path in sorted((self.workdir / "members").glob("*.stderr")):
+            text = path.read_text(errors="replace").strip().splitlines()
+            if text:
+                tails[path.stem] = [line[:300] for line in text[-lines:]]
+        warnings = [f"{path.stem}: {line[:300]}"
+                    for path in sorted(self.workdir.glob("groupgate-*.log"))
+                    for line in path.read_text(errors="replace").splitlines()
+                    if " WARNING " in line or " ERROR " in line]
+        if warnings:
+            tails["sidecars (warnings and errors)"] = warnings[-3 * lines:]
+        return tails
 
 
 def served_figures(result: dict[str, Any]) -> list[str]:
@@ -953,5 +971,34 @@ def summary(result: dict[str, Any]) -> str:
         lines.append(f"members whose client exited on its own: {len(exits)}, e.g. "
                      f"{exits[0]['member']}: {exits[0]['last_error']}")
     lines += served_figures(result)
+    lines += overlap_context(result)
+    for member, tail in result.get("member_log_tails", {}).items():
+        lines.append(f"{member} logged, last lines:")
+        lines += [f"    {line}" for line in tail]
     lines.append(f"violations: {result['violations'] or 'none'}")
     return "\n".join(lines)
+
+
+def overlap_context(result: dict[str, Any], most: int = 4) -> list[str]:
+    """For a run with partitions owned twice: the first few overlaps and what the members
+    involved reported in the 15 s before each (the logs stay in the work directory, but a CI
+    run shows only what the test printed)."""
+    lines: list[str] = []
+    for name, g in result["groups"].items():
+        found = g["double_ownership"]
+        if not found:
+            continue
+        zero = min((e[0] for e in g["timeline"]), default=0.0)
+        lines.append(f"{name}: owned twice, first {min(most, len(found))} of {len(found)} "
+                     f"(seconds from the first callback; holders "
+                     f"{[(round(t - zero, 1), h) for t, gr, h in result.get('holders', [])]}; "
+                     f"events {[(round(e['t'] - zero, 1), e['event']) for e in result['events']]}"
+                     f"; commit errors {g['commit_errors']})")
+        for o in found[:most]:
+            lines.append(f"  {o['t'] - zero:.1f}s partition {o['partition']}: {o['first']} "
+                         f"and {o['second']}")
+            for t, member, kind, partitions in g["timeline"]:
+                if (member in (o["first"], o["second"]) and o["t"] - 15 <= t <= o["t"] + 1
+                        and kind not in ("stall", "resume")):
+                    lines.append(f"    {t - zero:7.2f}s {member} {kind} {partitions}")
+    return lines
