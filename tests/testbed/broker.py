@@ -742,18 +742,25 @@ class KafkaCluster:
         futures[name].result(timeout)
         self.wait_for_topic(name, lambda t: t is None, timeout)
 
-    def topic_leaders(self, name: str) -> dict[int, int]:
-        """Partition -> leader node id, as the first live node reports it."""
+    def topic_leaders(self, name: str, timeout: float = 10.0) -> dict[int, int]:
+        """Partition -> leader node id, as the first live node reports it. librdkafka may ask
+        any node it learnt of, and a node can answer UNKNOWN_TOPIC_OR_PART for a topic every
+        node listed a moment before (seen once on three nodes): asked again until
+        ``timeout``."""
         node = next(n for n in self.nodes.values() if n.alive)
         from confluent_kafka.admin import AdminClient
 
-        md = AdminClient({"bootstrap.servers": node.bootstrap, "log_level": 3}).list_topics(
-            name, timeout=10
-        )
-        topic = md.topics[name]
-        if topic.error is not None:
-            raise RuntimeError(f"topic {name}: {topic.error}")
-        return {p.id: p.leader for p in topic.partitions.values()}
+        deadline = time.monotonic() + timeout
+        while True:
+            md = AdminClient({"bootstrap.servers": node.bootstrap, "log_level": 3}).list_topics(
+                name, timeout=10
+            )
+            topic = md.topics[name]
+            if topic.error is None:
+                return {p.id: p.leader for p in topic.partitions.values()}
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"topic {name}: {topic.error}")
+            time.sleep(0.2)
 
     def wait_for_preferred_leaders(self, name: str, timeout: float = 60.0) -> dict[int, int]:
         """Wait until every partition of ``name`` is led by its first replica (and that replica
