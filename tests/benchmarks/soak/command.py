@@ -39,6 +39,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "(repeat; default: two random kinds per group)")
     parser.add_argument("--script", action="append", default=[], metavar="SECONDS:KIND[:GROUP]",
                         help="an event at a fixed time instead of random ones (repeat)")
+    parser.add_argument("--fault-seconds", type=float, default=10.0,
+                        help="how long coordinator-freeze, coordinator-cutoff and slow-link "
+                             "last")
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--json", metavar="FILE", type=Path)
     parser.add_argument("--workdir", type=Path, default=None,
@@ -53,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
                              pods=args.pods, brokers=args.brokers,
                              groups=tuple(g for g in args.groups.split(",") if g),
                              initial=tuple(args.member), script=tuple(args.script),
-                             partitions=args.partitions)
+                             partitions=args.partitions, fault_s=args.fault_seconds)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="groupgate-soak-"))
     result = soak.Soak(settings, workdir).run()
     print(soak.summary(result))

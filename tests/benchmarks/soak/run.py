@@ -41,7 +41,7 @@ from tests.benchmarks.rebalance.timeline import Event, compute
 from tests.benchmarks.soak import checks
 from tests.testbed.artifacts import java_executable
 from tests.testbed.broker import KafkaBroker, KafkaCluster, free_ports
-from tests.testbed.pods import Pod, PodNetwork
+from tests.testbed.pods import Pod, PodNetwork, frozen, netem_available
 from tests.testbed.tools import CommitConsumer
 
 HOST = "host"
@@ -53,16 +53,21 @@ FLEET_PORT = 9191
 EVENT_KINDS = ("join", "leave", "kill", "stall", "proxy-restart", "proxy-kill",
                "broker-restart")
 FLEET_EVENT_KINDS = ("coordinator-kill", "coordinator-restart", "join-coordinator-kill",
-                     "sidecar-roll", "broker-kill", "join-broker-kill")
+                     "sidecar-roll", "broker-kill", "join-broker-kill", "coordinator-freeze",
+                     "coordinator-cutoff", "slow-link")
 """Events of the sidecar topology (``--pods``): SIGKILL or graceful restart of the sidecar
 that coordinates a group (started again at once, as Kubernetes restarts a container); a
 member joining and, a second later, its group's coordinating sidecar SIGKILLed; every pod's
 sidecar restarted one at a time (a rollout); with 3 brokers, SIGKILL of the broker that
 coordinates the group at the broker (started again 10 s later), alone or a second after a
-member starts joining."""
+member starts joining. For :attr:`Settings.fault_s` each (:mod:`tests.testbed.pods`): the
+coordinating sidecar frozen (SIGSTOP, then SIGCONT); the coordinating pod cut off from the
+brokers (a partition; its loopback and the other pods stay reachable); a random pod's link
+slowed by :attr:`Settings.slow_link_ms` (netem; skipped where the kernel has none)."""
 SERVED_EVENTS = frozenset({"join", "coordinator-kill", "coordinator-restart",
                            "join-coordinator-kill", "sidecar-roll", "broker-kill",
-                           "join-broker-kill", "proxy-kill", "proxy-restart"})
+                           "join-broker-kill", "proxy-kill", "proxy-restart",
+                           "coordinator-freeze", "coordinator-cutoff", "slow-link"})
 """Events after which the report says how long until the group was served again (for a join:
 converged with the new member owning its share)."""
 
@@ -138,6 +143,11 @@ class Settings:
     restart_delay_s: float = 1.0
     """After a sidecar is SIGKILLed, how long until it is started again (Kubernetes restarts
     a crashed container at once, then with back-off)."""
+    fault_s: float = 10.0
+    """``coordinator-freeze``, ``coordinator-cutoff``, ``slow-link``: how long the fault lasts
+    before it is undone."""
+    slow_link_ms: float = 200.0
+    """``slow-link``: the delay added to everything the pod sends."""
     roll_gap_s: float = 10.0
     """``sidecar-roll``: seconds between one pod's sidecar being ready and the next one's
     stop (a Deployment's ``minReadySeconds``)."""
@@ -419,7 +429,7 @@ class Soak:
                 self.broker_bootstrap, log, listen=f"127.0.0.1:{self.listen_port}",
                 args=["--broker-port-base", str(self.broker_port_base), *args], timeout=60)
         else:
-            pod = next(p for p in self.pods if p.name == where)
+            pod = self.pod(where)
             self.proxies[where] = ProxyProcess.start(
                 self.broker_bootstrap, log, listen=SIDECAR,
                 args=[*args, "--fleet-listen", f"{pod.ip}:{FLEET_PORT}"],
@@ -593,6 +603,27 @@ class Soak:
                 self.restart_proxy(pod.name, hard=False)
                 note["proxies"].append(pod.name)
                 time.sleep(s.roll_gap_s)
+        elif kind in ("coordinator-freeze", "coordinator-cutoff") and self.pods:
+            holder = self.coordinating_pod(group)
+            if holder is None:
+                note["skipped"] = True
+            else:
+                note["proxy"] = holder
+                note["t"] = time.monotonic()
+                fault = (frozen(self.proxies[holder]) if kind == "coordinator-freeze"
+                         else self.pod(holder).partitioned())
+                with fault:
+                    time.sleep(s.fault_s)
+        elif kind == "slow-link" and self.pods:
+            ok, why = netem_available()
+            if not ok:
+                note["skipped"] = True
+                note["why"] = why
+            else:
+                pod = self.rng.choice(self.pods)
+                note["proxy"] = pod.name
+                with pod.slowed(s.slow_link_ms):
+                    time.sleep(s.fault_s)
         elif kind == "broker-restart" and isinstance(self.broker, KafkaBroker):
             self.broker.restart(timeout=120)
         elif (kind in ("broker-kill", "join-broker-kill") and self.broker is not None
@@ -620,6 +651,9 @@ class Soak:
         if not self.settings.join_kind:
             return None
         return parse_member(f"{group}:{self.settings.join_kind}")[1]
+
+    def pod(self, name: str) -> Pod:
+        return next(p for p in self.pods if p.name == name)
 
     def restart_proxy(self, where: str, *, hard: bool) -> None:
         """SIGKILL (``hard``) or stop gracefully the proxy at ``where``, and start it again."""
