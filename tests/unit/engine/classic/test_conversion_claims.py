@@ -1,0 +1,89 @@
+"""Decision record 0018's ordering claim for the conversion, on the engine.
+
+"Nobody is called back": once the converter adopted the broker's group at generation *g*, the
+first request each member sends (at the generation it already had) is answered as if nothing
+happened: no REBALANCE_IN_PROGRESS, no ILLEGAL_GENERATION, the SyncGroup of a member that was
+still syncing returns its assignment, and commits at *g* pass, for eager and cooperative,
+static and dynamic members. The group only moves when its membership changes (a new member).
+"""
+
+from __future__ import annotations
+
+from translation.classic.messages import ClassicAssignment, ClassicProtocol, HeldRequest
+from translation.classic.migration import (
+    ClassicGroupMemberSnapshot,
+    ClassicGroupSnapshot,
+    convert_classic_group,
+)
+
+from ..helpers import FOO, ScriptedAssignor, image, parts, target
+from .helpers import Classic, E, G, join_req, names, subscription
+
+GENERATION = 7
+
+
+def snapshot_member(member_id: str, protocols: tuple[str, ...], partitions: list[int],
+                    instance_id: str | None = None) -> ClassicGroupMemberSnapshot:
+    owned = {"foo": partitions} if protocols[0] == "cooperative-sticky" else None
+    return ClassicGroupMemberSnapshot(
+        member_id=member_id,
+        protocols=[ClassicProtocol(p, subscription(("foo",), owned)) for p in protocols],
+        assignment=ClassicAssignment(3, [("foo", partitions)]),
+        group_instance_id=instance_id, session_timeout_ms=45_000,
+        rebalance_timeout_ms=300_000)
+
+
+def converted(protocol: str) -> Classic:
+    c = Classic.of(image(foo=(FOO, 6)), ScriptedAssignor())
+    members = [
+        # eager librdkafka / Java defaults list range first; cooperative lists only
+        # cooperative-sticky; one static member
+        snapshot_member("eager", (protocol, "roundrobin"), [0, 1]),
+        snapshot_member("static", (protocol,), [2, 3], instance_id="pod-2"),
+        snapshot_member("third", (protocol,), [4, 5]),
+    ]
+    refusal, _ = convert_classic_group(
+        c.engine, ClassicGroupSnapshot(G, GENERATION, "consumer", protocol, members), 0)
+    assert refusal is None
+    return c
+
+
+def test_eager_members_of_a_converted_group_are_not_called_back() -> None:
+    c = converted("range")
+    group = c.engine.groups[G]
+    for now, member in enumerate(("eager", "static", "third"), start=1):
+        instance = "pod-2" if member == "static" else None
+        assert c.beat(member, GENERATION, now * 1000, instance_id=instance) == E.NONE
+    assert {m: parts(group.members[m]) for m in group.members} == {
+        "eager": {FOO: [0, 1]}, "static": {FOO: [2, 3]}, "third": {FOO: [4, 5]}}
+    # a SyncGroup at the adopted generation (a member whose sync raced the conversion) gets
+    # its assignment back, not a rebalance
+    assert names(c.sync("third", GENERATION, 4000)) == {"foo": [4, 5]}
+    # commits at the adopted generation pass for every partition the member holds
+    for member, ps in (("eager", [0, 1]), ("static", [2, 3]), ("third", [4, 5])):
+        instance = "pod-2" if member == "static" else None
+        assert c.engine.validate_offset_commit(
+            G, member, GENERATION, [(FOO, p) for p in ps], instance_id=instance,
+            api_version=7) == E.NONE
+    assert (group.group_epoch, group.target.epoch) == (GENERATION, GENERATION)
+
+
+def test_cooperative_members_keep_everything_until_the_membership_changes() -> None:
+    c = converted("cooperative-sticky")
+    group = c.engine.groups[G]
+    for now in range(1, 4):  # three heartbeat rounds: nothing moves
+        for member in ("eager", "static", "third"):
+            instance = "pod-2" if member == "static" else None
+            assert c.beat(member, GENERATION, now * 3000, instance_id=instance) == E.NONE
+    assert group.group_epoch == GENERATION
+    # a new member is what moves the group: only then are members told to rebalance
+    assignor = c.engine.config.assignors[0]
+    assert isinstance(assignor, ScriptedAssignor)
+    assignor.next = target(eager={FOO: [0]}, static={FOO: [2, 3]}, third={FOO: [4, 5]},
+                           new={FOO: [1]})
+    first = c.join(join_req("", protocols=("cooperative-sticky",)), now=10_000)
+    assert not isinstance(first, HeldRequest)
+    assert first.error_code == E.MEMBER_ID_REQUIRED
+    c.join(join_req(first.member_id, protocols=("cooperative-sticky",)), now=10_001)
+    assert group.group_epoch == GENERATION + 1
+    assert c.beat("eager", GENERATION, 11_000) == E.REBALANCE_IN_PROGRESS
