@@ -546,9 +546,11 @@ class CoordinatorService:
 
     async def _established(self, membership: BrokerMembership) -> None:
         """The broker's group is held for the first time: with the state log, load the
-        group's state (members keep their ids, epochs and partitions); if there is none and
-        another coordinator may have served the group without the log, wait before assigning
-        (``takeover-wait-ms``: by default only with the state log off)."""
+        group's state (members keep their ids, epochs and partitions); if there is none (or
+        some of it could not be loaded) and another coordinator may have served the group,
+        wait before assigning (``takeover-wait-ms``, :meth:`_start_loading`): the log may be
+        another one (a sidecar with other state-log settings), or lost. No wait when the log
+        shows the group deleted by a coordinator writing it."""
         if self.durability is not None:
             loaded = await self.durability.take_over(membership.group_id)
             self.apply(loaded.effects)
@@ -556,6 +558,7 @@ class CoordinatorService:
                 if self.journal is not None and self.observer is not None:
                     self.journal.record_all(self.observer.snapshot(membership.group_id,
                                                                    wall_ms()))
+            if loaded.deleted or (loaded.records and not loaded.skipped):
                 return
         self._start_loading(membership)
 

@@ -481,8 +481,8 @@ def test_a_takeover_after_another_holder_waits_one_session_for_its_members() -> 
     service = make_service(stub_broker, takeover_wait_ms=9000)
     assert service.config.takeover_wait_seconds == 9.0
     assert make_service(stub_broker).config.takeover_wait_seconds == 6.0  # the session
-    # with the state log, a group with no state in it was never assigned by a sidecar
-    assert make_service(stub_broker, state_log=True).config.takeover_wait_seconds == 0.0
+    # with the state log too: it applies only when the log has no state for the group
+    assert make_service(stub_broker, state_log=True).config.takeover_wait_seconds == 6.0
     assert make_service(stub_broker, state_log=True,
                         takeover_wait_ms=9000).config.takeover_wait_seconds == 9.0
 
