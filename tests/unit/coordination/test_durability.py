@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import trio
+import trio.testing
 
 from proxy.codec.api_keys import ApiKey
 from proxy.coordination.service import CoordinatorService
@@ -249,7 +250,7 @@ async def test_a_record_that_cannot_be_decoded_is_skipped_and_its_member_rejoins
     bad, good = joined[0], joined[1]
     # the first member's member record becomes unreadable (a newer version, a bit flip)
     records = log.records["g"]
-    for i, (key, value) in enumerate(records):
+    for i, (key, _value) in enumerate(records):
         record_key = decode_key(key)
         if record_key.kind == RecordKind.MEMBER and record_key.member_id == bad["member_id"]:
             records[i] = (key, b"\xff\xffgarbage")
@@ -295,6 +296,7 @@ async def test_a_write_task_that_fails_on_a_bug_gives_up_its_group_alone() -> No
         with trio.fail_after(10):  # before the fix: the state log's task died with it
             answer = await heartbeat(service, JOIN)
         assert answer["error_code"] == NOT_COORDINATOR
+        await trio.testing.wait_all_tasks_blocked()
         assert broken.leaves == 1 and "g" not in service.memberships
         # the other group is written and answered as ever
         with trio.fail_after(10):
