@@ -302,11 +302,11 @@ SETTINGS: tuple[Setting, ...] = (
             "How long a sidecar that takes a group over from another coordinator whose state "
             "it cannot load answers joins with COORDINATOR_LOAD_IN_PROGRESS before it assigns "
             "partitions: the members the old coordinator assigned keep their partitions until "
-            "they hear from the new one. 'auto': with state-log off, group-session-timeout-ms "
-            "(the longest a member may go unheard before Kafka gives its partitions away); "
-            "with state-log on, no wait, since a group with no state in the log was never "
-            "assigned by a sidecar writing the log (set it while rolling a fleet from sidecars "
-            "without the state log)."),
+            "they hear from the new one. 'auto': group-session-timeout-ms (the longest a "
+            "member may go unheard before Kafka gives its partitions away). With state-log on "
+            "it applies only when the log has no state for a group someone held before (or "
+            "some of its records could not be loaded): the last coordinator may have written "
+            "another log (other state-log settings) or none."),
     Setting("state-log", _bool, "on",
             "Write each coordinated group's state (epochs, members, assignments) to a "
             "compacted topic, so that a sidecar taking a group over loads it and members keep "
@@ -511,7 +511,7 @@ class ProxyConfig:
         """The wait before a group taken over with no state to load is assigned (0: none)."""
         wait = self.takeover_wait_ms
         if wait is None:
-            wait = 0 if self.state_log else self.group_session_timeout_ms
+            wait = self.group_session_timeout_ms
         return wait / 1000
 
     def broker_port(self, node_id: int, bound_listen_port: int | None = None) -> int:

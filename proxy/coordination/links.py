@@ -3,7 +3,10 @@
 A :class:`BrokerLink` wraps one :class:`~proxy.upstream.UpstreamClient` to one broker address
 behind a lock (the client sends one request at a time and counts its own correlation ids, so
 these connections never mix with client connections). It connects lazily, and after any
-transport error it drops the connection so that the next request reconnects.
+transport error it drops the connection so that the next request reconnects. A connection with a
+request that failed, timed out or was abandoned (cancelled) before its answer came is reset
+(SO_LINGER 0), never closed gracefully: the other end must not read that request later and
+carry it out after newer ones (a commit relayed for a client that gave up on it).
 :class:`LinkPool` keeps one link per broker address.
 
 Security. A pool (or link) given a :class:`~proxy.security.policy.Security` opens every link
@@ -72,9 +75,14 @@ class BrokerLink:
                                     f"{api_key} v{version} timed out") from exc
             finally:
                 if not ok:
+                    # Failed, timed out or abandoned (the client connection it was relayed for
+                    # closed, cancelling it): the request may sit unread at the other end. Reset
+                    # the connection so that it is never carried out later, after requests the
+                    # client sends meanwhile on another connection (a commit it gave up on
+                    # landing after its newer ones; see :func:`~proxy.upstream.reset_on_close`).
                     self._client = None
                     with trio.CancelScope(shield=True):
-                        await client.aclose()
+                        await client.reset()
 
     async def aclose(self) -> None:
         if self._client is not None:

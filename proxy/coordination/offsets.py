@@ -159,6 +159,17 @@ class OffsetCommitHandler(ApiHandler):
     def failure(self, request: GroupRequest, error: int) -> Value:
         return commit_error(request.value, error)
 
+    def verdict(self, request: GroupRequest) -> ErrorCode | None:
+        """What :meth:`decide` would answer of the commit's member right now: NONE (accepted
+        by this sidecar's engine), the error it fails with, or None when the commit is not
+        decided here and now (relayed, passed to the broker, or waiting for a takeover)."""
+        membership = self.service.membership(request.value["group_id"])
+        if membership is None:
+            return None
+        if _moved(request, membership):
+            return ErrorCode.NOT_COORDINATOR
+        return self._validate(request)
+
     def _validate(self, request: GroupRequest) -> ErrorCode:
         value = request.value
         engine = self.service.engine

@@ -22,12 +22,14 @@ from typing import Any, Final
 import trio
 from cachetools import TLRUCache, TTLCache
 
+from proxy import metrics
 from proxy.codec.api_keys import ApiKey
 from proxy.coordination.fleet import (
     FLEET_PROTOCOL,
     SETTLED_VIEW_SECONDS,
     VIEW_SECONDS,
     Address,
+    Card,
     Holder,
     read_holder,
 )
@@ -202,10 +204,14 @@ class Routes:
     :class:`Directory` saw."""
 
     def __init__(self, claims: Callable[[str], bool], directory: Directory,
-                 own_address: Address | None) -> None:
+                 own_address: Address | None, own_card: Card | None = None) -> None:
         self.claims = claims
         self.directory = directory
         self.own_address = own_address
+        self.own_card = own_card
+        """This sidecar's card (its state-log settings are compared with holders')."""
+        self._mismatches_logged: TTLCache[str, bool] = TTLCache(
+            maxsize=REMEMBERED_MAX, ttl=REFUSAL_LOG_SECONDS, timer=trio.current_time)
         self._refusals_logged: TTLCache[tuple[str, str], bool] = TTLCache(
             maxsize=REMEMBERED_MAX, ttl=REFUSAL_LOG_SECONDS, timer=trio.current_time)
 
@@ -235,6 +241,15 @@ class Routes:
             return LOCAL_ROUTE
         if holder.kind == "sidecar" and holder.card is not None:
             address = holder.card.address
+            differences = (self.own_card.state_log_differences(holder.card)
+                           if self.own_card is not None else ())
+            if differences:
+                # it writes another state log: taking the group over would find no state
+                # there; relay to it if it can be followed, never take it over
+                self._note_mismatch(holder, differences)
+                if address is None or address == self.own_address:
+                    return Route(REFUSE, reason=_mismatch(holder, differences))
+                return Route(RELAY, address, protocol=holder.card.protocol)
             if address is None or address == self.own_address:
                 # This sidecar before a restart, or one without a fleet listener, which
                 # cannot be followed: take the group over here. The broker decides: the
@@ -245,6 +260,18 @@ class Routes:
         if holder.kind == "legacy":
             return Route(REFUSE, reason=holder.detail, let_go=True)
         return Route(REFUSE, reason=f"cannot tell who coordinates it: {holder.detail}")
+
+    def _note_mismatch(self, holder: Holder, differences: tuple[str, ...]) -> None:
+        """WARNING and metric, once per holder every :data:`REFUSAL_LOG_SECONDS`."""
+        key = holder.member_id
+        if key in self._mismatches_logged:
+            return
+        self._mismatches_logged[key] = True
+        for name in differences:
+            metrics.FLEET_SETTINGS_MISMATCHES.labels(name).inc()
+        log.warning("%s; this sidecar will not take its groups over (set the same %s on "
+                    "every sidecar of the fleet)", _mismatch(holder, differences),
+                    ", ".join(differences))
 
     async def lookup(self, group_ids: Sequence[str]) -> Route:
         """Ask the broker about every group not known yet, then route."""
@@ -270,6 +297,14 @@ class Routes:
 
 
 REFUSAL_LOG_SECONDS = 10.0
+
+
+def _mismatch(holder: Holder, differences: tuple[str, ...]) -> str:
+    assert holder.card is not None
+    theirs = holder.card.state_log
+    return (f"the sidecar holding the group (member {holder.member_id}) uses other state-log "
+            f"settings: {', '.join(differences)} differ"
+            f"{f' (it uses {theirs.describe()})' if theirs is not None else ''}")
 
 
 @dataclass(frozen=True, slots=True)

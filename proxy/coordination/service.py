@@ -55,7 +55,7 @@ from proxy import __version__, metrics
 from proxy.config import ProxyConfig
 from proxy.coordination.commit_retries import CommitRetries
 from proxy.coordination.durability import Durability
-from proxy.coordination.fleet import Card
+from proxy.coordination.fleet import Card, StateLogSettingsId
 from proxy.coordination.handoff import HandOff
 from proxy.coordination.links import Address, LinkPool
 from proxy.coordination.membership import BrokerMembership
@@ -258,10 +258,14 @@ class CoordinatorService:
         self._timer_wake = trio.Event()
         self._nursery: trio.Nursery | None = None
         self.hand_off = HandOff()
-        self.card = Card(config.advertised_fleet_address, __version__)
+        self.card = Card(config.advertised_fleet_address, __version__,
+                         state_log=StateLogSettingsId.of(
+                             config.state_log, config.state_log_topic,
+                             config.state_log_transactional_id_prefix))
         """What this sidecar tells the others in the broker's groups it holds."""
         self.directory = Directory(lambda: self.pool, config.upstream)
-        self.routes = Routes(self.claims, self.directory, config.advertised_fleet_address)
+        self.routes = Routes(self.claims, self.directory, config.advertised_fleet_address,
+                             self.card)
         self.durability: Durability | None = None
         """The group state log (``state-log``): what the engine changes is written there
         before the answers depending on it leave, and loaded when a group is taken over."""
@@ -546,16 +550,17 @@ class CoordinatorService:
 
     async def _established(self, membership: BrokerMembership) -> None:
         """The broker's group is held for the first time: with the state log, load the
-        group's state (members keep their ids, epochs and partitions); if there is none and
-        another coordinator may have served the group without the log, wait before assigning
-        (``takeover-wait-ms``: by default only with the state log off)."""
+        group's state (members keep their ids, epochs and partitions); if there is none (or
+        some of it could not be loaded) and another coordinator may have served the group,
+        wait before assigning (``takeover-wait-ms``, :meth:`_start_loading`): the log may be
+        another one (a sidecar with other state-log settings), or lost. No wait when the log
+        shows the group deleted by a coordinator writing it."""
         if self.durability is not None:
             loaded = await self.durability.take_over(membership.group_id)
             self.apply(loaded.effects)
-            if loaded.records:
-                if self.journal is not None and self.observer is not None:
-                    self.journal.record_all(self.observer.snapshot(membership.group_id,
-                                                                   wall_ms()))
+            if loaded.records and self.journal is not None and self.observer is not None:
+                self.journal.record_all(self.observer.snapshot(membership.group_id, wall_ms()))
+            if loaded.deleted or (loaded.records and not loaded.skipped):
                 return
         self._start_loading(membership)
 
