@@ -52,7 +52,9 @@ STALE_COMMIT_RETRIES = Counter(
 LEASE_EVENTS = Counter("groupgate_group_lease_events",
                        "Changes of this sidecar's hold on broker groups: won, lost-election "
                        "(another sidecar holds the group), expired (no heartbeat answered in "
-                       "time: stopped acting), lost (the broker dropped the member)",
+                       "time: stopped acting), lost (the broker dropped the member), cut-off "
+                       "(no answer from the broker for a whole session: the members are told "
+                       "to let go)",
                        ["event"], registry=REGISTRY)
 STATE_RECORDS_SKIPPED = Counter(
     "groupgate_state_records_skipped",

@@ -135,6 +135,10 @@ class OffsetCommitHandler(ApiHandler):
 
     def decide(self, request: GroupRequest) -> Outcome:
         group_id = request.value["group_id"]
+        if self.service.to_let_go(group_id, request.value.get("member_id") or ""):
+            # the group's lease was cut off: the member must let go (told by its next
+            # heartbeat; its commits fail meanwhile, as a fenced member's would)
+            return Answer(commit_error(request.value, int(ErrorCode.UNKNOWN_MEMBER_ID)))
         membership = self.service.membership(group_id)
         _trace("commit", request, offsets=_offsets(request.value["topics"]),
                held=membership is not None,

@@ -7,7 +7,8 @@ network:
 * time: ``now_ms`` is trio's monotonic clock in milliseconds; a timer task sleeps until the
   engine's :meth:`~translation.coordinator.GroupCoordinator.next_deadline` (or until a new
   timer is armed) and calls ``tick`` (session timeouts, rebalance timeouts, deferred target
-  computations, expiry of empty groups);
+  computations, expiry of empty groups), after suspending every group whose lease ran out
+  meanwhile (:meth:`~proxy.coordination.membership.BrokerMembership.lease_expired`);
 * serialization: engine calls are plain synchronous calls made from trio tasks of one thread,
   and none of them awaits, so each runs to completion before another starts: no lock needed;
 * taking a group over: the first ConsumerGroupHeartbeat with epoch 0 for a group id the proxy
@@ -389,11 +390,22 @@ class CoordinatorService:
                  "load", len(groups))
 
     def _handing_off(self, group_id: str, member_id: str) -> bool:
-        """While handing off: note that ``member_id`` is being told; True if it is."""
-        if not self.hand_off.active:
+        """While handing off, or if ``member_id`` is a member of a group whose lease was cut
+        off that has not been told yet: note that it is being told; True if it is."""
+        if not self.hand_off.active and not self.to_let_go(group_id, member_id):
             return False
         self.hand_off.told(group_id, member_id)
         return True
+
+    def to_let_go(self, group_id: str, member_id: str) -> bool:
+        """Whether ``member_id`` must be told to let go of its partitions of ``group_id``
+        (answered UNKNOWN_MEMBER_ID): the group's lease was cut off, the broker may have given
+        the group to another sidecar, and the member has not been told yet. A lease that
+        has just been cut off (:meth:`BrokerMembership.lease_expired`) counts at once."""
+        membership = self.memberships.get(group_id)
+        if membership is not None:
+            membership.lease_expired()
+        return self.hand_off.to_tell(group_id, member_id)
 
     async def aclose(self) -> None:
         """Leave every broker-side group (so direct clients can take over) and stop."""
@@ -416,9 +428,11 @@ class CoordinatorService:
     # -- which groups the proxy coordinates ---------------------------------------------------
 
     def claims(self, group_id: str) -> bool:
-        """Whether the proxy coordinates ``group_id``, is taking it over, or still has it in
-        its engine (a request for it must be decoded, never passed to the broker as it is)."""
-        return group_id in self.memberships or group_id in self.engine.groups
+        """Whether the proxy coordinates ``group_id``, is taking it over, still has it in
+        its engine, or still tells its members to let go (a request for it must be decoded,
+        never passed to the broker as it is, nor relayed)."""
+        return (group_id in self.memberships or group_id in self.engine.groups
+                or self.hand_off.telling(group_id))
 
     def coordinates(self, group_id: str) -> bool:
         membership = self.memberships.get(group_id)
@@ -473,6 +487,7 @@ class CoordinatorService:
                     error_code=int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
                     error_message=f"groupgate is still joining the broker's group {group_id}")
             if failure is not None:
+                self._not_taken(group_id, failure)
                 return ConsumerGroupHeartbeatResponse(
                     error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                     error_message=f"groupgate cannot coordinate group {group_id}: {failure}")
@@ -486,11 +501,21 @@ class CoordinatorService:
                 return ConsumerGroupHeartbeatResponse(
                     error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                     error_message="groupgate is handing its groups off")
+            if self._not_coordinating(group_id) or not self.coordinates(group_id):
+                # the lease ran out (or was lost) while this join waited
+                return ConsumerGroupHeartbeatResponse(
+                    error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                    error_message=f"groupgate is not holding the broker's group {group_id} "
+                                  "now")
         elif (waited := await self.load_for_member(
                 group_id, request.member_id, request.subscribed_topic_names or ())) is not None:
             return ConsumerGroupHeartbeatResponse(
                 error_code=int(waited),
                 error_message=f"groupgate is taking group {group_id} over")
+        elif self._not_coordinating(group_id):  # the lease ran out during a takeover wait
+            return ConsumerGroupHeartbeatResponse(
+                error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                error_message=f"groupgate is not holding the broker's group {group_id} now")
         elif request.member_epoch > 0 and self.engine.group(group_id) is None:
             # The group is unknown here (e.g. the proxy restarted and lost its state): the
             # member must rejoin with epoch 0. Kafka would say GROUP_ID_NOT_FOUND, which
@@ -507,7 +532,21 @@ class CoordinatorService:
             return ConsumerGroupHeartbeatResponse(
                 error_code=int(ErrorCode.NOT_COORDINATOR),
                 error_message=f"groupgate could not record group {group_id}: {failed}")
+        if (response.error_code == ErrorCode.NONE and request.member_epoch >= 0
+                and (lapsed := self._lapsed_meanwhile(
+                    group_id, response.member_id or request.member_id)) is not None):
+            return ConsumerGroupHeartbeatResponse(
+                error_code=int(lapsed),
+                error_message=f"groupgate lost its hold on the broker's group {group_id} "
+                              "while answering")
         return response
+
+    def _not_taken(self, group_id: str, failure: NotTaken) -> None:
+        """A takeover failed: if another sidecar holds the group, the members of a cut-off
+        lease still to be told are routed to it from now on, and it decides (it knows them
+        from the state log, or tells them to rejoin)."""
+        if failure.kind == "lost-election":
+            self.hand_off.release(group_id)
 
     def _release_if_unused(self, group_id: str) -> None:
         """A broker membership started for a join the engine then refused, with no engine
@@ -644,8 +683,13 @@ class CoordinatorService:
     def _membership_lost(self, membership: BrokerMembership, reason: str) -> None:
         """The lease on the broker's group is gone for good (another sidecar won it, or the
         broker dropped the proxy's member): forget the group at once; its members' next
-        requests find the group's holder and rejoin there."""
+        requests find the group's holder and rejoin there. If the broker did not answer for a
+        whole session (cut off), they cannot find it through this sidecar, and another
+        sidecar may be handing their partitions out: each is told to let go first
+        (:meth:`_tell_to_let_go`)."""
         group_id = membership.group_id
+        if membership.cut_off:
+            self._tell_to_let_go(group_id, reason)
         if self.memberships.get(group_id) is membership:
             del self.memberships[group_id]
         self._loading.pop(group_id, None)
@@ -653,6 +697,30 @@ class CoordinatorService:
         self.apply(self.engine.forget(group_id, reason))
         if self.durability is not None:
             self.durability.release(group_id)
+
+    def _tell_to_let_go(self, group_id: str, reason: str) -> None:
+        """The members ``group_id`` has now are answered UNKNOWN_MEMBER_ID on their next
+        request (held ones at once), for at most one member session; the engine forgets the
+        group (in :meth:`_membership_lost`), so that nothing of it is resumed if the broker
+        answers again: the state log, or whoever holds the group then, decides."""
+        group = self.engine.group(group_id)
+        if group is None:
+            return
+        bound_ms = max([self.config.group_session_timeout_ms]
+                       + [m.session_timeout_ms or 0 for m in group.members.values()])
+        self.hand_off.lose_group(group_id, group.members, trio.current_time() + bound_ms / 1000)
+        log.warning("group %s: %s; its %d member(s) are told to let go of their partitions "
+                    "(for up to %.1f s)", group_id, reason, len(group.members), bound_ms / 1000)
+        for key, held in list(self.held_joins.items()):
+            if key[0] == group_id:
+                held.resolve(JoinGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID),
+                                               member_id=key[1]))
+                self.hand_off.told(*key)
+        for key, held_sync in list(self.held_syncs.items()):
+            if key[0] == group_id:
+                held_sync.resolve(SyncGroupResponse(
+                    error_code=int(ErrorCode.UNKNOWN_MEMBER_ID)))
+                self.hand_off.told(*key)
 
     def _membership_interrupted(self, group_id: str, interrupted: bool) -> None:
         """The proxy lost (or regained) its hold on the broker's group: while it does not
@@ -674,6 +742,29 @@ class CoordinatorService:
             return True
         membership = self.memberships.get(group_id)
         return membership is not None and (membership.interrupted or membership.lease_expired())
+
+    def _lapsed_meanwhile(self, group_id: str, member_id: str) -> ErrorCode | None:
+        """Checked again just before an answer that gives or confirms a member's assignment
+        leaves after a wait (a takeover, a topic refresh, a held join or sync, a state log
+        write): the error to answer instead if the proxy may no longer act for ``group_id``.
+        UNKNOWN_MEMBER_ID for a member of a group whose lease was cut off meanwhile; the
+        retriable COORDINATOR_NOT_AVAILABLE if the lease ran out (or the membership was
+        interrupted, or the group was forgotten) meanwhile.
+
+        What the engine did for the request stays done (and, with the state log, written):
+        the member just does not hear of it here. That is safe: a KIP-848 member that gets an
+        error sends its next heartbeat with its full state (its last epoch, subscription and
+        owned partitions), which the engine accepts as the lost-response case (the previous
+        epoch, owning no more than it is assigned) or fences (FENCED_MEMBER_EPOCH: it drops
+        everything and rejoins); a joining member rejoins as itself; a classic member
+        rediscovers the coordinator and rejoins."""
+        if self.to_let_go(group_id, member_id):
+            self.hand_off.told(group_id, member_id)
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if self._not_coordinating(group_id) or (group_id not in self.memberships
+                                                and self.engine.group(group_id) is None):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return None
 
     def group_topics(self, group_id: str) -> set[str]:
         """The topic names group ``group_id`` subscribes to (names and regex matches)."""
@@ -757,7 +848,7 @@ class CoordinatorService:
         if self.classic is None:
             return False
         return (self.engine.group(group_id) is not None or group_id in self.memberships
-                or self.may_load(group_id, member_id))
+                or self.to_let_go(group_id, member_id) or self.may_load(group_id, member_id))
 
     def may_load(self, group_id: str, member_id: str) -> bool:
         """Whether a request of member ``member_id`` for ``group_id``, which this sidecar does
@@ -791,6 +882,8 @@ class CoordinatorService:
         group_id = request.group_id
         if not group_id.strip():
             return False
+        if self.to_let_go(group_id, request.member_id):
+            return True  # to be told to let go (join_group answers UNKNOWN_MEMBER_ID)
         group = self.engine.group(group_id)
         coordinated = self.coordinates(group_id)
         if (request.member_id and not coordinated and (group is None or not group.members)
@@ -860,6 +953,8 @@ class CoordinatorService:
                     error_code=int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
                     member_id=request.member_id,
                     error_message=f"groupgate is still joining the broker's group {group_id}")
+            if failure is not None:
+                self._not_taken(group_id, failure)
             if failure is not None and failure.kind != "refused":
                 # Someone else leads the broker's group, or the broker could not be asked.
                 # Retriable: the client's next request is looked up, and relayed to the
@@ -894,6 +989,11 @@ class CoordinatorService:
             return JoinGroupResponse(
                 error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), member_id=request.member_id,
                 error_message="groupgate is handing its groups off")
+        if self._not_coordinating(group_id) or not self.coordinates(group_id):
+            # the lease ran out (or was lost) while this join waited
+            return JoinGroupResponse(
+                error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), member_id=request.member_id,
+                error_message=f"groupgate is not holding the broker's group {group_id} now")
         response, effects = classic.join_group(request, self.now_ms())
         self.apply(effects)  # before holding: may answer this member's previous held join
         if not isinstance(response, HeldRequest):
@@ -929,6 +1029,12 @@ class CoordinatorService:
             return JoinGroupResponse(error_code=int(ErrorCode.NOT_COORDINATOR),
                                      member_id=response.member_id,
                                      error_message=f"group state not recorded: {failed}")
+        if (response.error_code == ErrorCode.NONE
+                and (lapsed := self._lapsed_meanwhile(group_id, response.member_id))
+                is not None):
+            return JoinGroupResponse(error_code=int(lapsed), member_id=response.member_id,
+                                     error_message="groupgate lost its hold on the broker's "
+                                                   "group while answering")
         return response
 
     async def sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse:
@@ -945,7 +1051,7 @@ class CoordinatorService:
         response, effects = self.classic.sync_group(request, self.now_ms())
         self.apply(effects)
         if not isinstance(response, HeldRequest):
-            return await self._recorded_sync(request.group_id, response)
+            return await self._recorded_sync(request.group_id, request.member_id, response)
         held: Held[SyncGroupResponse] = Held()
         key = (request.group_id, request.member_id)
         self.held_syncs[key] = held
@@ -958,13 +1064,18 @@ class CoordinatorService:
             return SyncGroupResponse(
                 error_code=int(ErrorCode.REBALANCE_IN_PROGRESS),
                 error_message="the held SyncGroup was not answered in time; rejoin")
-        return await self._recorded_sync(request.group_id, answer)
+        return await self._recorded_sync(request.group_id, request.member_id, answer)
 
-    async def _recorded_sync(self, group_id: str, response: SyncGroupResponse
+    async def _recorded_sync(self, group_id: str, member_id: str, response: SyncGroupResponse
                              ) -> SyncGroupResponse:
         if (failed := await self._settled(group_id)) is not None:
             return SyncGroupResponse(error_code=int(ErrorCode.NOT_COORDINATOR),
                                      error_message=f"group state not recorded: {failed}")
+        if (response.error_code == ErrorCode.NONE
+                and (lapsed := self._lapsed_meanwhile(group_id, member_id)) is not None):
+            return SyncGroupResponse(error_code=int(lapsed),
+                                     error_message="groupgate lost its hold on the broker's "
+                                                   "group while answering")
         return response
 
     async def classic_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
@@ -981,6 +1092,10 @@ class CoordinatorService:
         if (failed := await self._settled(request.group_id)) is not None:
             return HeartbeatResponse(error_code=int(ErrorCode.NOT_COORDINATOR),
                                      error_message=f"group state not recorded: {failed}")
+        if (response.error_code == ErrorCode.NONE
+                and (lapsed := self._lapsed_meanwhile(request.group_id,
+                                                      request.member_id)) is not None):
+            return HeartbeatResponse(error_code=int(lapsed))
         return response
 
     async def leave_group(self, request: LeaveGroupRequest) -> LeaveGroupResponse:
@@ -1061,6 +1176,11 @@ class CoordinatorService:
             else:
                 with trio.move_on_at((deadline + 1) / 1000):
                     await wake.wait()
+            # The process may have been frozen or starved past a lease: the groups it no
+            # longer holds are suspended (or, cut off, forgotten) before any of their timers
+            # fences a member whose heartbeats could not reach this sidecar.
+            for membership in list(self.memberships.values()):
+                membership.lease_expired()
             self.apply(self.engine.tick(self.now_ms()))
 
     def _wanted_topics(self) -> tuple[frozenset[str], bool]:
