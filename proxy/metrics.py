@@ -54,6 +54,11 @@ LEASE_EVENTS = Counter("groupgate_group_lease_events",
                        "(another sidecar holds the group), expired (no heartbeat answered in "
                        "time: stopped acting), lost (the broker dropped the member)",
                        ["event"], registry=REGISTRY)
+BROKER_GROUP_JOINS = Counter(
+    "groupgate_broker_group_joins",
+    "JoinGroup requests this sidecar's own members sent to broker groups, by reason: takeover "
+    "(taking a group over) or rejoin (a group it holds: new topics, a lost generation)",
+    ["reason"], registry=REGISTRY)
 
 JOURNAL_WRITTEN = Counter("groupgate_journal_events_written",
                           "Group events written to the journal topic", registry=REGISTRY)
