@@ -90,6 +90,7 @@ from translation.effects import (
     GroupEpochBumped,
     GroupExpired,
     GroupHandedBack,
+    GroupLoaded,
     GroupLost,
     JoinCompleted,
     MemberFenced,
@@ -1062,7 +1063,10 @@ class CoordinatorService:
         for effect in effects:
             if isinstance(effect, TimerArmed):
                 self._timer_wake.set()
-            elif isinstance(effect, GroupEpochBumped):
+            elif isinstance(effect, GroupEpochBumped | GroupLoaded):
+                # the group's topics may have changed (or were just loaded, after a JoinGroup
+                # that could not name them yet): the broker keeps only the offsets of topics
+                # its member advertises (KIP-211)
                 membership = self.memberships.get(effect.group_id)
                 if membership is not None:
                     membership.subscription_changed()

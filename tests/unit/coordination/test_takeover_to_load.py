@@ -1,7 +1,7 @@
 """Taking a group over to load a member's state (state log on, several sidecars): only a
 group the broker shows a sidecar may have held is taken over for a member's request, a
 takeover whose load finds no member gives the broker's group back at once whatever API started
-it."""
+it, and a loaded group's topics are advertised in the broker's group (KIP-211) at once."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from proxy import metrics
 from proxy.codec import messages
 from proxy.codec.api_keys import ApiKey
 from proxy.codec.schema import struct_default
+from proxy.coordination.convert import parse_subscription
 from proxy.coordination.service import CoordinatorService
 from tests.unit.coordination.test_durability import (
     JOIN,
@@ -194,6 +195,35 @@ async def test_a_member_the_state_log_knows_still_loads_its_group(
         assert again.response is not None and again.response["error_code"] == NONE
         assert again.response["member_epoch"] == epoch  # goes on: no rejoin
         assert second.coordinates("g") and sent(second, ApiKey.LEAVE_GROUP) == []
+        nursery.cancel_scope.cancel()
+
+
+async def test_after_loading_a_group_the_broker_s_group_advertises_its_topics(
+        autojump_clock: trio.abc.Clock) -> None:
+    """The takeover's JoinGroup names no topics (a member's heartbeat carries none, and the
+    state is loaded only once the group is held); the loaded group's topics are advertised
+    right after, so that the broker keeps the offsets of every topic the group subscribes to
+    (KIP-211), also of a topic nobody commits to for a while."""
+    log = Log()
+    member_id, epoch = await _member_of_a_loaded_group(log)
+    second = durable(log, EMPTIED)
+    async with trio.open_nursery() as nursery:
+        await started(second, nursery)
+        again = await exchange(router(second, fleet=True), request(
+            ApiKey.CONSUMER_GROUP_HEARTBEAT, 0,
+            dict(JOIN, member_id=member_id, member_epoch=epoch, rebalance_timeout_ms=-1,
+                 subscribed_topic_names=None, topic_partitions=None)))
+        assert again.response is not None and again.response["error_code"] == NONE
+        membership = second.memberships["g"]
+        for _ in range(100):
+            if membership.advertised == (TOPIC, PAYMENTS) and membership.stable:
+                break
+            await trio.sleep(0.1)
+        assert membership.advertised == (TOPIC, PAYMENTS) and membership.stable
+        last_join = sent(second, ApiKey.JOIN_GROUP)[-1]
+        subscription = parse_subscription(last_join["protocols"][0]["metadata"])
+        assert subscription is not None and set(subscription.topics) == {TOPIC, PAYMENTS}
+        assert sent(second, ApiKey.LEAVE_GROUP) == []
         nursery.cancel_scope.cancel()
 
 
