@@ -74,6 +74,11 @@ FLEET_SETTINGS_MISMATCHES = Counter(
     "Groups this sidecar did not coordinate because the sidecar holding them uses other "
     "state-log settings, by setting (state-log, state-log-topic, "
     "state-log-transactional-id-prefix)", ["setting"], registry=REGISTRY)
+BROKER_GROUP_JOINS = Counter(
+    "groupgate_broker_group_joins",
+    "JoinGroup requests this sidecar's own members sent to broker groups, by reason: takeover "
+    "(taking a group over) or rejoin (a group it holds: new topics, a lost generation)",
+    ["reason"], registry=REGISTRY)
 
 JOURNAL_WRITTEN = Counter("groupgate_journal_events_written",
                           "Group events written to the journal topic", registry=REGISTRY)

@@ -179,7 +179,11 @@ class Holder:
     """Who holds a group at the broker, as DescribeGroups shows it."""
 
     kind: str
-    """``free`` (no members: Empty or Dead), ``sidecar`` (a fleet sidecar: ``card``),
+    """``free`` (no members now, but members of protocol type ``consumer`` held it before: a
+    sidecar's member that left or was dropped, or consumers straight at the broker), ``unused``
+    (no members, and none of protocol type ``consumer`` since the broker last kept it: Dead,
+    or Empty without that protocol type; no sidecar's state can be in the log for it),
+    ``sidecar`` (a fleet sidecar: ``card``),
     ``legacy`` (a groupgate without a card: 0.1.0), ``broker`` (members of another protocol:
     the broker's own group), ``unknown`` (the broker could not say: retry)."""
     card: Card | None = None
@@ -196,6 +200,7 @@ class Holder:
 
 
 FREE: Final = Holder("free")
+UNUSED: Final = Holder("unused")
 SETTLED_STATES: Final = frozenset({"Stable"})
 """Group states in which DescribeGroups shows the members' metadata (and so their cards)."""
 
@@ -209,7 +214,12 @@ def read_holder(described: dict[str, Any], own_member_ids: frozenset[str] = froz
         return Holder("unknown", detail=f"DescribeGroups error {error}")
     members = described.get("members") or []
     if not members:
-        return FREE
+        # Kafka keeps an emptied group's protocol type (and its offsets) until the group is
+        # cleaned up; a group that never had members, or only offsets committed by tools,
+        # shows none (or is Dead)
+        held_before = (described.get("group_state") == "Empty"
+                       and described.get("protocol_type") == PROTOCOL_TYPE)
+        return FREE if held_before else UNUSED
     if described.get("group_state") not in SETTLED_STATES:
         # Kafka describes members' metadata only in a Stable group: while it rebalances no
         # card can be read, and a card-less member is not proof of an old groupgate

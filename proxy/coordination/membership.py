@@ -490,6 +490,7 @@ class BrokerMembership:
         for _ in range(10):
             link = await self._connect()
             topics = tuple(sorted(set(self._topics())))
+            metrics.BROKER_GROUP_JOINS.labels("takeover" if first else "rejoin").inc()
             join = await link.request(ApiKey.JOIN_GROUP, JOIN_VERSION, {
                 "group_id": self.group_id,
                 "session_timeout_ms": self.session_timeout_ms,

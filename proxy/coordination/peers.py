@@ -54,14 +54,14 @@ the member's rebalance timeout, Kafka's default being 300 s)."""
 
 
 def _view_expiry(_group_id: str, holder: Holder, now: float) -> float:
-    """A free group is looked at again soon (acting on a stale "free" means joining the
-    broker's group, which disturbs the holder), and so is one an old groupgate holds (its
-    members here wait until it is gone), and so is one a sidecar without a fleet listener
+    """A free or unused group is looked at again soon (acting on a stale view of one means
+    joining the broker's group, which disturbs the holder), and so is one an old groupgate
+    holds (its members here wait until it is gone), and so is one a sidecar without a fleet listener
     holds (a proxy restarted here takes it over once the broker drops the dead holder); one a
     fleet sidecar or the broker's own members hold
     later (a stale view corrects itself: the relay fails or is answered NOT_COORDINATOR, and
     the view is dropped)."""
-    short = holder.kind in ("free", "legacy") or (
+    short = holder.kind in ("free", "unused", "legacy") or (
         holder.card is not None and holder.card.address is None)
     return now + (VIEW_SECONDS if short else SETTLED_VIEW_SECONDS)
 
@@ -102,7 +102,7 @@ class Directory:
             holder = await self._describe(group_id, own_member_ids)
             if holder.kind != "unknown":
                 self._views[group_id] = holder
-                if holder.kind != "free":
+                if holder.kind not in ("free", "unused"):
                     self._last_kind[group_id] = holder.kind
             return holder
         finally:
@@ -237,7 +237,7 @@ class Routes:
         return self.route_for(holder)
 
     def route_for(self, holder: Holder) -> Route:
-        if holder.kind in ("free", "broker"):
+        if holder.kind in ("free", "unused", "broker"):
             return LOCAL_ROUTE
         if holder.kind == "sidecar" and holder.card is not None:
             address = holder.card.address

@@ -45,6 +45,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -90,6 +91,7 @@ from translation.effects import (
     GroupEpochBumped,
     GroupExpired,
     GroupHandedBack,
+    GroupLoaded,
     GroupLost,
     JoinCompleted,
     MemberFenced,
@@ -141,11 +143,18 @@ class NotTaken:
 
     reason: str
     kind: str = "refused"
-    """``lost-election``, ``refused`` or ``unavailable`` (:attr:`BrokerMembership.failure_kind`):
-    only a refusal leaves the group to the broker's own members for a while."""
+    """``lost-election``, ``refused`` or ``unavailable`` (:attr:`BrokerMembership.failure_kind`),
+    or ``nothing-loaded`` (a takeover to load a member's group found no members in the state
+    log and gave the broker's group back): only a refusal leaves the group to the broker's own
+    members for a while."""
 
     def __str__(self) -> str:
         return self.reason
+
+
+class NothingLoaded(Exception):
+    """A takeover started to load a member's group found no member of it in the state log:
+    the broker's group is given back (the membership leaves it)."""
 
 
 class Held(Generic[R]):
@@ -299,6 +308,9 @@ class CoordinatorService:
         self._loading: dict[str, float] = {}
         """Groups taken over from another coordinator: trio time until which their joins are
         answered COORDINATOR_LOAD_IN_PROGRESS (``takeover-wait-ms``)."""
+        self._nothing_loaded: weakref.WeakSet[BrokerMembership] = weakref.WeakSet()
+        """Memberships given back because the load they were started for found no members
+        (:class:`NothingLoaded`); gone with the membership."""
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -511,7 +523,9 @@ class CoordinatorService:
                 group_id, request.member_id, request.subscribed_topic_names or ())) is not None:
             return ConsumerGroupHeartbeatResponse(
                 error_code=int(waited),
-                error_message=f"groupgate is taking group {group_id} over")
+                error_message=(f"Group {group_id} is not coordinated here (any more); rejoin."
+                               if waited == ErrorCode.UNKNOWN_MEMBER_ID
+                               else f"groupgate is taking group {group_id} over"))
         elif self._not_coordinating(group_id):  # the lease ran out during a takeover wait
             return ConsumerGroupHeartbeatResponse(
                 error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
@@ -559,9 +573,13 @@ class CoordinatorService:
                      "group", group_id)
             self._nursery.start_soon(membership.leave)
 
-    async def _take_over(self, group_id: str, topics: Iterable[str]) -> NotTaken | None:
+    async def _take_over(self, group_id: str, topics: Iterable[str], *, to_load: bool = False
+                         ) -> NotTaken | None:
         """Hold the broker's group ``group_id`` (subscribed to the group's topics, at first
-        ``topics``, those of the member that starts the group); returns why not, or None."""
+        ``topics``, those of the member that starts the group); returns why not, or None.
+        ``to_load``: started for a member's request rather than a join (:meth:`may_load`): if
+        the state log has no member of the group, the broker's group is given back at once
+        (kind ``nothing-loaded``)."""
         membership = self.memberships.get(group_id)
         if membership is None:
             if self.hand_off.active or self.stepping_down:
@@ -577,31 +595,59 @@ class CoordinatorService:
                 topics=lambda: self.group_topics(group_id) or first,
                 session_timeout_ms=self.config.broker_session_timeout_ms,
                 card=self.card)
-            self.adopt(membership)
+            self.adopt(membership, to_load=to_load)
             self._nursery.start_soon(self._run_membership, membership)
         await membership.settled.wait()
         if membership.failure is not None:
             if self.memberships.get(group_id) is membership:
                 del self.memberships[group_id]
             self.directory.forget(group_id)
-            return NotTaken(membership.failure, membership.failure_kind or "unavailable")
+            kind = ("nothing-loaded" if membership in self._nothing_loaded
+                    else membership.failure_kind or "unavailable")
+            return NotTaken(membership.failure, kind)
         return None
 
-    async def _established(self, membership: BrokerMembership) -> None:
+    async def _established(self, membership: BrokerMembership, to_load: bool = False) -> None:
         """The broker's group is held for the first time: with the state log, load the
         group's state (members keep their ids, epochs and partitions); if there is none (or
         some of it could not be loaded) and another coordinator may have served the group,
         wait before assigning (``takeover-wait-ms``, :meth:`_start_loading`): the log may be
         another one (a sidecar with other state-log settings), or lost. No wait when the log
-        shows the group deleted by a coordinator writing it."""
+        shows the group deleted by a coordinator writing it. A takeover started ``to_load`` a
+        member's group that loads no member raises :class:`NothingLoaded`: the membership
+        leaves the broker's group (whoever started it is answered UNKNOWN_MEMBER_ID, whoever
+        else waits the retriable COORDINATOR_NOT_AVAILABLE)."""
+        group_id = membership.group_id
         if self.durability is not None:
-            loaded = await self.durability.take_over(membership.group_id)
+            loaded = await self.durability.take_over(group_id)
             self.apply(loaded.effects)
+            group = self.engine.group(group_id)
+            if to_load and (group is None or not group.members):
+                self._give_back_unloaded(membership)
+                raise NothingLoaded(f"the state log has no member of group {group_id}; "
+                                    "giving the broker's group back")
             if loaded.records and self.journal is not None and self.observer is not None:
-                self.journal.record_all(self.observer.snapshot(membership.group_id, wall_ms()))
+                self.journal.record_all(self.observer.snapshot(group_id, wall_ms()))
             if loaded.deleted or (loaded.records and not loaded.skipped):
                 return
         self._start_loading(membership)
+
+    def _give_back_unloaded(self, membership: BrokerMembership) -> None:
+        """Undo a takeover whose load found no member (before the membership leaves): stop
+        writing the group, forget what was loaded of it, and free its place at once, even if
+        whoever started the takeover has stopped waiting for it."""
+        group_id = membership.group_id
+        self._nothing_loaded.add(membership)
+        log.info("group %s: taken over to load a member's state, but the state log has no "
+                 "member of it; giving the broker's group back", group_id)
+        if self.durability is not None:
+            self.durability.release(group_id)
+        if self.engine.group(group_id) is not None:
+            self.apply(self.engine.forget(group_id, "no member in the state log"))
+        if self.memberships.get(group_id) is membership:
+            del self.memberships[group_id]
+        self._loading.pop(group_id, None)
+        self.directory.forget(group_id)
 
     async def _refresh_for_load(self, names: Iterable[str], regex: bool) -> None:
         """Topic metadata for a group about to be loaded: its members' topics must be in the
@@ -670,14 +716,14 @@ class CoordinatorService:
             return 0.0
         return left
 
-    def adopt(self, membership: BrokerMembership) -> None:
+    def adopt(self, membership: BrokerMembership, *, to_load: bool = False) -> None:
         """Keep ``membership`` as the proxy's hold on its group, and follow its
-        interruptions."""
+        interruptions (``to_load``: see :meth:`_take_over`)."""
         group_id = membership.group_id
         membership.on_interrupted = (
             lambda interrupted: self._membership_interrupted(group_id, interrupted))
         membership.on_lost = lambda reason: self._membership_lost(membership, reason)
-        membership.on_established = lambda: self._established(membership)
+        membership.on_established = lambda: self._established(membership, to_load)
         self.memberships[group_id] = membership
 
     def _membership_lost(self, membership: BrokerMembership, reason: str) -> None:
@@ -853,10 +899,12 @@ class CoordinatorService:
     def may_load(self, group_id: str, member_id: str) -> bool:
         """Whether a request of member ``member_id`` for ``group_id``, which this sidecar does
         not hold, should take the group over to load its state: the state log is on, the
-        broker's group is free (its coordinator died or left) or held by this sidecar's own
-        former member, and the member id is not one a broker gave (a member of the broker's
-        own group, e.g. Kafka Connect). The broker would refuse the member; the log may know
-        it."""
+        broker's group shows that a sidecar may have held it (``free``: emptied by its
+        coordinator dying or leaving; or held by this sidecar's own former member), and the
+        member id is not one a broker gave (a member of the broker's own group, e.g. Kafka
+        Connect). The broker would refuse the member; the log may know it. A group the broker
+        shows as never held by members of protocol type ``consumer`` (``unused``: Dead, e.g.
+        a made-up group id) is never taken over for a member's request."""
         if (self.durability is None or not member_id or issued_by_a_broker(member_id)
                 or self.claims(group_id) or self.hand_off.active or self.stepping_down):
             return False
@@ -866,13 +914,19 @@ class CoordinatorService:
     async def load_for_member(self, group_id: str, member_id: str,
                               topics: Iterable[str] = ()) -> ErrorCode | None:
         """A member's request for a group not held here (:meth:`may_load`): take it over
-        (loading its state) first; the error to answer with if that failed."""
+        (loading its state) first; the error to answer with if that failed: UNKNOWN_MEMBER_ID
+        if the state log has no member of the group (the broker's group was given back at
+        once; the member must join afresh). The one place every API's request takes a group
+        over for a member (ConsumerGroupHeartbeat with epoch != 0, classic JoinGroup with a
+        member id, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit)."""
         if self.claims(group_id) or not self.may_load(group_id, member_id):
             return await self.taken_over(group_id)
         with trio.move_on_after(TAKEOVER_WAIT_SECONDS) as waiting:
-            failure = await self._take_over(group_id, topics)
+            failure = await self._take_over(group_id, topics, to_load=True)
         if waiting.cancelled_caught:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        if failure is not None and failure.kind == "nothing-loaded":
+            return ErrorCode.UNKNOWN_MEMBER_ID
         return ErrorCode.COORDINATOR_NOT_AVAILABLE if failure is not None else None
 
     def takes_join(self, request: JoinGroupRequest) -> bool:
@@ -931,7 +985,8 @@ class CoordinatorService:
             return JoinGroupResponse(
                 error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), member_id=request.member_id,
                 error_message=f"groupgate is not holding the broker's group {group_id} now")
-        if request.member_id and self.engine.group(group_id) is None:
+        if (request.member_id and self.engine.group(group_id) is None
+                and not self._issued(group_id, request.member_id)):
             # A member of a coordinator that is gone: with the state log, it may know it.
             waited = await self.load_for_member(group_id, request.member_id)
             if waited is not None:
@@ -1128,7 +1183,10 @@ class CoordinatorService:
         for effect in effects:
             if isinstance(effect, TimerArmed):
                 self._timer_wake.set()
-            elif isinstance(effect, GroupEpochBumped):
+            elif isinstance(effect, GroupEpochBumped | GroupLoaded):
+                # the group's topics may have changed (or were just loaded, after a JoinGroup
+                # that could not name them yet): the broker keeps only the offsets of topics
+                # its member advertises (KIP-211)
                 membership = self.memberships.get(effect.group_id)
                 if membership is not None:
                     membership.subscription_changed()
