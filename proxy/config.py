@@ -32,6 +32,29 @@ class ConfigError(ValueError):
     """A setting has a value the proxy cannot use; the message names the setting and source."""
 
 
+FLEET_WAIT_MS = 7_000
+"""Longest a member's request waits at a follower sidecar before it reaches the coordinating
+sidecar: a lookup of the group's holder (``proxy.coordination.peers.LOOKUP_SECONDS``) and a
+connect to its fleet listener (``proxy.coordination.links.PEER_CONNECT_SECONDS``). At the
+coordinating sidecar a member's session does not run while its request is inside
+(``proxy.coordination.inside``)."""
+SESSION_MARGIN_MS = 1_000
+
+
+def check_session_against_fleet_waits(session_ms: int, heartbeat_ms: int) -> None:
+    """With a fleet, a member's requests reach the coordinating sidecar at least every
+    heartbeat interval plus :data:`FLEET_WAIT_MS`; a session shorter than that (and a margin)
+    could fence a live member: refused (docs/operations.md, "How long a request can wait")."""
+    needed = heartbeat_ms + FLEET_WAIT_MS + SESSION_MARGIN_MS
+    if session_ms < needed:
+        raise ConfigError(
+            f"group-session-timeout-ms={session_ms} is too short for a fleet (fleet-listen is "
+            f"set): a member's request may wait up to {FLEET_WAIT_MS} ms at its own sidecar "
+            f"before it reaches the coordinating one, so the session must be at least "
+            f"group-heartbeat-interval-ms ({heartbeat_ms}) + {FLEET_WAIT_MS} + "
+            f"{SESSION_MARGIN_MS} = {needed} ms")
+
+
 def parse_hostport(text: str, *, default_port: int | None = None) -> tuple[str, int]:
     """Parse ``host:port`` (``[v6]:port`` allowed)."""
     text = text.strip()
@@ -265,7 +288,10 @@ SETTINGS: tuple[Setting, ...] = (
             "the group over. Kafka's group.min.session.timeout.ms (6000 by default) is the "
             "lower bound; a broker that refuses the value makes the proxy double it."),
     Setting("group-session-timeout-ms", _positive_int, "45000",
-            "Session timeout of new-protocol members (Kafka's group.consumer.session.timeout.ms)."),
+            "Session timeout of new-protocol members (Kafka's group.consumer.session.timeout.ms). "
+            "With fleet-listen set, at least group-heartbeat-interval-ms + 8000: a member's "
+            "request may wait up to 7 s at its own sidecar before it reaches the coordinating "
+            "one (docs/operations.md, \"How long a request can wait\")."),
     Setting("group-heartbeat-interval-ms", _positive_int, "5000",
             "Heartbeat interval handed to new-protocol members "
             "(Kafka's group.consumer.heartbeat.interval.ms)."),
@@ -580,6 +606,9 @@ def load(args: argparse.Namespace | None = None,
     if fleet is not None and values.get("fleet_address") is None and fleet[1] == 0:
         raise ConfigError("fleet-listen with port 0 needs fleet-address: other sidecars "
                           "cannot know an ephemeral port")
+    if fleet is not None:
+        check_session_against_fleet_waits(values.get("group_session_timeout_ms", 45_000),
+                                          values.get("group_heartbeat_interval_ms", 5_000))
     if values.get("takeover_wait_ms") is not None and values["takeover_wait_ms"] < 0:
         raise ConfigError("takeover-wait-ms must not be negative")
     if (values.get("state_log_transaction_timeout_ms", 15_000)

@@ -33,6 +33,11 @@ Address = tuple[str, int]
 BROKER: Final = "broker"
 PEER: Final = "peer"
 """What a link leads to: a broker, or another sidecar's fleet listener."""
+PEER_CONNECT_SECONDS: Final = 2.0
+"""Longest a connect to another sidecar's fleet listener may take (at most ``connect-timeout``):
+sidecars of one group share a cluster network, and a relay waiting longer would keep the
+member's request from the coordinating sidecar (docs/operations.md, "How long a request can
+wait")."""
 
 
 class BrokerLink:
@@ -102,7 +107,9 @@ class LinkPool:
         self._security = security
 
     def _new(self, address: Address, request_timeout: float, leads_to: str) -> BrokerLink:
-        return BrokerLink(address, connect_timeout=self._connect_timeout,
+        connect_timeout = (min(self._connect_timeout, PEER_CONNECT_SECONDS) if leads_to == PEER
+                           else self._connect_timeout)
+        return BrokerLink(address, connect_timeout=connect_timeout,
                           request_timeout=request_timeout, max_frame_bytes=self._max_frame_bytes,
                           security=self._security, leads_to=leads_to)
 

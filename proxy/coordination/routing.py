@@ -64,6 +64,7 @@ from proxy.coordination.handler import (
     Upstream,
     Value,
 )
+from proxy.coordination.inside import held_while_inside
 from proxy.coordination.peek import group_id_of
 from proxy.coordination.peers import LOCAL, LOOKUP, RELAY, FleetSide, Route
 from proxy.coordination.service import CoordinatorService
@@ -245,7 +246,8 @@ class CoordinatingRouter(ForwardingRouter):
                         return Local(self._encode(handler, group_request,
                                                   handler.failure(group_request, error)))
             outcome = handler.decide(group_request)
-            return self._decision(handler, group_request, outcome)
+            return held_while_inside(handler.service, group_request,
+                                     self._decision(handler, group_request, outcome))
         except Exception:
             log.exception("deciding api key %d v%d failed", request.api_key,
                           request.api_version)

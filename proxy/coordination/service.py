@@ -437,6 +437,19 @@ class CoordinatorService:
     def now_ms(self) -> int:
         return int(trio.current_time() * 1000)
 
+    def request_arrived(self, group_id: str, member_id: str) -> bool:
+        """A request of ``member_id`` starts waiting in this sidecar: its session stops until
+        :meth:`request_left` (:mod:`.inside`); False if the engine does not know the member
+        (nothing to release then)."""
+        group = self.engine.group(group_id)
+        if group is None or member_id not in group.members:
+            return False
+        self.engine.request_arrived(group_id, member_id, self.now_ms())
+        return True
+
+    def request_left(self, group_id: str, member_id: str) -> None:
+        self.apply(self.engine.request_left(group_id, member_id, self.now_ms()))
+
     # -- which groups the proxy coordinates ---------------------------------------------------
 
     def claims(self, group_id: str) -> bool:
