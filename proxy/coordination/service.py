@@ -118,6 +118,12 @@ TOPIC_WAIT_SECONDS = 3.0
 TAKEOVER_WAIT_SECONDS = 10.0
 """How long a joining heartbeat waits for the broker-side membership before it is answered
 with the retriable COORDINATOR_LOAD_IN_PROGRESS (the membership keeps trying)."""
+HEARTBEAT_WAIT_FRACTION = 0.5
+"""A ConsumerGroupHeartbeat waits at most this share of the heartbeat interval (and at most
+:data:`TAKEOVER_WAIT_SECONDS`) for a takeover or a topic refresh, then gets the retriable
+COORDINATOR_LOAD_IN_PROGRESS while the takeover goes on: librdkafka gives a heartbeat
+request one heartbeat interval before it times it out and backs off reconnecting, so a
+longer wait only delays the member."""
 
 
 BROKER_ACTIVE_SECONDS = 10.0
@@ -305,6 +311,10 @@ class CoordinatorService:
             lambda: sum(1 for m in self.memberships.values() if m.established and not m.left))
         self.stepping_down = False
         """The proxy is stopping with the state log on: it answers no group request."""
+        self.heartbeat_wait_s = min(TAKEOVER_WAIT_SECONDS, HEARTBEAT_WAIT_FRACTION
+                                    * config.group_heartbeat_interval_ms / 1000)
+        """The longest a ConsumerGroupHeartbeat waits here for a takeover
+        (:data:`HEARTBEAT_WAIT_FRACTION`)."""
         self._loading: dict[str, float] = {}
         """Groups taken over from another coordinator: trio time until which their joins are
         answered COORDINATOR_LOAD_IN_PROGRESS (``takeover-wait-ms``)."""
@@ -504,7 +514,7 @@ class CoordinatorService:
                 return ConsumerGroupHeartbeatResponse(error_code=int(exc.code),
                                                       error_message=exc.message)
             failure: NotTaken | None = None
-            with trio.move_on_after(TAKEOVER_WAIT_SECONDS) as waiting:
+            with trio.move_on_after(self.heartbeat_wait_s) as waiting:
                 failure = await self._take_over(group_id, request.subscribed_topic_names or ())
             if waiting.cancelled_caught:
                 # e.g. the broker waits for a stale member of a killed proxy to time out
@@ -533,7 +543,8 @@ class CoordinatorService:
                     error_message=f"groupgate is not holding the broker's group {group_id} "
                                   "now")
         elif (waited := await self.load_for_member(
-                group_id, request.member_id, request.subscribed_topic_names or ())) is not None:
+                group_id, request.member_id, request.subscribed_topic_names or (),
+                wait_s=self.heartbeat_wait_s)) is not None:
             return ConsumerGroupHeartbeatResponse(
                 error_code=int(waited),
                 error_message=(f"Group {group_id} is not coordinated here (any more); rejoin."
@@ -677,14 +688,16 @@ class CoordinatorService:
         if self._nursery is not None:
             self._nursery.start_soon(membership.leave)
 
-    async def taken_over(self, group_id: str) -> ErrorCode | None:
+    async def taken_over(self, group_id: str, wait_s: float = TAKEOVER_WAIT_SECONDS
+                         ) -> ErrorCode | None:
         """If the broker's group ``group_id`` is being taken over (its state loaded), wait
-        for that; the error to answer with if it failed or takes too long, else None."""
+        for that (``wait_s`` at most); the error to answer with if it failed or takes too
+        long, else None."""
         membership = self.memberships.get(group_id)
         if membership is None:
             return None
         if not membership.settled.is_set():
-            with trio.move_on_after(TAKEOVER_WAIT_SECONDS):
+            with trio.move_on_after(wait_s):
                 await membership.settled.wait()
         if not membership.settled.is_set():
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
@@ -858,10 +871,12 @@ class CoordinatorService:
 
     async def _await_topics(self, request: ConsumerGroupHeartbeatRequest) -> None:
         await self._await_subscription(request.group_id, request.subscribed_topic_names or (),
-                                       request.subscribed_topic_regex)
+                                       request.subscribed_topic_regex,
+                                       min(TOPIC_WAIT_SECONDS, self.heartbeat_wait_s))
 
     async def _await_subscription(self, group_id: str, topic_names: Iterable[str],
-                                  regex: str | None) -> None:
+                                  regex: str | None,
+                                  wait_s: float = TOPIC_WAIT_SECONDS) -> None:
         image = self.engine.image
         names = [n for n in topic_names if n not in image.by_name]
         group = self.engine.group(group_id)
@@ -872,7 +887,7 @@ class CoordinatorService:
             self._pending_names[n] = self._pending_names.get(n, 0) + 1
         self._pending_regex += new_regex
         try:
-            await self.topics.refresh(TOPIC_WAIT_SECONDS)
+            await self.topics.refresh(wait_s)
         finally:
             for n in names:
                 left = self._pending_names[n] - 1
@@ -925,7 +940,8 @@ class CoordinatorService:
         return view is not None and view.kind in ("free", "sidecar")
 
     async def load_for_member(self, group_id: str, member_id: str,
-                              topics: Iterable[str] = ()) -> ErrorCode | None:
+                              topics: Iterable[str] = (),
+                              wait_s: float = TAKEOVER_WAIT_SECONDS) -> ErrorCode | None:
         """A member's request for a group not held here (:meth:`may_load`): take it over
         (loading its state) first; the error to answer with if that failed: UNKNOWN_MEMBER_ID
         if the state log has no member of the group (the broker's group was given back at
@@ -933,8 +949,8 @@ class CoordinatorService:
         over for a member (ConsumerGroupHeartbeat with epoch != 0, classic JoinGroup with a
         member id, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit)."""
         if self.claims(group_id) or not self.may_load(group_id, member_id):
-            return await self.taken_over(group_id)
-        with trio.move_on_after(TAKEOVER_WAIT_SECONDS) as waiting:
+            return await self.taken_over(group_id, wait_s)
+        with trio.move_on_after(wait_s) as waiting:
             failure = await self._take_over(group_id, topics, to_load=True)
         if waiting.cancelled_caught:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
