@@ -227,6 +227,7 @@ class BrokerMembership:
         self.left = True
         self.settled.set()
         self._set_stable(False)
+        self._wake_waiters()
 
     def request_rejoin(self) -> None:
         """A commit found the membership stale: rejoin at the next opportunity."""
@@ -263,8 +264,7 @@ class BrokerMembership:
             while not self.stable:
                 if self.left or (self.settled.is_set() and self.failure is not None):
                     return False
-                self._stable_changed = trio.Event()
-                await self._stable_changed.wait()
+                await self._stable_changed.wait()  # replaced by a fresh one once set
         return self.stable
 
     def lease_expired(self) -> bool:
@@ -317,10 +317,16 @@ class BrokerMembership:
             self._lapsed = False
         if stable != self.stable:
             self.stable = stable
-            self._stable_changed.set()
+            self._wake_waiters()
         after = self.interrupted
         if before != after and self.on_interrupted is not None:
             self.on_interrupted(after)
+
+    def _wake_waiters(self) -> None:
+        """Wake every commit waiting in :meth:`wait_stable` (each checks again what it waits
+        for); later waiters wait for the next change."""
+        self._stable_changed.set()
+        self._stable_changed = trio.Event()
 
     def _lose(self, reason: str, event: str = "lost") -> None:
         """The lease held earlier is gone for good: stop acting, end, tell the service."""
@@ -331,6 +337,7 @@ class BrokerMembership:
         self._set_stable(False)
         self.left = True
         self.lease_deadline = self.session_deadline = float("-inf")
+        self._wake_waiters()
         if self.on_lost is not None:
             self.on_lost(reason)
 
@@ -367,6 +374,7 @@ class BrokerMembership:
             return
         self.left = True
         self.lease_deadline = self.session_deadline = float("-inf")
+        self._wake_waiters()
         if self.member_id and self._link is not None:
             with trio.CancelScope(shield=True), trio.move_on_after(5):
                 try:
