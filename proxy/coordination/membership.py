@@ -100,6 +100,16 @@ at most half the session: no heartbeat goes out meanwhile)."""
 _ASSIGNMENT = messages.encode_data("ConsumerProtocolAssignment", 0, {"assigned_partitions": []})
 
 
+def lock_assignment(card: Card) -> bytes:
+    """The lock member's own assignment: no partitions, and the card as user data. Kafka 4.x
+    refuses to convert a classic group whose members' assignments carry user data (a custom
+    assignor's state it would lose), so a KIP-848 client connecting straight to a 4.x broker
+    is answered GROUP_ID_NOT_FOUND instead of being let into a group the engine coordinates
+    (decision record 0018, section 2); other brokers never read it."""
+    return messages.encode_data("ConsumerProtocolAssignment", 0,
+                                {"assigned_partitions": [], "user_data": card.encode()})
+
+
 class MembershipRefused(Exception):
     """The broker's group cannot be joined (e.g. it has members of another protocol)."""
 
@@ -546,7 +556,10 @@ class BrokerMembership:
             if join["leader"] != self.member_id:
                 raise ElectionLost(f"another sidecar holds the broker's group {self.group_id}")
             self._check_members(join["members"])
-            assignments = [{"member_id": m["member_id"], "assignment": _ASSIGNMENT}
+            assignments = [{"member_id": m["member_id"],
+                             "assignment": (lock_assignment(self.card)
+                                            if m["member_id"] == self.member_id
+                                            else _ASSIGNMENT)}
                            for m in join["members"]]
             sent = trio.current_time()
             sync = await link.request(ApiKey.SYNC_GROUP, SYNC_VERSION, {

@@ -102,3 +102,21 @@ async def test_commits_waiting_for_a_membership_that_ends_are_told_at_once(
         membership.fail("the task ended")
     assert [stable for stable, _ in woken] == [False, False]
     assert all(at < 2 for _, at in woken)
+
+
+async def test_the_lock_assigns_itself_its_card_as_user_data(
+        autojump_clock: trio.abc.Clock) -> None:
+    """Kafka 4.x will not convert a group whose assignments carry user data, so a direct
+    KIP-848 client cannot join a group the engine coordinates (decision record 0018)."""
+    from proxy.codec import messages
+    from proxy.coordination.fleet import Card
+
+    sent: list[tuple[int, dict[str, Any]]] = []
+    card = Card(("10.0.0.5", 9095), "0.3.0")
+    membership = BrokerMembership("g", FakePool(broker(6000, sent)), [("b", 1)],
+                                  connect_timeout=5, session_timeout_ms=6000, card=card)
+    await hold(membership, 1)
+    (sync,) = [v for k, v in sent if k == 14]
+    (own,) = [a for a in sync["assignments"] if a["member_id"] == membership.member_id]
+    _version, decoded = messages.decode_data("ConsumerProtocolAssignment", own["assignment"])
+    assert decoded["assigned_partitions"] == [] and Card.decode(decoded["user_data"]) == card
