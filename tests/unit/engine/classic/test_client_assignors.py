@@ -89,12 +89,44 @@ def test_roundrobin_multiple_consumers_mixed_topics() -> None:
                    "consumer3": {"topic1": (2,)}}
 
 
-def test_roundrobin_two_consumers_two_topics_six_partitions() -> None:
-    # RoundRobinAssignorTest.testTwoConsumersTwoTopicsSixPartitions
+def test_roundrobin_two_dynamic_consumers_two_topics_six_partitions() -> None:
+    # RoundRobinAssignorTest.testTwoDynamicConsumersTwoTopicsSixPartitions
     members = [_m("consumer1", ["topic1", "topic2"]), _m("consumer2", ["topic1", "topic2"])]
     got = assign("roundrobin", members, {"topic1": 3, "topic2": 3})
     assert got == {"consumer1": {"topic1": (0, 2), "topic2": (1,)},
                    "consumer2": {"topic1": (1,), "topic2": (0, 2)}}
+
+
+def test_roundrobin_two_static_consumers_two_topics_six_partitions() -> None:
+    # RoundRobinAssignorTest.testTwoStaticConsumersTwoTopicsSixPartitions: instance ids rank
+    members = [_m("consumer-b", ["topic1", "topic2"], instance="instance1"),
+               _m("consumer-a", ["topic1", "topic2"], instance="instance2")]
+    got = assign("roundrobin", members, {"topic1": 3, "topic2": 3})
+    assert got == {"consumer-b": {"topic1": (0, 2), "topic2": (1,)},
+                   "consumer-a": {"topic1": (1,), "topic2": (0, 2)}}
+
+
+def test_roundrobin_one_static_consumer_and_one_dynamic_consumer() -> None:
+    # RoundRobinAssignorTest.testOneStaticConsumerAndOneDynamicConsumerTwoTopicsSixPartitions
+    members = [_m("consumer-b", ["topic1", "topic2"], instance="instance1"),
+               _m("consumer-a", ["topic1", "topic2"])]
+    got = assign("roundrobin", members, {"topic1": 3, "topic2": 3})
+    assert got == {"consumer-b": {"topic1": (0, 2), "topic2": (1,)},
+                   "consumer-a": {"topic1": (1,), "topic2": (0, 2)}}
+
+
+def test_roundrobin_static_member_assignment_persistent() -> None:
+    # RoundRobinAssignorTest.testStaticMemberRoundRobinAssignmentPersistent
+    static = [_m(f"consumer{i}", ["topic1", "topic2"], instance=f"instance{i}")
+              for i in (1, 2, 3)]
+    expected = {"consumer1": {"topic1": (0,), "topic2": (1,)},
+                "consumer2": {"topic1": (1,), "topic2": (2,)},
+                "consumer3": {"topic1": (2,)}}
+    counts = {"topic1": 3, "topic2": 3}
+    got = assign("roundrobin", [*static, _m("consumer4", ["topic1", "topic2"])], counts)
+    assert got == {**expected, "consumer4": {"topic2": (0,)}}
+    got = assign("roundrobin", [*static, _m("consumer5", ["topic1", "topic2"])], counts)
+    assert got == {**expected, "consumer5": {"topic2": (0,)}}
 
 
 def test_roundrobin_one_consumer_non_existent_topic() -> None:
