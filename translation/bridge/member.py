@@ -28,7 +28,14 @@ revocations), and the whole assignment only once it reported those released.
 * UNKNOWN_MEMBER_ID and ILLEGAL_GENERATION mean the partitions are lost: the client is shown
   an empty assignment and the member rejoins at once owning nothing (without a member id
   after UNKNOWN_MEMBER_ID); what the next SyncGroup gives still waits for the client's
-  release.
+  release. FENCED_INSTANCE_ID (another member took the static member's instance id) and
+  JoinGroup errors other than the retriable ones end the member (FAILED): the client is
+  answered GROUP_ID_NOT_FOUND. The coordinator errors (NOT_COORDINATOR,
+  COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS) keep the member's id and
+  generation: a JoinGroup is sent again, a SyncGroup turns into a rejoin, a Heartbeat is
+  simply sent again when due (the caller finds the coordinator again first).
+* The leader rejoins when the partition counts of the group's topics change
+  (:meth:`BridgedMember.metadata_changed`), as Kafka's Java leader does.
 * The client leaving (epoch -1) sends LeaveGroup; a static member leaving for now (epoch -2)
   sends nothing and lets its session run out, as a Java static member does on close.
 
@@ -51,15 +58,18 @@ SYNCING     SYNCED      STABLE
 SYNCING     REJOIN      JOINING
 SYNCING     REBALANCE   RELEASING
 SYNCING     FENCED      JOINING
+SYNCING     FAILED      LEFT
 SYNCING     LEAVE       LEAVING
 SYNCING     LEFT        LEFT
 STABLE      REJOIN      JOINING
 STABLE      REBALANCE   RELEASING
 STABLE      FENCED      JOINING
+STABLE      FAILED      LEFT
 STABLE      LEAVE       LEAVING
 STABLE      LEFT        LEFT
 RELEASING   RELEASED    JOINING
 RELEASING   FENCED      JOINING
+RELEASING   FAILED      LEFT
 RELEASING   LEAVE       LEAVING
 RELEASING   LEFT        LEFT
 LEAVING     LEFT        LEFT
@@ -149,7 +159,6 @@ TRANSITIONS: dict[tuple[BridgeState, BridgeEvent], BridgeState] = {
     (_S.UNJOINED, _E.LEFT): _S.LEFT,
     (_S.JOINING, _E.JOIN_RETRY): _S.JOINING,
     (_S.JOINING, _E.JOINED): _S.SYNCING,
-    (_S.JOINING, _E.FAILED): _S.LEFT,
     (_S.SYNCING, _E.SYNCED): _S.STABLE,
     (_S.SYNCING, _E.REJOIN): _S.JOINING,
     (_S.SYNCING, _E.REBALANCE): _S.RELEASING,
@@ -158,13 +167,15 @@ TRANSITIONS: dict[tuple[BridgeState, BridgeEvent], BridgeState] = {
     (_S.RELEASING, _E.RELEASED): _S.JOINING,
     (_S.LEAVING, _E.LEFT): _S.LEFT,
     **{(s, _E.FENCED): _S.JOINING for s in _LIVE},
+    **{(s, _E.FAILED): _S.LEFT for s in _LIVE},
     **{(s, _E.LEAVE): _S.LEAVING for s in _LIVE},
     **{(s, _E.LEFT): _S.LEFT for s in _LIVE},
 }
 """(state, event) -> state: every move a bridged member can make."""
 
-_FENCING = frozenset({ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION,
-                      ErrorCode.FENCED_INSTANCE_ID})
+_FENCING = frozenset({ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION})
+_COORDINATOR = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                          ErrorCode.COORDINATOR_LOAD_IN_PROGRESS})
 
 
 def member_mark(fleet_address: str, member_id: str, client_id: str) -> str:
@@ -300,7 +311,7 @@ class BridgedMember:
         return self._join(BridgeEvent.REJOIN, reason)
 
     def _fenced(self, error: int) -> list[BrokerRequest]:
-        if error == ErrorCode.UNKNOWN_MEMBER_ID or error == ErrorCode.FENCED_INSTANCE_ID:
+        if error == ErrorCode.UNKNOWN_MEMBER_ID:
             self.broker_member_id = ""
         self.generation = -1
         self.assignment = {}
@@ -386,8 +397,8 @@ class BridgedMember:
         if error == ErrorCode.MEMBER_ID_REQUIRED:
             self.broker_member_id = answer.member_id
             return self._join(BridgeEvent.JOIN_RETRY, "member id required")
-        if error == ErrorCode.REBALANCE_IN_PROGRESS:
-            return self._join(BridgeEvent.JOIN_RETRY, "rebalance in progress")
+        if error == ErrorCode.REBALANCE_IN_PROGRESS or error in _COORDINATOR:
+            return self._join(BridgeEvent.JOIN_RETRY, f"retry after error {error}")
         if error in _FENCING:
             return self._fenced(error)
         if error != ErrorCode.NONE:
@@ -424,12 +435,12 @@ class BridgedMember:
             return []
         self.outstanding = None
         error = answer.error_code
-        if error == ErrorCode.REBALANCE_IN_PROGRESS:
-            return self._rebalance("rebalance in progress")
+        if error == ErrorCode.REBALANCE_IN_PROGRESS or error in _COORDINATOR:
+            return self._rebalance(f"rejoin after error {error}")
         if error in _FENCING:
             return self._fenced(error)
         if error != ErrorCode.NONE or answer.assignment is None:
-            return self._fenced(ErrorCode.UNKNOWN_MEMBER_ID)
+            return self._fail()
         self.assignment = _norm({t: frozenset(p) for t, p in answer.assignment.partitions})
         self.epoch = self.generation
         self.followup = self.cooperative and bool(_minus(self.owned_at_join, self.assignment))
@@ -450,6 +461,14 @@ class BridgedMember:
             return self._rebalance("rebalance in progress")
         if answer.error_code in _FENCING:
             return self._fenced(answer.error_code)
+        if answer.error_code == ErrorCode.FENCED_INSTANCE_ID:
+            return self._fail()
+        return []
+
+    def metadata_changed(self, now: int) -> list[BrokerRequest]:
+        """The partition counts of the group's topics changed: the leader rejoins."""
+        if self.leader and self.state is BridgeState.STABLE:
+            return self._rebalance("metadata changed")
         return []
 
     def on_leave_answer(self, now: int) -> list[BrokerRequest]:

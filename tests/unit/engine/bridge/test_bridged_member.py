@@ -308,3 +308,57 @@ def test_sticky_user_data_carries_what_the_member_owns() -> None:
     assert sticky is not None and coop is not None
     assert coop.user_data == (3).to_bytes(4, "big")
     assert sticky.user_data is not None and sticky.user_data.endswith((3).to_bytes(4, "big"))
+
+
+def test_coordinator_errors_keep_the_member_id_and_generation() -> None:
+    m = _member(protocol="cooperative-sticky")
+    m.client_heartbeat(ClientHeartbeat(0, {}), 0)
+    m.on_join_answer(BrokerJoinAnswer(error_code=ErrorCode.MEMBER_ID_REQUIRED,
+                                      member_id="b-1"), {}, 0)
+    join = _join(m.on_join_answer(
+        BrokerJoinAnswer(error_code=ErrorCode.NOT_COORDINATOR), {}, 1))
+    assert join.member_id == "b-1"
+    _stable(m, 3, {"t": [0]}, "cooperative-sticky")
+    m.client_heartbeat(ClientHeartbeat(3, {"t": [0]}), 10)
+    m.poll(SESSION)
+    assert m.on_heartbeat_answer(
+        HeartbeatResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE), SESSION) == []
+    assert _state(m) is BridgeState.STABLE
+    m.poll(2 * SESSION)
+    _join(m.on_heartbeat_answer(
+        HeartbeatResponse(error_code=ErrorCode.REBALANCE_IN_PROGRESS), 2 * SESSION))
+    m.on_join_answer(BrokerJoinAnswer(generation_id=4, protocol_name="cooperative-sticky",
+                                      leader="x", member_id="b-1"), {}, 0)
+    join = _join(m.on_sync_answer(
+        SyncGroupResponse(error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS), 0))
+    assert join.member_id == "b-1" and _owned_in(join) == {"t": [0]}
+    assert _shown(m) == (3, {"t": [0]})  # nothing lost
+
+
+def test_a_fenced_instance_id_ends_the_member() -> None:
+    m = _member(instance="i-1")
+    m.client_heartbeat(ClientHeartbeat(0, {}), 0)
+    _stable(m, 3, {"t": [0]})
+    m.poll(SESSION)
+    assert m.on_heartbeat_answer(
+        HeartbeatResponse(error_code=ErrorCode.FENCED_INSTANCE_ID), SESSION) == []
+    assert _state(m) is BridgeState.LEFT
+    answer = m.client_answer()
+    assert answer is not None and answer.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+    assert m.poll(2 * SESSION) == []
+
+
+def test_the_leader_rejoins_when_partition_counts_change() -> None:
+    m = _member(protocol="cooperative-sticky")
+    m.client_heartbeat(ClientHeartbeat(0, {}), 0)
+    members = [ClassicGroupMember("b-1", None, ClassicSubscription(3, ["t"]))]
+    m.on_join_answer(BrokerJoinAnswer(generation_id=1, protocol_name="cooperative-sticky",
+                                      leader="b-1", member_id="b-1", members=members),
+                     {"t": 2}, 0)
+    _sync(m, {"t": [0, 1]})
+    join = _join(m.metadata_changed(10))
+    assert join.member_id == "b-1"
+    follower = _member()
+    follower.client_heartbeat(ClientHeartbeat(0, {}), 0)
+    _stable(follower, 1, {"t": [0]})
+    assert follower.metadata_changed(10) == []
