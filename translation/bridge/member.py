@@ -34,6 +34,10 @@ revocations), and the whole assignment only once it reported those released.
   COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS) keep the member's id and
   generation: a JoinGroup is sent again, a SyncGroup turns into a rejoin, a Heartbeat is
   simply sent again when due (the caller finds the coordinator again first).
+* A client heartbeat at an epoch other than 0, the current one or the one before (a lost
+  answer) is answered FENCED_MEMBER_EPOCH and changes nothing; the client then releases
+  everything and comes back at epoch 0, which is taken as any heartbeat (its owned partitions
+  are what it reports).
 * The leader rejoins when the partition counts of the group's topics change
   (:meth:`BridgedMember.metadata_changed`), as Kafka's Java leader does.
 * The client leaving (epoch -1) sends LeaveGroup; a static member leaving for now (epoch -2)
@@ -237,6 +241,9 @@ class BridgedMember:
         self.protocol: str | None = current_protocol
         self.leader = False
         self.epoch = 0
+        self.previous_epoch = 0
+        self.stale_heartbeat = False
+        """The last client heartbeat carried an epoch this member never gave or gave too long ago."""
         """The member epoch the client was last told (0: none yet)."""
         self.client_owned: Partitions = {}
         self.assignment: Partitions = {}
@@ -334,6 +341,9 @@ class BridgedMember:
             return []
         if heartbeat.member_epoch < 0:
             return self.leave(static=heartbeat.member_epoch == -2)
+        self.stale_heartbeat = heartbeat.member_epoch not in (0, self.epoch, self.previous_epoch)
+        if self.stale_heartbeat:
+            return []
         if heartbeat.owned is not None:
             self.client_owned = _norm(heartbeat.owned)
         out: list[BrokerRequest] = []
@@ -442,7 +452,8 @@ class BridgedMember:
         if error != ErrorCode.NONE or answer.assignment is None:
             return self._fail()
         self.assignment = _norm({t: frozenset(p) for t, p in answer.assignment.partitions})
-        self.epoch = self.generation
+        if self.generation != self.epoch:
+            self.previous_epoch, self.epoch = self.epoch, self.generation
         self.followup = self.cooperative and bool(_minus(self.owned_at_join, self.assignment))
         self._move(BridgeEvent.SYNCED)
         self.next_heartbeat_ms = now + self.heartbeat_interval_ms
@@ -501,6 +512,8 @@ class BridgedMember:
         """What to answer the client's heartbeat with now (None: no epoch to give yet)."""
         if self.error_code:
             return ClientAnswer(error_code=self.error_code, member_epoch=-1)
+        if self.stale_heartbeat:
+            return ClientAnswer(error_code=ErrorCode.FENCED_MEMBER_EPOCH, member_epoch=-1)
         if self.state in (BridgeState.LEAVING, BridgeState.LEFT):
             return ClientAnswer(member_epoch=-1, assignment={})
         interval = self.heartbeat_interval_ms

@@ -362,3 +362,22 @@ def test_the_leader_rejoins_when_partition_counts_change() -> None:
     follower.client_heartbeat(ClientHeartbeat(0, {}), 0)
     _stable(follower, 1, {"t": [0]})
     assert follower.metadata_changed(10) == []
+
+
+def test_a_heartbeat_at_an_epoch_never_given_is_fenced_and_changes_nothing() -> None:
+    m = _member(protocol="cooperative-sticky")
+    m.client_heartbeat(ClientHeartbeat(0, {}), 0)
+    _stable(m, 3, {"t": [0, 1]}, "cooperative-sticky")
+    m.client_heartbeat(ClientHeartbeat(3, {"t": [0, 1]}), 10)
+    assert m.client_heartbeat(ClientHeartbeat(7, {}), 11) == []
+    answer = m.client_answer()
+    assert answer is not None and answer.error_code == ErrorCode.FENCED_MEMBER_EPOCH
+    assert m.client_owned == {"t": frozenset({0, 1})}
+    m.poll(SESSION)
+    _join(m.on_heartbeat_answer(
+        HeartbeatResponse(error_code=ErrorCode.REBALANCE_IN_PROGRESS), SESSION))
+    _stable(m, 4, {"t": [0, 1]}, "cooperative-sticky")
+    m.client_heartbeat(ClientHeartbeat(3, {"t": [0, 1]}), SESSION)  # the answer at 4 was lost
+    assert _shown(m) == (4, {"t": [0, 1]})
+    m.client_heartbeat(ClientHeartbeat(0, {}), SESSION)  # a fenced client comes back at 0
+    assert _shown(m) == (4, {"t": [0, 1]})
