@@ -241,10 +241,10 @@ class BridgedMember:
         self.protocol: str | None = current_protocol
         self.leader = False
         self.epoch = 0
+        """The member epoch the client was last told (0: none yet)."""
         self.previous_epoch = 0
         self.stale_heartbeat = False
-        """The last client heartbeat carried an epoch this member never gave or gave too long ago."""
-        """The member epoch the client was last told (0: none yet)."""
+        """The last client heartbeat's epoch was not 0, the current or the previous one."""
         self.client_owned: Partitions = {}
         self.assignment: Partitions = {}
         """What the broker's last SyncGroup answer gave (emptied when lost or eagerly released)."""
