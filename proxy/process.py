@@ -30,8 +30,11 @@ class ProxyStartError(RuntimeError):
 class ProxyProcess:
     def __init__(self, upstream: str, log_file: Path, *, listen: str = "127.0.0.1:0",
                  args: Sequence[str] = (), env: dict[str, str] | None = None,
-                 wrapper: Sequence[str] = ()) -> None:
-        """``wrapper``: a command prefix the proxy runs under (e.g. ``ip netns exec POD``)."""
+                 wrapper: Sequence[str] = (), cwd: Path | None = None) -> None:
+        """``wrapper``: a command prefix the proxy runs under (e.g. ``ip netns exec POD``);
+        ``cwd``: the directory it runs in (``python -m`` imports ``proxy`` from there first:
+        the test bed runs earlier releases that way)."""
+        self.cwd = cwd
         self.upstream = upstream
         self.wrapper = list(wrapper)
         self.log_file = log_file
@@ -56,7 +59,7 @@ class ProxyProcess:
         env = dict(os.environ, **(self.env or {}))
         with open(self.log_file, "ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                            env=env, start_new_session=True)
+                                            env=env, start_new_session=True, cwd=self.cwd)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             match = _READY.search(self.log())

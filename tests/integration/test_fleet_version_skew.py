@@ -132,6 +132,7 @@ class Member:
         from confluent_kafka import Consumer
 
         self.owned: set[int] = set()
+        self.consumed = 0
         self.history: list[tuple[float, str, tuple[int, ...]]] = []
         self.consumer = Consumer({
             "bootstrap.servers": bootstrap, "group.id": group_id,
@@ -152,8 +153,35 @@ class Member:
 
     def _poll(self) -> None:
         while not self.stop.is_set():
-            self.consumer.poll(0.2)
+            message = self.consumer.poll(0.2)
+            if message is not None and not message.error():
+                self.consumed += 1
         self.consumer.close()
+
+
+def owned_twice(members: list[Member]) -> list[tuple[float, int]]:
+    """(time, partition) whenever a partition was owned by two members at once, replaying
+    their callbacks in time order."""
+    events = sorted((t, i, kind, ps) for i, m in enumerate(members) for t, kind, ps in m.history)
+    owned: list[set[int]] = [set() for _ in members]
+    twice: list[tuple[float, int]] = []
+    for t, i, kind, ps in events:
+        if kind == "assign":
+            owned[i] |= set(ps)
+            twice += [(t, p) for p in ps
+                      if any(p in o for j, o in enumerate(owned) if j != i)]
+        else:
+            owned[i] -= set(ps)
+    return twice
+
+
+def produce_records(bootstrap: str, topic: str, count: int) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(count):
+        producer.produce(topic, value=b"%d" % i, partition=i % 4)
+    assert producer.flush(30) == 0
 
 
 def wait_for(predicate: Any, timeout: float, what: str) -> None:
@@ -196,3 +224,64 @@ def test_a_groupgate_0_1_0_joining_a_held_group_is_never_coordinated_alongside(
     finally:
         member.stop.set()
         member.thread.join(15)
+
+
+# ------------------------------------------------------------------------------------------
+# groupgate 0.2.0 (fleet protocol 2) and this build (fleet protocol 3) in one fleet
+
+
+@pytest.mark.parametrize("first", ["0.2.0", "this build"])
+def test_a_fleet_of_0_2_0_and_this_build_serves_one_group_either_way(
+        kafka39: KafkaBroker, tmp_path: Any, first: str) -> None:
+    """A rolling update from 0.2.0: one sidecar of each, a KIP-848 member behind each. Whichever
+    holds the group, the other follows it: both members get partitions, none is owned twice,
+    and every record is consumed (the protocol-3 card's new fields are unknown keys to 0.2.0;
+    0.2.0 relays with the protocol-2 mark, which this build reads)."""
+    from proxy.process import ProxyProcess
+    from tests.testbed.broker import free_ports
+    from tests.testbed.releases import ReleaseUnavailable, release_tree
+
+    try:
+        old_tree = release_tree("0.2.0")
+    except ReleaseUnavailable as exc:
+        pytest.skip(str(exc))
+    topic, group_id = f"skew-{uuid.uuid4().hex[:6]}", f"skew-{uuid.uuid4().hex[:6]}"
+    kafka39.create_topic(topic, 4)
+    fleet_old, fleet_new = free_ports(2)
+    flags = ["--group-heartbeat-interval-ms", "500", "--group-session-timeout-ms",
+             str(MEMBER_SESSION_MS), "--group-metadata-refresh-ms", "1000"]
+    started: list[ProxyProcess] = []
+    members: list[Member] = []
+
+    def sidecar(version: str) -> ProxyProcess:
+        port = fleet_old if version == "0.2.0" else fleet_new
+        proxy = ProxyProcess.start(kafka39.bootstrap, tmp_path / f"groupgate-{version}.log",
+                                   args=[*flags, "--fleet-listen", f"127.0.0.1:{port}"],
+                                   cwd=old_tree if version == "0.2.0" else None)
+        started.append(proxy)
+        return proxy
+
+    try:
+        order = ["0.2.0", "this build"] if first == "0.2.0" else ["this build", "0.2.0"]
+        holder = sidecar(order[0])
+        members.append(Member(holder.bootstrap, group_id, topic))
+        wait_for(lambda: members[0].owned == {0, 1, 2, 3}, 60, f"{order[0]} to assign")
+        follower = sidecar(order[1])
+        members.append(Member(follower.bootstrap, group_id, topic))
+        wait_for(lambda: all(m.owned for m in members)
+                 and not (members[0].owned & members[1].owned)
+                 and members[0].owned | members[1].owned == {0, 1, 2, 3},
+                 60, "the two members to share the partitions")
+        assert "holding the broker's group" in holder.log()
+        assert "holding the broker's group" not in follower.log()  # it followed
+        produce_records(kafka39.bootstrap, topic, 200)
+        wait_for(lambda: sum(m.consumed for m in members) >= 200, 60,
+                 "every record to be consumed")
+        assert all(m.consumed for m in members), [m.consumed for m in members]
+        assert not owned_twice(members), [m.history for m in members]
+    finally:
+        for m in members:
+            m.stop.set()
+            m.thread.join(15)
+        for proxy in started:
+            proxy.stop()
