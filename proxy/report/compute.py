@@ -43,6 +43,20 @@ class Span:
     end_ms: int
 
 
+PERCENTILES = "exact, nearest rank"
+"""How the report's percentiles are computed: the p-th percentile of n values is the
+ceil(p * n)-th smallest, an actual value (Spark's ``percentile_disc``), the same on a cluster
+as locally."""
+
+
+def percentile(column: str, p: float) -> Column:
+    """The exact ``p``-th percentile of ``column`` (nearest rank, :data:`PERCENTILES`) as an
+    aggregate; nulls are left out."""
+    from pyspark.sql import functions as F
+
+    return F.expr(f"percentile_disc({p!r}) WITHIN GROUP (ORDER BY `{column}`)").cast("long")
+
+
 def _partition_count(column: str) -> Column:
     from pyspark.sql import functions as F
 
@@ -360,8 +374,8 @@ def groups_table(events: DataFrame, rebalances: DataFrame, downtime: DataFrame,
     reb = counted.groupBy("group").agg(
         F.count(F.lit(1)).alias("rebalances"),
         F.sum("duration_ms").alias("rebalance_ms_total"),
-        F.percentile_approx("duration_ms", 0.5, 1000).alias("rebalance_ms_p50"),
-        F.percentile_approx("duration_ms", 0.95, 1000).alias("rebalance_ms_p95"),
+        percentile("duration_ms", 0.5).alias("rebalance_ms_p50"),
+        percentile("duration_ms", 0.95).alias("rebalance_ms_p95"),
         F.max("duration_ms").alias("rebalance_ms_max"),
         F.sum(F.when(F.col("outcome") == "open", 1).otherwise(0)).alias("rebalances_open"),
         F.avg("members_disturbed").alias("members_disturbed_avg"),
@@ -369,7 +383,7 @@ def groups_table(events: DataFrame, rebalances: DataFrame, downtime: DataFrame,
     down = downtime.groupBy("group").agg(
         F.sum(F.when(F.col("outcome") == "assigned", 1).otherwise(0)).alias("downtimes"),
         F.sum("downtime_ms").alias("downtime_ms_total"),
-        F.percentile_approx("downtime_ms", 0.95, 1000).alias("downtime_ms_p95"),
+        percentile("downtime_ms", 0.95).alias("downtime_ms_p95"),
         F.max("downtime_ms").alias("downtime_ms_max"),
         F.sum(F.when(F.col("outcome") == "open", 1).otherwise(0)).alias("partitions_open"))
     alive_at_end = (F.col("start_ms") < span.end_ms) & (
