@@ -43,10 +43,34 @@ class Span:
     end_ms: int
 
 
+PERCENTILES = "exact, nearest rank"
+"""How the report's percentiles are computed: the p-th percentile of n values is the
+ceil(p * n)-th smallest, an actual value (Spark's ``percentile_disc``), the same on a cluster
+as locally."""
+
+
+def percentile(column: str, p: float) -> Column:
+    """The exact ``p``-th percentile of ``column`` (nearest rank, :data:`PERCENTILES`) as an
+    aggregate; nulls are left out."""
+    from pyspark.sql import functions as F
+
+    return F.expr(f"percentile_disc({p!r}) WITHIN GROUP (ORDER BY `{column}`)").cast("long")
+
+
 def _partition_count(column: str) -> Column:
     from pyspark.sql import functions as F
 
     return F.coalesce(F.size(F.flatten(F.map_values(F.col(column)))), F.lit(0))
+
+
+def _decode(code: Column, names: tuple[str, ...], first: int) -> Column:
+    """``names[code - first]`` (null for null)."""
+    from pyspark.sql import functions as F
+
+    out = F.when(code == first, F.lit(names[0]))
+    for i, name in enumerate(names[1:], first + 1):
+        out = out.when(code == i, F.lit(name))
+    return out
 
 
 def annotate(events: DataFrame) -> DataFrame:
@@ -92,9 +116,12 @@ def rebalances(annotated: DataFrame, span: Span) -> DataFrame:
         & (F.col("started") == 1)
     revoked_n = _partition_count("revoked")
     assigned_n = _partition_count("assigned")
-    outcome = (F.when(F.col("type").isin(*ENDINGS), F.lit("ended"))
-               .when(F.col("state") == "Stable", F.lit("stable"))
-               .when(F.col("state") == "Empty", F.lit("emptied")))
+    # The closing event's outcome as a number (a string would make Spark aggregate by
+    # sorting): 1 emptied, 2 ended, 3 stable (the order of their names).
+    outcomes = ("emptied", "ended", "stable")
+    outcome = (F.when(F.col("type").isin(*ENDINGS), F.lit(2))
+               .when(F.col("state") == "Stable", F.lit(3))
+               .when(F.col("state") == "Empty", F.lit(1)))
     agg = x.groupBy("group", "segment").agg(
         F.min(F.when(bump, F.col("ts"))).alias("start_ms"),
         F.sum("bump").alias("bumps"),
@@ -103,13 +130,23 @@ def rebalances(annotated: DataFrame, span: Span) -> DataFrame:
         F.max(F.when(bump, F.col("group_epoch"))).alias("group_epoch"),
         F.max(F.when(F.col("closing") == 1, F.col("ts"))).alias("end_ms"),
         F.max(F.when(F.col("closing") == 1, outcome)).alias("closed_by"),
-        F.count_distinct(F.when(moved & ((revoked_n > 0) | (assigned_n > 0)), F.col("member")))
-        .alias("members_disturbed"),
-        F.count_distinct(F.when(moved & (revoked_n > 0), F.col("member")))
-        .alias("members_revoked"),
         F.sum(F.when(moved, revoked_n).otherwise(0)).alias("partitions_revoked"),
         F.sum(F.when(moved, assigned_n).otherwise(0)).alias("partitions_assigned"),
     )
+    # Members disturbed and revoked: one row per member that moved, then a count (instead of
+    # count_distinct, which makes Spark copy every row per distinct column and sort twice).
+    touched = x.where(moved & F.col("member").isNotNull()).groupBy(
+        "group", "segment", "member").agg(
+        F.max(((revoked_n > 0) | (assigned_n > 0)).cast("int")).alias("disturbed"),
+        F.max((revoked_n > 0).cast("int")).alias("revoked"))
+    members = touched.groupBy("group", "segment").agg(
+        F.sum("disturbed").alias("members_disturbed"),
+        F.sum("revoked").alias("members_revoked"))
+    agg = agg.join(members, ["group", "segment"], "left").select(
+        *[c for c in agg.columns if c != "closed_by"],
+        _decode(F.col("closed_by"), outcomes, 1).alias("closed_by"),
+        F.coalesce(F.col("members_disturbed"), F.lit(0)).alias("members_disturbed"),
+        F.coalesce(F.col("members_revoked"), F.lit(0)).alias("members_revoked"))
     return (agg.where(F.col("bumps") > 0)
             .where((F.col("start_ms") >= span.start_ms) & (F.col("start_ms") < span.end_ms))
             .select("group", "start_ms", "end_ms",
@@ -136,19 +173,27 @@ def partition_downtime(annotated: DataFrame, span: Span) -> DataFrame:
 
     rows = exploded("revoked", 0).unionByName(exploded("assigned", 1))
     key = ("group", "life", "topic", "partition")
-    ordered = Window.partitionBy(*key).orderBy("ts", "seq", "assign").rowsBetween(
-        Window.unboundedPreceding, -1)
-    runs = rows.withColumn("run", F.coalesce(F.sum("assign").over(ordered), F.lit(0)))
+    # In each partition's order, a downtime starts at a revocation right after an assignment
+    # (or first) and ends at the next assignment. One pass of window functions over the
+    # sorted rows finds both ends: the row that ends a downtime (an assignment right after a
+    # revocation, or a revocation last of all) carries the latest start before it.
+    ordered = Window.partitionBy(*key).orderBy("ts", "seq", "assign")
+    upto = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     revoke = F.col("assign") == 0
     give = F.col("assign") == 1
-    intervals = runs.groupBy(*key, "run").agg(
-        F.min(F.when(revoke, F.col("ts"))).alias("revoked_ms"),
-        F.min(F.when(give, F.col("ts"))).alias("assigned_ms"),
-        F.min_by(F.when(revoke, F.col("member")), F.when(revoke, F.struct("ts", "seq")))
-        .alias("from_member"),
-        F.min_by(F.when(give, F.col("member")), F.when(give, F.struct("ts", "seq")))
-        .alias("to_member"),
-    ).where(F.col("revoked_ms").isNotNull())
+    previous = F.lag("assign").over(ordered)
+    marked = rows.select(*rows.columns, (revoke & F.coalesce(previous == 1, F.lit(True)))
+                         .alias("starts"), previous.alias("previous"),
+                         F.lead("assign").over(ordered).alias("next"))
+    start = F.when(F.col("starts"), F.struct("ts", "member"))
+    intervals = marked.select(
+        *key, "assign", "ts", "member", "previous", "next",
+        F.last(start, ignorenulls=True).over(upto).alias("first")).where(
+        (give & (F.col("previous") == 0)) | (revoke & F.col("next").isNull())).select(
+        *key, F.col("first.ts").alias("revoked_ms"),
+        F.when(give, F.col("ts")).alias("assigned_ms"),
+        F.col("first.member").alias("from_member"),
+        F.when(give, F.col("member")).alias("to_member"))
     ends = annotated.where(F.col("type").isin(*ENDINGS)).groupBy("group", "life").agg(
         F.min("ts").alias("life_end_ms"))
     joined = intervals.join(ends, ["group", "life"], "left")
@@ -163,67 +208,88 @@ def partition_downtime(annotated: DataFrame, span: Span) -> DataFrame:
                     outcome.alias("outcome"), "from_member", "to_member"))
 
 
+END_REASONS = ("left", "fenced", "replaced", *(e.replace("group_", "group ") for e in ENDINGS))
+"""Why a member's life ended, in the order a tie (two endings at the same ms) is broken."""
+
+
 def member_lives(events: DataFrame, span: Span) -> DataFrame:
-    """One row per member id that was in a group during the window, with who it was."""
+    """One row per member id that was in a group during the window, with who it was.
+
+    Two aggregations by ``(group, member)``: the times (every sighting: its events, the
+    snapshots listing it, a replacement or a group's end naming it) on narrow rows of numbers,
+    which Spark sums up in a hash table as it reads (a snapshot lists the same members again
+    and again, so little is left to shuffle); and the identity (who it is) from the few events
+    that carry it and the group's first snapshot. The end reason rides with the end time as
+    one number (``end * 8 + reason``) so that the earliest end picks its reason."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     typ = F.col("type")
     identity = ("protocol", "assignor", "client_id", "client_host", "software_name",
                 "software_version", "instance")
+
+    def ending(code: Column) -> Column:
+        """``ts * 8 + code`` (``code``: index in END_REASONS): the minimum is the earliest
+        end, with its reason."""
+        return F.col("ts") * F.lit(8) + code
+
     gone = (typ == "member_fenced") | ((typ == "member_left")
                                        & ~F.coalesce(F.col("static"), F.lit(False)))
-    direct = events.where(F.col("member").isNotNull()).select(
-        "group", "member", "ts", *identity,
-        F.when(typ.isin(*STARTS), F.col("ts")).alias("start"),
-        F.when(gone, F.col("ts")).alias("end"),
-        F.when(gone, F.when(typ == "member_fenced", F.lit("fenced")).otherwise(F.lit("left")))
-        .alias("end_reason"))
+    members = events.where(F.col("member").isNotNull())
+    direct = members.select(
+        "group", "member", "ts", F.when(typ.isin(*STARTS), F.col("ts")).alias("start"),
+        F.when(gone, ending(F.when(typ == "member_fenced", F.lit(1)).otherwise(F.lit(0))))
+        .alias("end"))
     replaced = events.where((typ == "member_replaced") & F.col("replaced").isNotNull()).select(
-        "group", F.col("replaced").alias("member"), "ts",
-        *[F.lit(None).cast("string").alias(c) for c in identity],
-        F.lit(None).cast("long").alias("start"), F.col("ts").alias("end"),
-        F.lit("replaced").alias("end_reason"))
+        "group", F.col("replaced").alias("member"), "ts", F.lit(None).cast("long").alias("start"),
+        ending(F.lit(2)).alias("end"))
     handed = events.where(typ.isin(*ENDINGS) & F.col("member_ids").isNotNull()).select(
         "group", F.explode("member_ids").alias("member"), "ts",
-        *[F.lit(None).cast("string").alias(c) for c in identity],
-        F.lit(None).cast("long").alias("start"), F.col("ts").alias("end"),
-        F.regexp_replace(typ, "^group_", "group ").alias("end_reason"))
+        F.lit(None).cast("long").alias("start"),
+        ending(F.array_position(F.array(*[F.lit(e) for e in ENDINGS]), typ) + 2).alias("end"))
     # Snapshots: every appearance says "still there" (member ids only); who a member is comes
     # from its group's first snapshot (members that joined before the data starts), else from
     # its own events.
     snapshots = events.where(typ == "group_snapshot")
     listed = snapshots.select("group", "ts", F.explode("members.member").alias("member")).select(
-        "group", "member", "ts", *[F.lit(None).cast("string").alias(c) for c in identity],
-        F.col("ts").alias("start"), F.lit(None).cast("long").alias("end"),
-        F.lit(None).cast("string").alias("end_reason"))
+        "group", "member", "ts", F.col("ts").alias("start"), F.lit(None).cast("long").alias("end"))
+    times = (direct.unionByName(replaced).unionByName(handed).unionByName(listed)
+             .groupBy("group", "member").agg(
+                 F.min("start").alias("start_ms"), F.min("ts").alias("first_seen_ms"),
+                 F.max("ts").alias("last_seen_ms"), F.min("end").alias("ending")))
     first = snapshots.groupBy("group").agg(F.min("ts").alias("ts"))
+    # Only the identity fields of the first snapshot's members (not their assignments).
+    fields = [F.col(f"members.{c}").alias(c) for c in ("member", *identity)]
     described = snapshots.join(F.broadcast(first), ["group", "ts"]).select(
-        "group", "ts", F.explode("members").alias("m")).select(
-        "group", F.col("m.member").alias("member"), "ts",
-        *[F.col(f"m.{c}").alias(c) for c in identity],
-        F.col("ts").alias("start"), F.lit(None).cast("long").alias("end"),
-        F.lit(None).cast("string").alias("end_reason"))
-    rows = (direct.unionByName(replaced).unionByName(handed).unionByName(listed)
-            .unionByName(described))
-    lives = rows.groupBy("group", "member").agg(
-        F.min("start").alias("start_ms"), F.min("ts").alias("first_seen_ms"),
-        F.max("ts").alias("last_seen_ms"), F.min("end").alias("explicit_end_ms"),
-        F.min_by("end_reason", "end").alias("end_reason"),
+        "group", F.explode(F.arrays_zip(*fields)).alias("m")).select(
+        "group", F.col("m.member").alias("member"), *[F.col(f"m.{c}").alias(c) for c in identity])
+    told = members.where(F.coalesce(*[F.col(c) for c in identity]).isNotNull()).select(
+        "group", "member", *identity)
+    who = told.unionByName(described).groupBy("group", "member").agg(
         *[F.max(c).alias(c) for c in identity])
+    lives = times.select(
+        "group", "member", "start_ms", "first_seen_ms", "last_seen_ms",
+        F.expr("ending div 8").alias("explicit_end_ms"),
+        _decode(F.col("ending") % 8, END_REASONS, 0).alias("end_reason"))
     # A member nobody said goodbye to ends at its group's first snapshot or end after it was
-    # last seen (its proxy went away, or events were dropped).
+    # last seen (its proxy went away, or events were dropped): the group's closings and its
+    # members in one order, each member with the nearest closing after it. The order is
+    # reversed so that a running frame finds it (a frame to the end of the partition would
+    # be computed again for every row).
     closings = events.where((typ == "group_snapshot") | typ.isin(*ENDINGS)).select(
-        "group", "ts").distinct().select("group", F.col("ts").alias("t"), F.lit(0).alias("k"),
-                                         F.lit(None).cast("string").alias("member"))
-    seen = lives.where(F.col("explicit_end_ms").isNull()).select(
-        "group", F.col("last_seen_ms").alias("t"), F.lit(1).alias("k"), "member")
-    after = Window.partitionBy("group").orderBy("t", "k").rowsBetween(1, Window.unboundedFollowing)
-    next_close = (closings.unionByName(seen)
-                  .withColumn("next_close", F.first(F.when(F.col("k") == 0, F.col("t")),
-                                                    ignorenulls=True).over(after))
-                  .where(F.col("k") == 1).select("group", "member", "next_close"))
-    out = lives.join(next_close, ["group", "member"], "left")
+        "group", "ts").distinct().select(
+        "group", F.col("ts").alias("t"), F.lit(0).alias("k"),
+        *[F.lit(None).cast(lives.schema[c].dataType).alias(c) for c in lives.columns
+          if c != "group"])
+    ranked = lives.select("group", F.col("last_seen_ms").alias("t"), F.lit(1).alias("k"),
+                          *[c for c in lives.columns if c != "group"])
+    later = Window.partitionBy("group").orderBy(F.desc("t"), F.desc("k")).rowsBetween(
+        Window.unboundedPreceding, -1)
+    out = (closings.unionByName(ranked)
+           .withColumn("next_close", F.last(F.when(F.col("k") == 0, F.col("t")),
+                                            ignorenulls=True).over(later))
+           .where(F.col("k") == 1).drop("t", "k")
+           .join(who, ["group", "member"], "left"))
     start = F.coalesce(F.col("start_ms"), F.col("first_seen_ms"))
     end = F.coalesce(F.col("explicit_end_ms"), F.col("next_close"))
     reason = F.when(F.col("explicit_end_ms").isNotNull(), F.col("end_reason")).when(
@@ -308,8 +374,8 @@ def groups_table(events: DataFrame, rebalances: DataFrame, downtime: DataFrame,
     reb = counted.groupBy("group").agg(
         F.count(F.lit(1)).alias("rebalances"),
         F.sum("duration_ms").alias("rebalance_ms_total"),
-        F.percentile_approx("duration_ms", 0.5, 1000).alias("rebalance_ms_p50"),
-        F.percentile_approx("duration_ms", 0.95, 1000).alias("rebalance_ms_p95"),
+        percentile("duration_ms", 0.5).alias("rebalance_ms_p50"),
+        percentile("duration_ms", 0.95).alias("rebalance_ms_p95"),
         F.max("duration_ms").alias("rebalance_ms_max"),
         F.sum(F.when(F.col("outcome") == "open", 1).otherwise(0)).alias("rebalances_open"),
         F.avg("members_disturbed").alias("members_disturbed_avg"),
@@ -317,7 +383,7 @@ def groups_table(events: DataFrame, rebalances: DataFrame, downtime: DataFrame,
     down = downtime.groupBy("group").agg(
         F.sum(F.when(F.col("outcome") == "assigned", 1).otherwise(0)).alias("downtimes"),
         F.sum("downtime_ms").alias("downtime_ms_total"),
-        F.percentile_approx("downtime_ms", 0.95, 1000).alias("downtime_ms_p95"),
+        percentile("downtime_ms", 0.95).alias("downtime_ms_p95"),
         F.max("downtime_ms").alias("downtime_ms_max"),
         F.sum(F.when(F.col("outcome") == "open", 1).otherwise(0)).alias("partitions_open"))
     alive_at_end = (F.col("start_ms") < span.end_ms) & (

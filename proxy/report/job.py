@@ -38,6 +38,8 @@ SAMPLES = 120
 WORST = 15
 GROUP_SECTIONS = 6
 """Groups with a section of their own (the worst)."""
+QUANTILES = (0.5, 0.95, 0.99)
+"""The fleet-wide percentiles in the summary (exact: :data:`compute.PERCENTILES`)."""
 MAX_POINTS = 20_000
 """At most this many rebalances or downtimes are collected for one plot (a sample beyond)."""
 
@@ -170,7 +172,7 @@ def collect_for_html(spark: SparkSession, events: DataFrame, rebalances: DataFra
     r = counted.agg(
         F.count(F.lit(1)).alias("n"),
         F.sum(F.when(F.col("outcome") == "open", 1).otherwise(0)).alias("open"),
-        F.percentile_approx("duration_ms", [0.5, 0.95, 0.99], 10000).alias("q"),
+        *[compute.percentile("duration_ms", q).alias(f"q{i}") for i, q in enumerate(QUANTILES)],
         F.max("duration_ms").alias("max"),
         F.avg("members_disturbed").alias("disturbed_avg"),
         F.sum("partitions_revoked").alias("partitions_revoked")).first()
@@ -179,7 +181,7 @@ def collect_for_html(spark: SparkSession, events: DataFrame, rebalances: DataFra
         F.sum(F.when(F.col("outcome") == "assigned", 1).otherwise(0)).alias("n"),
         F.sum(F.when(F.col("outcome") == "open", 1).otherwise(0)).alias("open"),
         F.sum(F.when(F.col("outcome") == "group ended", 1).otherwise(0)).alias("ended"),
-        F.percentile_approx("downtime_ms", [0.5, 0.95, 0.99], 10000).alias("q"),
+        *[compute.percentile("downtime_ms", q).alias(f"q{i}") for i, q in enumerate(QUANTILES)],
         F.max("downtime_ms").alias("max"), F.sum("downtime_ms").alias("total")).first()
     g = groups.agg(F.count(F.lit(1)).alias("n"),
                    F.sum(F.col("coordinated").cast("int")).alias("coordinated"),
@@ -190,8 +192,8 @@ def collect_for_html(spark: SparkSession, events: DataFrame, rebalances: DataFra
     n_events = events.where((F.col("ts") >= span.start_ms) & (F.col("ts") < span.end_ms)) \
         .select("source", "seq").distinct().count()
     members_now = int(g["classic"] or 0) + int(g["consumer"] or 0)
-    rq = r["q"] or [None, None, None]
-    dq = d["q"] or [None, None, None]
+    rq = [r[f"q{i}"] for i in range(len(QUANTILES))]
+    dq = [d[f"q{i}"] for i in range(len(QUANTILES))]
     summary: dict[str, Any] = {
         "window_start_ms": span.start_ms, "window_end_ms": span.end_ms,
         "events": n_events,
@@ -212,6 +214,7 @@ def collect_for_html(spark: SparkSession, events: DataFrame, rebalances: DataFra
         "partitions_group_ended": int(d["ended"] or 0),
         "downtime_ms_p50": dq[0], "downtime_ms_p95": dq[1], "downtime_ms_p99": dq[2],
         "downtime_ms_max": d["max"], "downtime_ms_total": d["total"],
+        "percentiles": compute.PERCENTILES,
     }
     bucket = F.floor((F.col("start_ms") - F.lit(span.start_ms)) / F.lit(step)).cast("long")
     per_sample = {int(row["b"]): int(row["n"]) for row in counted.groupBy(bucket.alias("b"))

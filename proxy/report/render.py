@@ -218,7 +218,8 @@ def html(data: dict[str, Any], title: str) -> str:
     parts = [f"<h1>{_e(title)}</h1>",
              f'<p class="note">Window {_e(_when(s["window_start_ms"]))} to '
              f'{_e(_when(s["window_end_ms"]))}; {s["events"]:,} events; computed in '
-             f'{s.get("seconds", "?")} s. Definitions: docs/pipeline.md.</p>']
+             f'{s.get("seconds", "?")} s. Percentiles: {_e(s.get("percentiles", "-"))}. '
+             'Definitions: docs/pipeline.md.</p>']
     share = s["classic_share_now"]
     kpis = [("groups", f'{s["groups"]:,}'), ("coordinated", f'{s["groups_coordinated"]:,}'),
             ("passed through", f'{s["groups_passed_through"]:,}'),

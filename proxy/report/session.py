@@ -27,6 +27,9 @@ SESSION_DEFAULTS: dict[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.adaptive.enabled": "true",
+    # Input splits of 32 MB rather than 128 MB: a 600 MB journal in 19 tasks instead of 5, so
+    # that the last wave of the JSON parse does not leave cores idle.
+    "spark.sql.files.maxPartitionBytes": "32m",
     "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
 }
 

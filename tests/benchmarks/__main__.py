@@ -30,6 +30,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
                  "SCRAM, test certificates and TLS stream costs, in process"),
     "report-scale": ("tests.benchmarks.report_scale",
                      "groupgate report on 1, 3 and 10 million synthetic journal events"),
+    "report-diff": ("tests.benchmarks.report_diff",
+                    "do two groupgate report outputs of the same journal say the same?"),
     "records": ("tests.benchmarks.records",
                 "record batches of journal events: proxy.records vs kafka-python"),
 }

@@ -5,11 +5,17 @@ Each size is generated once into the cache (``~/.cache/groupgate/journals``) and
 reported by the command exactly as a user runs it (a fresh ``python -m proxy.cli report``
 process, its own Spark session: JVM start included). Prints one line per size and writes
 JSON with the machine. Run it under the test bed's lock; it keeps a 2-core machine busy.
+
+``--master spark://HOST:PORT`` runs the report on that standalone cluster; ``--cluster`` starts
+one of the test bed's for the run (``tests.testbed.spark.standalone_cluster``: a master and
+two 1-core workers on 127.0.0.1) and stops it afterwards. ``--keep DIR`` keeps each size's
+output in ``DIR/EVENTS`` (for ``dev/bench report-diff``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -30,7 +36,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--events", type=int, nargs="+",
                         default=[1_000_000, 3_000_000, 10_000_000],
                         help="journal sizes (default 1, 3 and 10 million)")
-    parser.add_argument("--master", default="local[2]", help="Spark master (local[2])")
+    parser.add_argument("--master", default="local[2]",
+                        help="Spark master (local[2]; spark://HOST:PORT for a standalone cluster)")
+    parser.add_argument("--cluster", action="store_true",
+                        help="start the test bed's standalone cluster (two 1-core workers) and "
+                             "run on it")
+    parser.add_argument("--executor-memory", default="2g",
+                        help="spark.executor.memory on a cluster, and each test-bed worker's "
+                             "memory with --cluster (2g)")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="keep each size's output in DIR/EVENTS")
     parser.add_argument("--driver-memory", default="6g", help="spark.driver.memory (6g)")
     parser.add_argument("--cache", type=Path,
                         default=Path.home() / ".cache" / "groupgate" / "journals",
@@ -51,11 +66,19 @@ def journal(cache: Path, events: int, seed: int) -> tuple[Path, float | None]:
     return path, time.monotonic() - started
 
 
-def report(path: Path, args: argparse.Namespace) -> dict[str, Any]:
-    out = Path(tempfile.mkdtemp(prefix="report-scale-"))
+def report(path: Path, args: argparse.Namespace, master: str, events: int) -> dict[str, Any]:
+    if args.keep is not None:
+        out = args.keep / str(events)
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+    else:
+        out = Path(tempfile.mkdtemp(prefix="report-scale-"))
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(ROOT))
     command = [sys.executable, "-m", "proxy.cli", "report", "--input", str(path), "--out",
-               str(out), "--master", args.master, "--driver-memory", args.driver_memory]
+               str(out), "--master", master, "--driver-memory", args.driver_memory]
+    if not master.startswith("local"):
+        command += ["--conf", f"spark.executor.memory={args.executor_memory}",
+                    "--conf", f"spark.pyspark.python={sys.executable}"]
     started = time.monotonic()
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
                           check=False)
@@ -64,12 +87,26 @@ def report(path: Path, args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"report failed:\n{done.stdout}\n{done.stderr[-4000:]}")
     summary = json.loads((out / "summary.json").read_text())
     html_bytes = (out / "report.html").stat().st_size
-    shutil.rmtree(out, ignore_errors=True)
+    if args.keep is None:
+        shutil.rmtree(out, ignore_errors=True)
     return {"wall_s": round(wall, 1), "job_s": summary["seconds"], "summary": summary,
             "html_bytes": html_bytes, "command": " ".join(command[2:])}
 
 
 def run(args: argparse.Namespace) -> int:
+    with contextlib.ExitStack() as stack:
+        master = args.master
+        if args.cluster:
+            from tests.testbed.spark import standalone_cluster
+
+            cluster = stack.enter_context(standalone_cluster(
+                workers=2, cores=1, memory=args.executor_memory))
+            master = cluster.master_url
+            print(f"standalone cluster {master} (master UI {cluster.ui_url})", flush=True)
+        return _run(args, master)
+
+
+def _run(args: argparse.Namespace, master: str) -> int:
     rows = []
     print(f"{'events':>11} {'file MB':>8} {'groups':>7} {'rebalances':>10} {'downtimes':>10} "
           f"{'job s':>7} {'wall s':>7}")
@@ -77,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         path, generated = journal(args.cache, events, args.seed)
         if generated is not None:
             print(f"  generated {path} in {generated:.0f} s", flush=True)
-        result = report(path, args)
+        result = report(path, args, master, events)
         s = result["summary"]
         row = {"events": events, "file_bytes": path.stat().st_size, **result}
         rows.append(row)
@@ -85,7 +122,8 @@ def run(args: argparse.Namespace) -> int:
               f"{s['rebalances']:10,d} {s['downtimes']:10,d} {result['job_s']:7.1f} "
               f"{result['wall_s']:7.1f}", flush=True)
     if args.json:
-        args.json.write_text(json.dumps({"machine": machine_info(), "master": args.master,
+        args.json.write_text(json.dumps({"machine": machine_info(), "master": master,
+                                         "cluster": args.cluster,
                                          "driver_memory": args.driver_memory, "rows": rows},
                                         indent=2))
     return 0
