@@ -2,13 +2,15 @@
 sidecar with the state log and a fleet listener: they are answered as the broker would answer
 them, and the sidecar holds none of those broker groups afterwards (before, each one took the
 broker's group over to load a state the log never had, and kept it: clients straight at the
-broker were refused, and ``max-groups`` filled up)."""
+broker were refused, and ``max-groups`` filled up). As many as ``max-groups`` (1,000) of them
+leave room: a new KIP-848 group through the sidecar is served at once."""
 
 from __future__ import annotations
 
 import re
 import urllib.request
 import uuid
+from typing import Any
 
 import pytest
 import trio
@@ -21,7 +23,11 @@ from tests.testbed.broker import KafkaBroker
 pytestmark = pytest.mark.broker
 
 UNKNOWN_MEMBER_ID, MEMBER_ID_REQUIRED = 25, 79
-REQUESTS = 100
+REQUESTS = 1000
+"""As many as ``max-groups`` (its default)."""
+FIRST_HEARTBEATS = 5
+"""Heartbeats (at the interval the sidecar asks for) within which a new member of a new group
+must be assigned its partitions."""
 
 
 def _metric(text: str, name: str) -> float:
@@ -65,10 +71,41 @@ async def _join_straight(address: tuple[str, int], group_id: str) -> int:
         await client.aclose()
 
 
-def test_made_up_heartbeats_hold_no_broker_group(broker: KafkaBroker,
+async def _new_kip848_member(address: tuple[str, int], group_id: str, topic: str
+                             ) -> list[dict[str, Any]]:
+    """A new KIP-848 member's first heartbeats, at the interval it is told, until it is
+    assigned partitions (at most :data:`FIRST_HEARTBEATS`); then it leaves. The answers."""
+    client = await UpstreamClient.connect(address, timeout=10, max_frame_bytes=1 << 20)
+    member_id, epoch, answers = uuid.uuid4().hex[:22], 0, []
+    try:
+        for _ in range(FIRST_HEARTBEATS):
+            answer = await client.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, {
+                "group_id": group_id, "member_id": member_id, "member_epoch": epoch,
+                "instance_id": None, "rack_id": None, "rebalance_timeout_ms": 30_000,
+                "subscribed_topic_names": [topic], "subscribed_topic_regex": None,
+                "server_assignor": None, "topic_partitions": []})
+            answers.append(answer)
+            if answer["error_code"] == 0:
+                epoch = answer["member_epoch"]
+                if (answer["assignment"] or {}).get("topic_partitions"):
+                    break
+            await trio.sleep(answer["heartbeat_interval_ms"] / 1000 or 1)
+        if epoch > 0:
+            await client.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, {
+                "group_id": group_id, "member_id": member_id, "member_epoch": -1,
+                "instance_id": None, "rack_id": None, "rebalance_timeout_ms": -1,
+                "subscribed_topic_names": None, "subscribed_topic_regex": None,
+                "server_assignor": None, "topic_partitions": None})
+        return answers
+    finally:
+        await client.aclose()
+
+
+def test_made_up_heartbeats_hold_no_broker_group(broker: KafkaBroker, topic: Any,
                                                  start_proxy: StartProxy) -> None:
     sidecar = start_proxy(broker, "--fleet-listen", "127.0.0.1:0",
-                          "--fleet-address", "127.0.0.1:1", "--metrics-listen", "127.0.0.1:0")
+                          "--fleet-address", "127.0.0.1:1", "--metrics-listen", "127.0.0.1:0",
+                          "--group-heartbeat-interval-ms", "1000")
     found = re.search(r"metrics and health on (http://\S+)/metrics", sidecar.log())
     assert found, sidecar.log()
     group_ids = [f"made-up-{uuid.uuid4().hex}" for _ in range(REQUESTS)]
@@ -80,5 +117,15 @@ def test_made_up_heartbeats_hold_no_broker_group(broker: KafkaBroker,
     assert _metric(metrics, "groupgate_groups_held") == 0, metrics
     host, _, port = broker.bootstrap.partition(":")
     # a classic consumer straight at the broker is not refused as INCONSISTENT_GROUP_PROTOCOL
-    assert trio.run(_join_straight, (host, int(port)), group_ids[0]) == 0
+    for group_id in (group_ids[0], group_ids[-1]):
+        assert trio.run(_join_straight, (host, int(port)), group_id) == 0
     assert "holding the broker's group" not in sidecar.log()
+    # and a new KIP-848 group through the sidecar is served at once
+    name = topic(broker, partitions=3)
+    group_id = f"served-{uuid.uuid4().hex}"
+    answers = trio.run(_new_kip848_member, (sidecar.host, sidecar.port), group_id, name)
+    assigned = (answers[-1]["assignment"] or {}).get("topic_partitions") or []
+    assert answers[-1]["error_code"] == 0 and sorted(
+        p for t in assigned for p in t["partitions"]) == [0, 1, 2], answers
+    print(f"a new KIP-848 group assigned its 3 partitions in heartbeat {len(answers)}")
+    assert re.search(rf"group {group_id}: holding the broker's group", sidecar.log())

@@ -40,8 +40,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--script", action="append", default=[], metavar="SECONDS:KIND[:GROUP]",
                         help="an event at a fixed time instead of random ones (repeat)")
     parser.add_argument("--fault-seconds", type=float, default=10.0,
-                        help="how long coordinator-freeze, coordinator-cutoff and slow-link "
-                             "last")
+                        help="how long coordinator-freeze, join-coordinator-freeze, "
+                             "coordinator-cutoff and slow-link last")
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--session-timeout-ms", type=int, default=soak.Settings.session_timeout_ms,
                         help="members' sessions (new-protocol members' from the proxy, classic "

@@ -54,20 +54,23 @@ EVENT_KINDS = ("join", "leave", "kill", "stall", "proxy-restart", "proxy-kill",
                "broker-restart")
 FLEET_EVENT_KINDS = ("coordinator-kill", "coordinator-restart", "join-coordinator-kill",
                      "sidecar-roll", "broker-kill", "join-broker-kill", "coordinator-freeze",
-                     "coordinator-cutoff", "slow-link")
+                     "join-coordinator-freeze", "coordinator-cutoff", "slow-link")
 """Events of the sidecar topology (``--pods``): SIGKILL or graceful restart of the sidecar
 that coordinates a group (started again at once, as Kubernetes restarts a container); a
 member joining and, a second later, its group's coordinating sidecar SIGKILLed; every pod's
 sidecar restarted one at a time (a rollout); with 3 brokers, SIGKILL of the broker that
 coordinates the group at the broker (started again 10 s later), alone or a second after a
 member starts joining. For :attr:`Settings.fault_s` each (:mod:`tests.testbed.pods`): the
-coordinating sidecar frozen (SIGSTOP, then SIGCONT); the coordinating pod cut off from the
-brokers (a partition; its loopback and the other pods stay reachable); a random pod's link
-slowed by :attr:`Settings.slow_link_ms` (netem; skipped where the kernel has none)."""
+coordinating sidecar frozen (SIGSTOP, then SIGCONT), alone or with a member joining a second
+later behind another sidecar (the one with the fewest members of the group: a scale-out); the
+coordinating pod cut off from the brokers (a partition; its loopback and the other pods stay
+reachable); a random pod's link slowed by :attr:`Settings.slow_link_ms` (netem; skipped
+where the kernel has none)."""
 SERVED_EVENTS = frozenset({"join", "coordinator-kill", "coordinator-restart",
                            "join-coordinator-kill", "sidecar-roll", "broker-kill",
                            "join-broker-kill", "proxy-kill", "proxy-restart",
-                           "coordinator-freeze", "coordinator-cutoff", "slow-link"})
+                           "coordinator-freeze", "join-coordinator-freeze",
+                           "coordinator-cutoff", "slow-link"})
 """Events after which the report says how long until the group was served again (for a join:
 converged with the new member owning its share)."""
 
@@ -605,17 +608,24 @@ class Soak:
                 self.restart_proxy(pod.name, hard=False)
                 note["proxies"].append(pod.name)
                 time.sleep(s.roll_gap_s)
-        elif kind in ("coordinator-freeze", "coordinator-cutoff") and self.pods:
+        elif kind in ("coordinator-freeze", "join-coordinator-freeze",
+                      "coordinator-cutoff") and self.pods:
             holder = self.coordinating_pod(group)
             if holder is None:
                 note["skipped"] = True
             else:
                 note["proxy"] = holder
                 note["t"] = time.monotonic()
-                fault = (frozen(self.proxies[holder]) if kind == "coordinator-freeze"
-                         else self.pod(holder).partitioned())
+                fault = (self.pod(holder).partitioned() if kind == "coordinator-cutoff"
+                         else frozen(self.proxies[holder]))
                 with fault:
-                    time.sleep(s.fault_s)
+                    if kind == "join-coordinator-freeze":
+                        time.sleep(min(1.0, s.fault_s))
+                        pod = self.quietest_pod(group, besides=holder)
+                        note["member"] = self.new_member(group, self.join_kind(group),
+                                                         self.pods.index(pod) + 1).name
+                        note["member_pod"] = pod.name
+                    time.sleep(max(0.0, note["t"] + s.fault_s - time.monotonic()))
         elif kind == "slow-link" and self.pods:
             ok, why = netem_available()
             if not ok:
@@ -656,6 +666,12 @@ class Soak:
 
     def pod(self, name: str) -> Pod:
         return next(p for p in self.pods if p.name == name)
+
+    def quietest_pod(self, group: str, besides: str) -> Pod:
+        """The pod other than ``besides`` with the fewest live members of ``group`` (the
+        first such: where a scale-out's new pod would be)."""
+        others = [p for p in self.pods if p.name != besides] or self.pods
+        return min(others, key=lambda p: sum(1 for m in self.live(group) if m.pod is p))
 
     def restart_proxy(self, where: str, *, hard: bool) -> None:
         """SIGKILL (``hard``) or stop gracefully the proxy at ``where``, and start it again."""
