@@ -49,8 +49,27 @@ HISTORY_SECONDS = 3600.0
 """How long the kind of a group's last holder is remembered (see
 :meth:`Directory.last_kind`)."""
 RELAY_TIMEOUT_SECONDS = 330.0
-"""Longest a relayed request waits for the coordinating sidecar (a JoinGroup may be held for
-the member's rebalance timeout, Kafka's default being 300 s)."""
+"""Longest a relayed JoinGroup or SyncGroup waits for the coordinating sidecar (a JoinGroup may
+be held for the member's rebalance timeout, Kafka's default being 300 s)."""
+RELAY_HEARTBEAT_SECONDS = 6.0
+"""Longest a relayed heartbeat (ConsumerGroupHeartbeat, classic Heartbeat) waits for the
+coordinating sidecar: the coordinator answers a heartbeat within half a heartbeat interval
+(or its 10 s takeover wait, for classic ones, which the client then retries), so a longer
+silence means a frozen or unreachable coordinator, whose broker membership ends within a
+broker session; the follower drops its view and looks the group up again, so that another
+sidecar can take the group over instead of every member waiting on a relay."""
+RELAY_OTHER_SECONDS = 20.0
+"""Longest any other relayed request (commits, offset fetches) waits: a commit may wait 15 s
+at the coordinator for its broker membership."""
+
+
+def relay_timeout(api_key: int) -> float:
+    """How long a relayed request of ``api_key`` waits for the coordinating sidecar."""
+    if api_key in (ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP):
+        return RELAY_TIMEOUT_SECONDS
+    if api_key in (ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.HEARTBEAT):
+        return RELAY_HEARTBEAT_SECONDS
+    return RELAY_OTHER_SECONDS
 
 
 def _view_expiry(_group_id: str, holder: Holder, now: float) -> float:
@@ -157,13 +176,14 @@ class ConnectionLinks:
         """Send ``value`` to ``address`` (``to_peer``: another sidecar's fleet listener, with
         the fleet's TLS and authentication; else a broker, as the proxy's own identity) and
         return its answer (UpstreamError if it cannot be reached or does not answer within
-        :data:`RELAY_TIMEOUT_SECONDS`)."""
+        :func:`relay_timeout`, by API)."""
         link = self._links.get((address, to_peer))
         if link is None:
             link = self._links[(address, to_peer)] = (
                 self._pool.peer(address, RELAY_TIMEOUT_SECONDS) if to_peer
                 else self._pool.dedicated(address, RELAY_TIMEOUT_SECONDS))
-        return await link.request(api_key, version, value, client_id=client_id)
+        return await link.request(api_key, version, value, client_id=client_id,
+                                  timeout=relay_timeout(api_key) if to_peer else None)
 
     async def aclose(self) -> None:
         links, self._links = self._links, {}

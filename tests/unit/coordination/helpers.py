@@ -69,12 +69,14 @@ class FakeLink:
         self.answer = answer
         self.requests: list[tuple[int, int, dict[str, Any]]] = []
         self.client_ids: list[str | None] = []
+        self.timeouts: list[float | None] = []
 
     async def request(self, api_key: int, version: int, value: dict[str, Any], *,
                       timeout: float | None = None, client_id: str | None = None
                       ) -> dict[str, Any]:
         self.requests.append((api_key, version, value))
         self.client_ids.append(client_id)
+        self.timeouts.append(timeout)
         if api_key == 12:  # a broker membership's heartbeat: paced like a broker's answers
             await trio.sleep(0.001)
         return self.answer(api_key, version, value)

@@ -215,6 +215,27 @@ async def test_a_relay_carries_the_principal_as_the_coordinating_sidecar_s_proto
         assert service.pool.fake.client_ids == [mark]  # type: ignore[attr-defined]
 
 
+async def test_a_relayed_heartbeat_waits_for_the_coordinator_only_a_broker_session() -> None:
+    """A frozen or unreachable coordinator must not keep a follower's members waiting on a
+    relay for minutes (its broker membership ends within a broker session, and another sidecar
+    can take the group over only once the follower looks again): heartbeats wait 6 s, other
+    requests 20 s; only a JoinGroup or SyncGroup, which the coordinator may hold for the
+    member's rebalance timeout, waits up to 330 s."""
+    from proxy.coordination.peers import relay_timeout
+
+    answered = {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
+                "member_id": "m-1", "member_epoch": 3, "heartbeat_interval_ms": 5000,
+                "assignment": None}
+    service = make_service(lambda key, version, value: answered)
+    service.directory._views["g"] = Holder("sidecar", Card(PEER, "0.3.0"), "m1")
+    await exchange(router(service, fleet=True),
+                   request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, HEARTBEAT_V0))
+    assert service.pool.fake.timeouts == [6.0]  # type: ignore[attr-defined]
+    assert relay_timeout(ApiKey.HEARTBEAT) == 6.0
+    assert relay_timeout(ApiKey.OFFSET_COMMIT) == 20.0
+    assert relay_timeout(ApiKey.JOIN_GROUP) == relay_timeout(ApiKey.SYNC_GROUP) == 330.0
+
+
 async def test_a_relay_that_fails_answers_not_coordinator_and_looks_again() -> None:
     def unreachable(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
         from proxy.upstream import UpstreamError
