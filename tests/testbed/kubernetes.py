@@ -143,9 +143,12 @@ def toolchain() -> Toolchain:
     return Toolchain(artifacts.cache_root() / "kubernetes" / name)
 
 
+GO_FALLBACK = "/usr/local/go/bin/go"
+"""Where Go's own installer puts it (often not on PATH)."""
+
+
 def _go() -> str:
-    found = shutil.which("go") or (
-        "/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").is_file() else None)
+    found = shutil.which("go") or (GO_FALLBACK if Path(GO_FALLBACK).is_file() else None)
     if found is None:
         raise Unavailable(
             "no Go toolchain (go on PATH or /usr/local/go/bin/go): the Kubernetes test bed "
