@@ -62,7 +62,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 @pytest.fixture(scope="session")
 def kubernetes_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A real single-node Kubernetes (:mod:`tests.testbed.kubernetes`) with the groupgate
-    images imported, for the session; built on first use (about 12 minutes, then cached).
+    images imported, for the session; built on first use (about 8 minutes, then cached).
     Only for tests marked ``slow``. Skips where the machine cannot build or run it (no Go
     toolchain, not root, no apt-get), saying why."""
     from tests.testbed import kubernetes

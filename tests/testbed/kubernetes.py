@@ -19,11 +19,13 @@ Where it comes from (:func:`build`, once, into ``$GROUPGATE_CACHE/kubernetes/<ve
   ``dpkg -x``: nothing is installed system-wide), and a tiny static ``pause`` for the pod
   sandbox, compiled here.
 
-Cold, the build takes about 12 minutes on two cores (the Go build caches, about 5 GB under
-``kubernetes/go``, are removed afterwards unless ``GROUPGATE_KEEP_GO_CACHE=1``); once cached,
-:func:`build` does nothing and :class:`Cluster` has a Ready node in seconds.
+Cold, the build takes about 8 minutes on two cores (the compiles about 5.5, kube-apiserver
+alone 3; more while others hold the shared lock; the Go build caches, about 5 GB under
+``kubernetes/go``, are removed afterwards unless ``GROUPGATE_KEEP_GO_CACHE=1``), the Debian
+base of the images about a minute more; once cached, :func:`build` does nothing and
+:class:`Cluster` has a Ready node in about 15 seconds (most of it importing the images).
 
-Pitfalls this setup avoids (each found the hard way): containerd's ``restrict_oom_score_adj``
+Pitfalls this setup avoids: containerd's ``restrict_oom_score_adj``
 (runc cannot set a negative OOM score without CAP_SYS_RESOURCE), the kubelet's
 ``failCgroupV1: false`` (cgroup v1 hosts), the API server's
 ``--kubelet-preferred-address-types=InternalIP`` (for logs and exec), and ``helm install
@@ -400,7 +402,8 @@ def build() -> Toolchain:
             return tc
         started = time.monotonic()
         _say(f"building Kubernetes {K8S_VERSION}, etcd {ETCD_VERSION}, Helm {HELM_VERSION} "
-             f"into {tc.root} (once; about 12 minutes on two cores)")
+             f"into {tc.root} (once; about 8 minutes on two cores, more while others hold "
+             f"{HEAVY_LOCK})")
         env = _go_env(tc)
         # downloads first, then every compile under one hold of the shared lock
         compiles = [*_prepare_kubernetes(tc, env), *_prepare_etcd(tc, env),
