@@ -208,9 +208,25 @@ def _suite(from_step: Step) -> str:
     return tag.removesuffix("-slim")
 
 
+def _remove_tree(path: Path) -> None:
+    """``rm -rf path``, after unmounting whatever a RUN step killed midway left mounted under
+    it (its bind mount of the host's /dev above all: removing through it would remove the
+    host's device nodes)."""
+    mounts = subprocess.run(["findmnt", "-rn", "-o", "TARGET"], capture_output=True, text=True,
+                            check=False).stdout.splitlines()
+    inside = sorted((m for m in mounts if m.startswith(f"{path}/")), reverse=True)
+    for mount in inside:
+        subprocess.run(["umount", "-l", mount], capture_output=True, check=False)
+    mounts = subprocess.run(["findmnt", "-rn", "-o", "TARGET"], capture_output=True, text=True,
+                            check=False).stdout.splitlines()
+    if any(m.startswith(f"{path}/") for m in mounts):
+        raise RuntimeError(f"cannot unmount everything under {path}: not removing it")
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def _snapshot(source: Path, target: Path) -> None:
     partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
+    _remove_tree(partial)
     _run(["cp", "-a", str(source), str(partial)])
     partial.rename(target)
 
@@ -229,12 +245,14 @@ def _rootfs(steps: Sequence[Step], context: Path) -> tuple[Path, ImageConfig]:
     base = cache / f"base-{_digest(*(s.text for s in base_steps))}"
     config = ImageConfig(entrypoint=[], env=[DEFAULT_PATH])
     if not base.is_dir():
-        with tempfile.TemporaryDirectory(prefix="build.", dir=cache) as tmp:
-            work = Path(tmp)
+        work = Path(tempfile.mkdtemp(prefix="build.", dir=cache))
+        try:
             rootfs = work / "rootfs"
             _debootstrap(_suite(base_steps[0]), rootfs, work)
             _apply(base_steps[1:], rootfs, context, config)
             _run(["mv", str(rootfs), str(base)])
+        finally:
+            _remove_tree(work)
     else:
         _apply([s for s in base_steps[1:] if s.instruction != "RUN"], base, context, config)
     final = cache / f"rootfs-{_digest(base.name, *(s.text for s in rest))}-" \
@@ -245,7 +263,7 @@ def _rootfs(steps: Sequence[Step], context: Path) -> tuple[Path, ImageConfig]:
         try:
             _apply(rest, work_root, context, config)
         except BaseException:
-            shutil.rmtree(work_root, ignore_errors=True)
+            _remove_tree(work_root)
             raise
         work_root.rename(final)
         (final.parent / (final.name + ".json")).write_text(json.dumps(config.__dict__))
@@ -266,12 +284,12 @@ def build_image(containerfile: Path, context: Path, name: str, out: Path,
         meta = derived.parent / (derived.name + ".json")
         if not derived.is_dir() or not meta.is_file():
             work_root = derived.with_name(derived.name + ".work")
-            shutil.rmtree(work_root, ignore_errors=True)
+            _remove_tree(work_root)
             _snapshot(rootfs, work_root)
             try:
                 _apply(extra, work_root, context, config)
             except BaseException:
-                shutil.rmtree(work_root, ignore_errors=True)
+                _remove_tree(work_root)
                 raise
             work_root.rename(derived)
             meta.write_text(json.dumps(config.__dict__))
@@ -295,5 +313,5 @@ def _prune() -> None:
     cache = _cache()
     used = sorted(cache.glob("rootfs-*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
     for meta in used[KEEP_ROOTFS:]:
-        shutil.rmtree(cache / meta.name.removesuffix(".json"), ignore_errors=True)
+        _remove_tree(cache / meta.name.removesuffix(".json"))
         meta.unlink(missing_ok=True)

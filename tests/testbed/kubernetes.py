@@ -775,6 +775,12 @@ def _cleanup_outside(run_dir: Path) -> None:
     for result in Path("/var/lib/cni/results").glob("groupgate-*"):
         with contextlib.suppress(OSError):
             result.unlink()
+    left = subprocess.run(["findmnt", "-rn", "-o", "TARGET"], capture_output=True, text=True,
+                          check=False).stdout.split("\n")
+    if any(m.startswith(f"{run_dir}/") for m in left):
+        # a volume still mounted (a hostPath, the host's files): never remove through it
+        _say(f"mounts left under {run_dir}: not removing it")
+        return
     shutil.rmtree(run_dir, ignore_errors=True)
 
 
