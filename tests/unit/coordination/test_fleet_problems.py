@@ -89,3 +89,24 @@ def test_readiness_carries_the_fleet_s_problems_without_failing() -> None:
     readiness.last_success = time.monotonic()
     ok, why = readiness.check()
     assert ok and why.splitlines() == ["ok", "fleet no-address: group orders ..."]
+
+
+async def test_readyz_answers_200_with_the_fleet_s_problems_below_ok() -> None:
+    from proxy.health import serve_health
+
+    problems = FleetProblems()
+    readiness = Readiness(problems.summary)
+    readiness.last_success = time.monotonic()
+    problems.no_address("orders", Holder("sidecar", Card(None, "0.2.0"), "m2"))
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(serve_health, "127.0.0.1", 0, readiness.check)
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        await stream.send_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = b""
+        while chunk := await stream.receive_some(4096):
+            answer += chunk
+        nursery.cancel_scope.cancel()
+    head, _, body = answer.decode().partition("\r\n\r\n")
+    assert head.startswith("HTTP/1.1 200 OK")
+    first, second = body.splitlines()
+    assert first == "ok" and second.startswith("fleet no-address: group orders")
