@@ -36,6 +36,29 @@ class ConfigError(ValueError):
     """A setting has a value the proxy cannot use; the message names the setting and source."""
 
 
+FLEET_WAIT_MS = 7_000
+"""Longest a member's request waits at a follower sidecar before it reaches the coordinating
+sidecar: a lookup of the group's holder (``proxy.coordination.peers.LOOKUP_SECONDS``) and a
+connect to its fleet listener (``proxy.coordination.links.PEER_CONNECT_SECONDS``). At the
+coordinating sidecar a member's session does not run while its request is inside
+(``proxy.coordination.inside``)."""
+SESSION_MARGIN_MS = 1_000
+
+
+def check_session_against_fleet_waits(session_ms: int, heartbeat_ms: int) -> None:
+    """With a fleet, a member's requests reach the coordinating sidecar at least every
+    heartbeat interval plus :data:`FLEET_WAIT_MS`; a session shorter than that (and a margin)
+    could fence a live member: refused (docs/operations.md, "How long a request can wait")."""
+    needed = heartbeat_ms + FLEET_WAIT_MS + SESSION_MARGIN_MS
+    if session_ms < needed:
+        raise ConfigError(
+            f"group-session-timeout-ms={session_ms} is too short for a fleet (fleet-listen is "
+            f"set): a member's request may wait up to {FLEET_WAIT_MS} ms at its own sidecar "
+            f"before it reaches the coordinating one, so the session must be at least "
+            f"group-heartbeat-interval-ms ({heartbeat_ms}) + {FLEET_WAIT_MS} + "
+            f"{SESSION_MARGIN_MS} = {needed} ms")
+
+
 def parse_hostport(text: str, *, default_port: int | None = None) -> tuple[str, int]:
     """Parse ``host:port`` (``[v6]:port`` allowed)."""
     text = text.strip()
@@ -283,7 +306,10 @@ SETTINGS: tuple[Setting, ...] = (
             "the group over. Kafka's group.min.session.timeout.ms (6000 by default) is the "
             "lower bound; a broker that refuses the value makes the proxy double it."),
     Setting("group-session-timeout-ms", _positive_int, "45000",
-            "Session timeout of new-protocol members (Kafka's group.consumer.session.timeout.ms)."),
+            "Session timeout of new-protocol members (Kafka's group.consumer.session.timeout.ms). "
+            "With fleet-listen set, at least group-heartbeat-interval-ms + 8000: a member's "
+            "request may wait up to 7 s at its own sidecar before it reaches the coordinating "
+            "one (docs/operations.md, \"How long a request can wait\")."),
     Setting("group-heartbeat-interval-ms", _positive_int, "5000",
             "Heartbeat interval handed to new-protocol members "
             "(Kafka's group.consumer.heartbeat.interval.ms)."),
@@ -326,11 +352,11 @@ SETTINGS: tuple[Setting, ...] = (
             "How long a sidecar that takes a group over from another coordinator whose state "
             "it cannot load answers joins with COORDINATOR_LOAD_IN_PROGRESS before it assigns "
             "partitions: the members the old coordinator assigned keep their partitions until "
-            "they hear from the new one. 'auto': with state-log off, group-session-timeout-ms "
-            "(the longest a member may go unheard before Kafka gives its partitions away); "
-            "with state-log on, no wait, since a group with no state in the log was never "
-            "assigned by a sidecar writing the log (set it while rolling a fleet from sidecars "
-            "without the state log)."),
+            "they hear from the new one. 'auto': group-session-timeout-ms (the longest a "
+            "member may go unheard before Kafka gives its partitions away). With state-log on "
+            "it applies only when the log has no state for a group someone held before (or "
+            "some of its records could not be loaded): the last coordinator may have written "
+            "another log (other state-log settings) or none."),
     Setting("state-log", _bool, "on",
             "Write each coordinated group's state (epochs, members, assignments) to a "
             "compacted topic, so that a sidecar taking a group over loads it and members keep "
@@ -544,7 +570,7 @@ class ProxyConfig:
         """The wait before a group taken over with no state to load is assigned (0: none)."""
         wait = self.takeover_wait_ms
         if wait is None:
-            wait = 0 if self.state_log else self.group_session_timeout_ms
+            wait = self.group_session_timeout_ms
         return wait / 1000
 
     def broker_port(self, node_id: int, bound_listen_port: int | None = None) -> int:
@@ -629,6 +655,8 @@ def load(args: argparse.Namespace | None = None,
     check_security(values, fleet=False)
     if values.get("fleet_listen") is not None:
         try:
+            check_session_against_fleet_waits(values.get("group_session_timeout_ms", 45_000),
+                                              values.get("group_heartbeat_interval_ms", 5_000))
             check_fleet_security(values)
         except ConfigError as exc:
             if not values["fleet_listen_defaulted"]:
@@ -636,8 +664,8 @@ def load(args: argparse.Namespace | None = None,
             # the default listener must not turn a working single-sidecar setup into a
             # refused one: it is left off, and the startup log says why
             values["fleet_listen"] = None
-            values["fleet_note"] = (f"no fleet listener: {exc} (set fleet-listen and the "
-                                    "fleet-tls/fleet-auth settings for several sidecars)")
+            values["fleet_note"] = (f"no fleet listener: {exc} (for several sidecars, set "
+                                    "fleet-listen and settings that satisfy this)")
     return ProxyConfig(**values, sources=sources)
 
 

@@ -34,9 +34,7 @@ would double the time a big Fetch response takes to reach the client.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import socket
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -51,6 +49,7 @@ from proxy.orderer import HeldBytes, OrderingError, ResponseFilter, ResponseOrde
 from proxy.security.tlsstream import TlsStream
 from proxy.splice import AVAILABLE as SPLICE_AVAILABLE
 from proxy.splice import Pipe, stream_frame
+from proxy.upstream import reset_on_close
 
 log = logging.getLogger("groupgate.connection")
 
@@ -257,7 +256,7 @@ class Connection:
             self._finished = True
             self._progress.set()
             if self.orderer.awaiting_upstream:
-                _reset_on_close(self.upstream)
+                reset_on_close(self.upstream)  # see its docstring
             self.orderer.abandon()
             for pipe in self._pipes or ():
                 if pipe is not None:
@@ -639,24 +638,6 @@ class Connection:
         if len(self.orderer) < self.max_in_flight:
             self._space.set()
         self._progress.set()
-
-
-def _reset_on_close(stream: trio.abc.Stream) -> None:
-    """Make closing ``stream`` reset the connection (SO_LINGER 0) instead of ending it.
-
-    For a connection that closes with requests written to the broker and not yet answered: the
-    broker reads a connection's requests one at a time, so after a graceful close it would
-    still read and carry out those already in its socket buffer, however late. A client that
-    closed its connection (librdkafka does when a request times out) sends newer commits on its
-    next one, and an older commit carried out after them would move the committed offset back.
-    A reset discards what the broker has not read; only the request it is already handling can
-    still complete. The client never had answers to the others: for it they failed, as on a
-    broken network."""
-    transport = stream.transport if isinstance(stream, TlsStream) else stream
-    if isinstance(transport, trio.SocketStream):
-        with contextlib.suppress(OSError):  # already closed
-            transport.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                        struct.pack("ii", 1, 0))
 
 
 async def _receive_frames(

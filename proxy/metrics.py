@@ -57,8 +57,33 @@ STALE_COMMIT_RETRIES = Counter(
 LEASE_EVENTS = Counter("groupgate_group_lease_events",
                        "Changes of this sidecar's hold on broker groups: won, lost-election "
                        "(another sidecar holds the group), expired (no heartbeat answered in "
-                       "time: stopped acting), lost (the broker dropped the member)",
+                       "time: stopped acting), lost (the broker dropped the member), cut-off "
+                       "(no answer from the broker for a whole session: the members are told "
+                       "to let go)",
                        ["event"], registry=REGISTRY)
+STATE_RECORDS_SKIPPED = Counter(
+    "groupgate_state_records_skipped",
+    "Group state records a takeover could not load and skipped (the members they described "
+    "rejoin)", registry=REGISTRY)
+STATE_WRITE_TASK_FAILURES = Counter(
+    "groupgate_state_write_task_failures",
+    "Groups whose state-writing task failed unexpectedly (the group was given up and taken "
+    "over again)", registry=REGISTRY)
+STATE_MEMBERS_TOO_LARGE = Counter(
+    "groupgate_state_members_refused_too_large",
+    "Members refused because their group state record would exceed the state topic's "
+    "max.message.bytes, by API (consumer-group-heartbeat, join-group)",
+    ["api"], registry=REGISTRY)
+FLEET_SETTINGS_MISMATCHES = Counter(
+    "groupgate_fleet_state_log_mismatches",
+    "Groups this sidecar did not coordinate because the sidecar holding them uses other "
+    "state-log settings, by setting (state-log, state-log-topic, "
+    "state-log-transactional-id-prefix)", ["setting"], registry=REGISTRY)
+BROKER_GROUP_JOINS = Counter(
+    "groupgate_broker_group_joins",
+    "JoinGroup requests this sidecar's own members sent to broker groups, by reason: takeover "
+    "(taking a group over) or rejoin (a group it holds: new topics, a lost generation)",
+    ["reason"], registry=REGISTRY)
 
 JOURNAL_WRITTEN = Counter("groupgate_journal_events_written",
                           "Group events written to the journal topic", registry=REGISTRY)

@@ -13,6 +13,8 @@ uses the fleet's TLS and authenticates only when ``fleet-auth`` is ``sasl``.
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import struct
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +27,7 @@ from proxy.codec.header import encode_request_header
 from proxy.frames import FrameError, FrameSplitter
 from proxy.security.sasl_client import REAUTH_FRACTION, AuthenticationFailed, authenticate
 from proxy.security.tls import TlsError
+from proxy.security.tlsstream import TlsStream
 
 if TYPE_CHECKING:
     from proxy.security.identity import Identity
@@ -97,6 +100,12 @@ class UpstreamClient:
     async def aclose(self) -> None:
         await self._stream.aclose()
 
+    async def reset(self) -> None:
+        """Close with a reset (:func:`reset_on_close`): for a connection with a request
+        written and not answered, which must not be carried out later."""
+        reset_on_close(self._stream)
+        await self._stream.aclose()
+
     async def request(self, api_key: int, version: int, value: dict[str, Any],
                       client_id: str = CLIENT_ID) -> dict[str, Any]:
         if (self._reauthenticate_at is not None
@@ -149,3 +158,21 @@ async def fetch_brokers(address: tuple[str, int], *, timeout: float, max_frame_b
     finally:
         await client.aclose()
     return [(b["node_id"], b["host"], b["port"]) for b in response["brokers"]]
+
+
+def reset_on_close(stream: trio.abc.Stream) -> None:
+    """Make closing ``stream`` reset the connection (SO_LINGER 0) instead of ending it.
+
+    For a connection that closes with requests written to the broker (or to another sidecar)
+    and not yet answered: the peer reads a connection's requests one at a time, so after a
+    graceful close it would still read and carry out those already in its socket buffer,
+    however late. A client that closed its connection (librdkafka does when a request times
+    out) sends newer commits on its next one, and an older commit carried out after them would
+    move the committed offset back. A reset discards what the peer has not read; only the
+    request it is already handling can still complete. The client never had answers to the
+    others: for it they failed, as on a broken network."""
+    transport = stream.transport if isinstance(stream, TlsStream) else stream
+    if isinstance(transport, trio.SocketStream):
+        with contextlib.suppress(OSError):  # already closed
+            transport.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                        struct.pack("ii", 1, 0))

@@ -240,6 +240,33 @@ class GroupCoordinator(CoordinatorState):
     def group(self, group_id: str) -> ConsumerGroup | None:
         return self.groups.get(group_id)
 
+    def request_arrived(self, group_id: str, member_id: str, now_ms: int) -> None:
+        """A request of ``member_id`` is inside the proxy from ``now_ms`` (being decided, or
+        waiting behind one that is): its session does not run until :meth:`request_left`
+        (:mod:`translation.held_sessions`). Unknown groups and members are ignored."""
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None:
+            return
+        session = member.session_timeout_ms or self.config.session_timeout_ms
+        deadline = self.timers.deadline(TimerKey(TimerKind.SESSION, group_id, member_id))
+        remaining = deadline - now_ms if deadline is not None else session
+        bound = max(member.rebalance_timeout_ms, session)
+        group.held_sessions.arrived(member_id, remaining, now_ms, bound)
+
+    def request_left(self, group_id: str, member_id: str, now_ms: int) -> list[Effect]:
+        """A request :meth:`request_arrived` reported was answered (or abandoned); after the
+        member's last one, its session runs again from what it had left."""
+        effects: list[Effect] = []
+        group = self.groups.get(group_id)
+        if group is None:
+            return effects
+        held = group.held_sessions.left(member_id)
+        if held is not None and member_id in group.members:
+            key = TimerKey(TimerKind.SESSION, group_id, member_id)
+            self.arm_timer(key, now_ms + held.remaining_ms, effects)
+        return effects
+
     def suspend(self, group_id: str) -> None:
         """The coordinator is not active for ``group_id`` for now (the proxy's hold on the
         broker's group is interrupted): none of the group's timers fires until
@@ -357,6 +384,10 @@ class GroupCoordinator(CoordinatorState):
         if member is None:
             return
         if key.kind is TimerKind.SESSION:
+            until = group.held_sessions.protected_until(member.member_id, now_ms)
+            if until is not None:  # its request is inside the proxy: armed again when it
+                self.arm_timer(key, until, effects)  # leaves, or when the hold's bound passes
+                return
             self.remove_member(group, member, "session timeout", now_ms, effects)
             effects.append(MemberFenced(group.group_id, member.member_id, "session-timeout"))
         elif key.kind is TimerKind.REBALANCE and member.member_epoch == payload:

@@ -23,6 +23,7 @@ from translation import regex as regex_mod
 from translation.assignors.base import MemberSubscription, SubscriptionType
 from translation.changes import GroupChanges
 from translation.errors import ErrorCode, GroupError
+from translation.held_sessions import HeldSessions
 from translation.member import ConsumerGroupMember
 from translation.ownership import PartitionOwners
 from translation.reconciliation import release_all
@@ -63,6 +64,7 @@ class ConsumerGroup:
         "empty_since_wall_ms",
         "group_epoch",
         "group_id",
+        "held_sessions",
         "journal",
         "last_assignment_ms",
         "members",
@@ -94,6 +96,9 @@ class ConsumerGroup:
         self.preferred_assignor = default_assignor
         self.unreconciled: set[str] = set()
         self.dead = False
+        self.held_sessions = HeldSessions()
+        """Members with a request inside the proxy: their sessions do not run
+        (:mod:`translation.held_sessions`)."""
         self.suspended: dict[TimerKey, int] | None = None
         """While the coordinator is not active for the group (see
         :meth:`~translation.coordinator.GroupCoordinator.suspend`): the group's timers that
@@ -238,6 +243,7 @@ class ConsumerGroup:
 
     def remove_member(self, member_id: str) -> ConsumerGroupMember:
         member = self.members.pop(member_id)
+        self.held_sessions.drop(member_id)
         if (
             member.instance_id is not None
             and self.static_members.get(member.instance_id) == member_id

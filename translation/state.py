@@ -448,6 +448,7 @@ class CoordinatorState:
         timeout = member.session_timeout_ms or self.config.session_timeout_ms
         key = TimerKey(TimerKind.SESSION, group.group_id, member.member_id)
         self.arm_timer(key, now_ms + timeout, effects)
+        group.held_sessions.heard(member.member_id, timeout)
 
     def cancel_member_timers(self, group_id: str, member_id: str, effects: list[Effect]) -> None:
         """The core's timers of a member (a listener cancels its own when it hears of the

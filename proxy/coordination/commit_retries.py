@@ -23,6 +23,16 @@ written, and the member's newer commit stands. Outside that window, and for any 
 commits, nothing changes. The one case it misreads: an application that seeks back and commits a
 lower offset on purpose within the window after a disruption keeps its higher committed offset.
 
+The guard applies only to a commit the group's coordinator would accept: a commit the engine
+refuses (a fenced member, a wrong epoch) gets the engine's error, never an acknowledgement. Where
+this sidecar's engine decides the commit, the router asks it first and guards only a commit it
+validated. Where another decides it (relayed to the sidecar holding the group, or passed to the
+broker's own coordinator), the partitions taken out are never seen there: a retry is then
+acknowledged only if it carries the member epoch (or generation) under which the newer commit
+was accepted, and a partition's stale retry in a commit whose other partitions are refused gets
+their error (a member fenced after that newer commit, retrying only stale partitions, is still
+acknowledged; its next heartbeat tells it).
+
 Memory is bounded: at most :data:`MAX_MEMBERS` members, each forgotten :data:`KEEP_SECONDS` after
 its last commit (it counts as first seen again afterwards), one offset per partition it commits.
 """
@@ -67,12 +77,14 @@ def offsets_of(value: dict[str, Any]) -> Iterable[tuple[Partition, int]]:
 
 
 class _Member:
-    __slots__ = ("committed", "disrupted_at")
+    __slots__ = ("committed", "disrupted_at", "epochs")
 
     def __init__(self, now: float) -> None:
         self.disrupted_at = now
         self.committed: dict[Partition, int] = {}
         """The highest offset committed since the window of the last disruption opened."""
+        self.epochs: dict[Partition, int] = {}
+        """The member epoch (or generation) that highest commit carried."""
 
 
 class CommitRetries:
@@ -96,12 +108,17 @@ class CommitRetries:
         self._members[key] = member  # (re)starts its time to live
         return member
 
-    def stale(self, group_id: str, member_id: str, partition: Partition, offset: int) -> bool:
-        """Whether a commit of ``offset`` is a retry that a newer commit has overtaken."""
+    def stale(self, group_id: str, member_id: str, partition: Partition, offset: int,
+              epoch: int | None = None) -> bool:
+        """Whether a commit of ``offset`` is a retry that a newer commit has overtaken;
+        ``epoch`` (for a commit no engine here validated): only if it carries the epoch that
+        newer commit carried."""
         if not member_id:
             return False
         member = self._member(group_id, member_id)
         if self._timer() - member.disrupted_at > self._window:
+            return False
+        if epoch is not None and member.epochs.get(partition) != epoch:
             return False
         return member.committed.get(partition, -1) > offset
 
@@ -114,6 +131,7 @@ class CommitRetries:
         now = self._timer()
         if now - member.disrupted_at > self._window:
             member.committed.clear()  # a new window: only what is committed from now counts
+            member.epochs.clear()
         member.disrupted_at = now
 
     def observe(self, group_id: str, member_id: str, request: dict[str, Any],
@@ -134,6 +152,8 @@ class CommitRetries:
                     self.disrupted(group_id, member_id)
                 elif error == 0:
                     member = self._member(group_id, member_id)
-                    if self._timer() - member.disrupted_at <= self._window:
-                        member.committed[partition] = max(
-                            offset, member.committed.get(partition, -1))
+                    if (self._timer() - member.disrupted_at <= self._window
+                            and offset >= member.committed.get(partition, -1)):
+                        member.committed[partition] = offset
+                        member.epochs[partition] = request.get(
+                            "generation_id_or_member_epoch", -1)

@@ -24,7 +24,21 @@ heartbeat through the failover keep their member ids, epochs and partitions.
 
 A write that fails fails its group here: the answers waiting on it get an error, the engine
 forgets the group, and the broker membership is given up (:class:`GroupStateLost`), so that
-this sidecar or another takes the group over again from what the log holds.
+this sidecar or another takes the group over again from what the log holds. A group's write
+task that fails unexpectedly (a bug) is treated the same way, for that group alone: whether its
+batch was written is unknown, so its answers fail and the group is taken over again, which
+starts a new write task; other groups' tasks and the service go on.
+
+Records that cannot be read back. A takeover never retries a record that will never decode: a
+record of the group whose value (or key) does not decode is skipped with an ERROR line naming
+the group, the key and the offset (metric ``groupgate_state_records_skipped_total``). A member
+is loaded from its member and assignment records together, so a member with either one skipped
+is not loaded at all: it is unknown to the new coordinator, its next request is answered
+UNKNOWN_MEMBER_ID and it rejoins (as a member the old coordinator removed would); its partitions
+are free to be assigned anew. A group record that does not decode, or records the engine cannot
+make a group of, leave the group unloaded: it starts empty, as if the log held nothing. Either
+way :attr:`Loaded.skipped` says so, and the service then lets joins wait as after a takeover
+without state (``takeover-wait-ms``), so members the old coordinator assigned let go first.
 """
 
 from __future__ import annotations
@@ -35,13 +49,17 @@ from dataclasses import dataclass, field
 
 import trio
 
+from proxy import metrics
 from proxy.coordination.state_log import StateLog, StateLogError, Writer
 from translation.coordinator import GroupCoordinator
+from translation.durable import StateLoadError
 from translation.effects import Effect
 from translation.records import (
     MemberValue,
     RecordError,
+    RecordKind,
     StateRecord,
+    decode_key,
     decode_record,
     encode_record,
 )
@@ -84,8 +102,13 @@ class Loaded:
     """What a takeover found in the log."""
 
     records: int
-    """Live records of the group (0: the group never wrote any)."""
+    """Live records of the group loaded (0: none)."""
     effects: list[Effect]
+    skipped: int = 0
+    """Records of the group that could not be loaded (see the module docstring)."""
+    deleted: bool = False
+    """The log holds the group's tombstones and nothing live: a coordinator writing this log
+    deleted the group (it was empty)."""
 
 
 class Durability:
@@ -140,22 +163,31 @@ class Durability:
         try:
             writer = await self.log.open_writer(group_id)
             loaded = await self.log.load_group(group_id)
-            records = [decode_record(key, value) for key, value in loaded.records]
-        except (StateLogError, RecordError) as exc:
+        except StateLogError as exc:
             raise GroupStateLost(f"group {group_id}: its state could not be loaded: {exc}"
                                  ) from exc
+        records, skipped = _readable(group_id, loaded.records, loaded.offsets)
         writes = GroupWrites(group_id, writer)
         self.groups[group_id] = writes
         self._nursery.start_soon(self._write_loop, writes)
         if not records:
-            return Loaded(0, [])
+            return Loaded(0, [], skipped, deleted=not skipped and loaded.group_records > 0)
         names, regex = _subscriptions(records)
         await self._refresh_topics(names, regex)
-        effects = self.engine.load_group(group_id, records, self._now_ms(), self._wall_ms())
+        try:
+            effects = self.engine.load_group(group_id, records, self._now_ms(),
+                                             self._wall_ms())
+        except (StateLoadError, RecordError) as exc:
+            # never loadable: retrying would fail the same way forever
+            log.error("group %s: its %d record(s) in the state log (partition %d) do not make "
+                      "a group and are skipped; it starts empty: %s", group_id, len(records),
+                      loaded.partition, exc)
+            metrics.STATE_RECORDS_SKIPPED.inc(len(records))
+            return Loaded(0, [], skipped + len(records))
         log.info("group %s: loaded %d record(s) from the state log (partition %d, %d "
                  "record(s) read)", group_id, len(records), loaded.partition,
                  loaded.records_read)
-        return Loaded(len(records), effects)
+        return Loaded(len(records), effects, skipped)
 
     def release(self, group_id: str) -> None:
         """The service no longer coordinates ``group_id``: stop writing it (what is pending
@@ -204,6 +236,17 @@ class Durability:
         return None
 
     async def _write_loop(self, writes: GroupWrites) -> None:
+        """Write the group's batches until it fails or is released; whatever goes wrong stays
+        with this group (see the module docstring)."""
+        try:
+            await self._write_batches(writes)
+        except Exception as exc:
+            log.exception("group %s: writing its state failed unexpectedly; giving the group "
+                          "up (it is taken over again, with a new write task)", writes.group_id)
+            metrics.STATE_WRITE_TASK_FAILURES.inc()
+            self._give_up(writes, f"writing its state failed unexpectedly: {exc!r}")
+
+    async def _write_batches(self, writes: GroupWrites) -> None:
         while writes.failed is None:
             await writes.wake.wait()
             writes.wake = trio.Event()
@@ -218,13 +261,19 @@ class Durability:
             except StateLogError as exc:
                 reason = f"writing its state failed: {exc}"
                 log.warning("group %s: %s; giving the group up", writes.group_id, reason)
-                self._fail(writes, reason)
-                if self.groups.get(writes.group_id) is writes:
-                    del self.groups[writes.group_id]
-                self.lost(writes.group_id, reason)
+                self._give_up(writes, reason)
                 return
             writes.acknowledged = unit
             writes._progressed()
+
+    def _give_up(self, writes: GroupWrites, reason: str) -> None:
+        """The group's writes failed: its answers fail and the service gives it up."""
+        if writes.failed is not None:
+            return  # released or taken over again meanwhile: nothing more to tell
+        self._fail(writes, reason)
+        if self.groups.get(writes.group_id) is writes:
+            del self.groups[writes.group_id]
+        self.lost(writes.group_id, reason)
 
     @staticmethod
     def _fail(writes: GroupWrites, reason: str) -> None:
@@ -245,3 +294,40 @@ def _subscriptions(records: Iterable[StateRecord]) -> tuple[set[str], bool]:
             names.update(record.value.subscribed_topic_names)
             regex = regex or bool(record.value.subscribed_topic_regex)
     return names, regex
+
+
+def _readable(group_id: str, raw: Iterable[tuple[bytes, bytes]], offsets: dict[bytes, int]
+              ) -> tuple[list[StateRecord], int]:
+    """The group's records that decode, in order, and how many were skipped: a record that
+    does not decode, and the other record of the same member (a member is loaded from both or
+    not at all)."""
+    decoded: list[StateRecord] = []
+    bad_members: set[str] = set()
+    skipped = 0
+    for key, value in raw:
+        try:
+            decoded.append(decode_record(key, value))
+        except RecordError as exc:
+            skipped += 1
+            log.error("group %s: skipping the state record with key %r at offset %d (it "
+                      "cannot be decoded: %s)", group_id, key[:200], offsets.get(key, -1), exc)
+            try:
+                bad = decode_key(key)
+            except RecordError:
+                continue
+            if bad.kind != RecordKind.GROUP:
+                bad_members.add(bad.member_id)
+    if bad_members:
+        kept = [r for r in decoded if r.key.kind == RecordKind.GROUP
+                or r.key.member_id not in bad_members]
+        for record in decoded:
+            if record not in kept:
+                log.error("group %s: skipping the state record of member %s (%s) at offset %d: "
+                          "the member's other record cannot be decoded; it rejoins",
+                          group_id, record.key.member_id, record.key.kind.name,
+                          offsets.get(encode_record(record)[0], -1))
+        skipped += len(decoded) - len(kept)
+        decoded = kept
+    if skipped:
+        metrics.STATE_RECORDS_SKIPPED.inc(skipped)
+    return decoded, skipped

@@ -21,6 +21,13 @@ classic group of the same id (:mod:`proxy.coordination.membership`).
   connection that proved it comes from a sidecar (``fleet-auth``, docs/security.md) and never
   relays a marked request again: if it does not hold the group (any more), it answers
   NOT_COORDINATOR and the follower looks again.
+* **State-log settings.** Sidecars that coordinate a group in turn must read and write the
+  same state log (:mod:`proxy.coordination.durability`), or the next one finds no state. The
+  card (fleet protocol 3) names the settings that must agree (:class:`StateLogSettingsId`:
+  whether the log is on, its topic, a digest of its transactional-id prefix); a sidecar never
+  takes over a group held by a sidecar whose card names other ones (it may relay to it,
+  :class:`~proxy.coordination.peers.Routes`). A card without them (protocol 1 and 2) says
+  nothing of them: never read as a mismatch.
 * **Version skew.** A relay carries the mark of the holder's fleet protocol (its card says
   which): a protocol-1 holder gets the mark without the principal, and both marks are read.
   A holder without a card is a groupgate from before the fleet (0.1.0),
@@ -31,6 +38,7 @@ classic group of the same id (:mod:`proxy.coordination.membership`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from dataclasses import dataclass
@@ -43,10 +51,11 @@ log = logging.getLogger("groupgate.coordination")
 
 Address = tuple[str, int]
 
-FLEET_PROTOCOL: Final = 2
+FLEET_PROTOCOL: Final = 3
 """The version of what sidecars tell each other (the card, the forwarding marker): 1 marks
 relays with the application's listener node, host, software and client id; 2 adds its
-principal."""
+principal; 3 adds the state-log settings to the card (:class:`StateLogSettingsId`; relays are
+marked as for 2)."""
 CARD_MAGIC: Final = b"groupgate-fleet:"
 FORWARD_MARK: Final = "groupgate-fleet|"
 """Client ids of relayed requests to a protocol-1 holder open with this, then the listener's
@@ -65,6 +74,50 @@ PROTOCOL_NAME: Final = "groupgate-coordinated"
 
 
 @dataclass(frozen=True, slots=True)
+class StateLogSettingsId:
+    """The state-log settings that must agree between the sidecars of a group, as a card
+    carries them: whether the log is on, its topic (readable), and a digest of its
+    transactional-id prefix (ids are not advertised)."""
+
+    enabled: bool
+    topic: str = ""
+    prefix_digest: str = ""
+
+    @classmethod
+    def of(cls, enabled: bool, topic: str, transactional_id_prefix: str
+           ) -> StateLogSettingsId:
+        if not enabled:
+            return cls(False)
+        digest = hashlib.sha256(transactional_id_prefix.encode()).hexdigest()[:16]
+        return cls(True, topic, digest)
+
+    def differences(self, other: StateLogSettingsId) -> tuple[str, ...]:
+        """The names of the settings that differ between ``self`` and ``other``."""
+        if self.enabled != other.enabled:
+            return ("state-log",)
+        names: list[str] = []
+        if self.topic != other.topic:
+            names.append("state-log-topic")
+        if self.prefix_digest != other.prefix_digest:
+            names.append("state-log-transactional-id-prefix")
+        return tuple(names)
+
+    def describe(self) -> str:
+        return f"topic {self.topic}" if self.enabled else "state-log off"
+
+    def encode(self) -> dict[str, Any] | bool:
+        return {"topic": self.topic, "prefix": self.prefix_digest} if self.enabled else False
+
+    @classmethod
+    def decode(cls, body: Any) -> StateLogSettingsId | None:
+        if body is False:
+            return cls(False)
+        if isinstance(body, dict):
+            return cls(True, str(body.get("topic", "")), str(body.get("prefix", "")))
+        return None  # absent (protocol 1 and 2) or unreadable: unknown
+
+
+@dataclass(frozen=True, slots=True)
 class Card:
     """What a sidecar tells the others through its member in the broker's group."""
 
@@ -72,12 +125,23 @@ class Card:
     """Where peers reach its fleet listener (None: it has none; it cannot be followed)."""
     version: str
     protocol: int = FLEET_PROTOCOL
+    state_log: StateLogSettingsId | None = None
+    """Its state-log settings (protocol 3; None: not said, unknown)."""
 
     def encode(self) -> bytes:
         body: dict[str, Any] = {"protocol": self.protocol, "version": self.version,
                                 "address": (f"{self.address[0]}:{self.address[1]}"
                                             if self.address is not None else None)}
+        if self.state_log is not None:
+            body["state_log"] = self.state_log.encode()
         return CARD_MAGIC + json.dumps(body, separators=(",", ":")).encode()
+
+    def state_log_differences(self, other: Card) -> tuple[str, ...]:
+        """The state-log settings in which ``other`` differs from this card (none when
+        either card does not say)."""
+        if self.state_log is None or other.state_log is None:
+            return ()
+        return self.state_log.differences(other.state_log)
 
     @classmethod
     def decode(cls, data: bytes | None) -> Card | None:
@@ -91,7 +155,8 @@ class Card:
             if address:
                 host, _, port = str(address).rpartition(":")
                 parsed = (host, int(port))
-            return cls(parsed, str(body.get("version", "")), int(body["protocol"]))
+            return cls(parsed, str(body.get("version", "")), int(body["protocol"]),
+                       StateLogSettingsId.decode(body.get("state_log")))
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
 
@@ -114,7 +179,11 @@ class Holder:
     """Who holds a group at the broker, as DescribeGroups shows it."""
 
     kind: str
-    """``free`` (no members: Empty or Dead), ``sidecar`` (a fleet sidecar: ``card``),
+    """``free`` (no members now, but members of protocol type ``consumer`` held it before: a
+    sidecar's member that left or was dropped, or consumers straight at the broker), ``unused``
+    (no members, and none of protocol type ``consumer`` since the broker last kept it: Dead,
+    or Empty without that protocol type; no sidecar's state can be in the log for it),
+    ``sidecar`` (a fleet sidecar: ``card``),
     ``legacy`` (a groupgate without a card: 0.1.0), ``broker`` (members of another protocol:
     the broker's own group), ``unknown`` (the broker could not say: retry)."""
     card: Card | None = None
@@ -131,6 +200,7 @@ class Holder:
 
 
 FREE: Final = Holder("free")
+UNUSED: Final = Holder("unused")
 SETTLED_STATES: Final = frozenset({"Stable"})
 """Group states in which DescribeGroups shows the members' metadata (and so their cards)."""
 
@@ -144,7 +214,12 @@ def read_holder(described: dict[str, Any], own_member_ids: frozenset[str] = froz
         return Holder("unknown", detail=f"DescribeGroups error {error}")
     members = described.get("members") or []
     if not members:
-        return FREE
+        # Kafka keeps an emptied group's protocol type (and its offsets) until the group is
+        # cleaned up; a group that never had members, or only offsets committed by tools,
+        # shows none (or is Dead)
+        held_before = (described.get("group_state") == "Empty"
+                       and described.get("protocol_type") == PROTOCOL_TYPE)
+        return FREE if held_before else UNUSED
     if described.get("group_state") not in SETTLED_STATES:
         # Kafka describes members' metadata only in a Stable group: while it rebalances no
         # card can be read, and a card-less member is not proof of an old groupgate

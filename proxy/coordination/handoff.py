@@ -10,15 +10,35 @@ is not available, and retries), and the hand-off waits until every member has be
 a bound has passed. Members that have not been heard from within the bound are the residual
 risk (see docs/operations.md, "Restarting the proxy").
 
-:class:`HandOff` only keeps the set of members still to tell; the coordinator service
-answers the requests and marks their members told (``CoordinatorService.let_go``).
+The same is done for one group whose lease was cut off (the broker did not answer the proxy's
+membership for a whole session, so another sidecar may hold the group by now, and the members
+cannot be routed to it while the broker is unreachable): the members the group had at that
+moment are told to let go on their next request (:meth:`HandOff.lose_group`), until each has
+been told or the bound (one member session) has passed; the rest of the proxy carries on.
+
+:class:`HandOff` only keeps the members still to tell; the coordinator service answers the
+requests and marks their members told (``CoordinatorService.let_go``,
+``CoordinatorService._membership_lost``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+
 import trio
 
 from translation.coordinator import GroupCoordinator
+
+
+@dataclass(slots=True)
+class LostGroup:
+    """The members of a group whose lease was cut off that have not been told yet."""
+
+    members: set[str]
+    until: float
+    """trio time after which nobody more is told (they were not heard from within a
+    session: any coordinator has fenced them by then)."""
 
 
 class HandOff:
@@ -28,6 +48,9 @@ class HandOff:
         self.active = False
         self.pending: set[tuple[str, str]] = set()
         self._all_told = trio.Event()
+        self.lost: dict[str, LostGroup] = {}
+        """Groups whose lease was cut off, with the members still to tell (bounded: at most
+        the groups held within the last bound, each with the members it had)."""
 
     def start(self, engine: GroupCoordinator) -> None:
         self.active = True
@@ -36,11 +59,48 @@ class HandOff:
         if not self.pending:
             self._all_told.set()
 
+    def lose_group(self, group_id: str, member_ids: Iterable[str], until: float) -> None:
+        """The lease of ``group_id`` was cut off: tell ``member_ids`` to let go until
+        ``until`` (trio time)."""
+        now = trio.current_time()
+        for expired in [g for g, lost in self.lost.items() if lost.until <= now]:
+            del self.lost[expired]
+        members = set(member_ids)
+        if members and until > now:
+            self.lost[group_id] = LostGroup(members, until)
+
+    def to_tell(self, group_id: str, member_id: str) -> bool:
+        """Whether ``member_id`` is a member of a cut-off group that has not been told yet."""
+        lost = self.lost.get(group_id)
+        if lost is None or not member_id:
+            return False
+        if lost.until <= trio.current_time():
+            del self.lost[group_id]
+            return False
+        return member_id in lost.members
+
+    def telling(self, group_id: str) -> bool:
+        """Whether members of ``group_id`` (cut off) are still to be told."""
+        lost = self.lost.get(group_id)
+        if lost is not None and lost.until <= trio.current_time():
+            del self.lost[group_id]
+            return False
+        return lost is not None
+
+    def release(self, group_id: str) -> None:
+        """Tell nobody more of ``group_id``: the sidecar holding it now decides."""
+        self.lost.pop(group_id, None)
+
     def told(self, group_id: str, member_id: str) -> None:
         """``member_id`` of ``group_id`` has been answered UNKNOWN_MEMBER_ID (or left)."""
         self.pending.discard((group_id, member_id))
         if self.active and not self.pending:
             self._all_told.set()
+        lost = self.lost.get(group_id)
+        if lost is not None:
+            lost.members.discard(member_id)
+            if not lost.members:
+                del self.lost[group_id]
 
     async def wait(self, timeout_s: float) -> int:
         """Wait until every member has been told, at most ``timeout_s``; return how many

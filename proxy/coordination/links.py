@@ -3,7 +3,10 @@
 A :class:`BrokerLink` wraps one :class:`~proxy.upstream.UpstreamClient` to one broker address
 behind a lock (the client sends one request at a time and counts its own correlation ids, so
 these connections never mix with client connections). It connects lazily, and after any
-transport error it drops the connection so that the next request reconnects.
+transport error it drops the connection so that the next request reconnects. A connection with a
+request that failed, timed out or was abandoned (cancelled) before its answer came is reset
+(SO_LINGER 0), never closed gracefully: the other end must not read that request later and
+carry it out after newer ones (a commit relayed for a client that gave up on it).
 :class:`LinkPool` keeps one link per broker address.
 
 Security. A pool (or link) given a :class:`~proxy.security.policy.Security` opens every link
@@ -30,6 +33,11 @@ Address = tuple[str, int]
 BROKER: Final = "broker"
 PEER: Final = "peer"
 """What a link leads to: a broker, or another sidecar's fleet listener."""
+PEER_CONNECT_SECONDS: Final = 2.0
+"""Longest a connect to another sidecar's fleet listener may take (at most ``connect-timeout``):
+sidecars of one group share a cluster network, and a relay waiting longer would keep the
+member's request from the coordinating sidecar (docs/operations.md, "How long a request can
+wait")."""
 
 
 class BrokerLink:
@@ -72,9 +80,14 @@ class BrokerLink:
                                     f"{api_key} v{version} timed out") from exc
             finally:
                 if not ok:
+                    # Failed, timed out or abandoned (the client connection it was relayed for
+                    # closed, cancelling it): the request may sit unread at the other end. Reset
+                    # the connection so that it is never carried out later, after requests the
+                    # client sends meanwhile on another connection (a commit it gave up on
+                    # landing after its newer ones; see :func:`~proxy.upstream.reset_on_close`).
                     self._client = None
                     with trio.CancelScope(shield=True):
-                        await client.aclose()
+                        await client.reset()
 
     async def aclose(self) -> None:
         if self._client is not None:
@@ -94,7 +107,9 @@ class LinkPool:
         self._security = security
 
     def _new(self, address: Address, request_timeout: float, leads_to: str) -> BrokerLink:
-        return BrokerLink(address, connect_timeout=self._connect_timeout,
+        connect_timeout = (min(self._connect_timeout, PEER_CONNECT_SECONDS) if leads_to == PEER
+                           else self._connect_timeout)
+        return BrokerLink(address, connect_timeout=connect_timeout,
                           request_timeout=request_timeout, max_frame_bytes=self._max_frame_bytes,
                           security=self._security, leads_to=leads_to)
 

@@ -31,7 +31,12 @@ after the last heartbeat it received, so the proxy stops acting (:attr:`interrup
 :data:`LEASE_FRACTION` of a session has passed since the last heartbeat it *sent* that was
 answered, before any other sidecar can hold the group. A membership the broker forgot (it
 answers UNKNOWN_MEMBER_ID) is not joined again under a new member id: the lease is lost, the
-task ends (``on_lost``), and a new takeover starts afresh.
+task ends (``on_lost``), and a new takeover starts afresh. A membership the broker does not
+answer at all is lost the same way once a whole session has passed since the send time of the
+last heartbeat (or SyncGroup) it answered (:attr:`BrokerMembership.session_deadline`): from
+then on the broker may have dropped the member and another sidecar may hold the group, so the
+proxy must not wait for an answer to conclude it (:attr:`BrokerMembership.cut_off`; the
+service then tells the group's members to let go).
 
 Commits carry the member id and generation they were stamped with (:meth:`stamp`) and are
 never re-stamped: a commit accepted under one generation lands under it or fails. When the
@@ -93,6 +98,16 @@ DRAIN_SECONDS = 10.0
 at most half the session: no heartbeat goes out meanwhile)."""
 
 _ASSIGNMENT = messages.encode_data("ConsumerProtocolAssignment", 0, {"assigned_partitions": []})
+
+
+def lock_assignment(card: Card) -> bytes:
+    """The lock member's own assignment: no partitions, and the card as user data. Kafka 4.x
+    refuses to convert a classic group whose members' assignments carry user data (a custom
+    assignor's state it would lose), so a KIP-848 client connecting straight to a 4.x broker
+    is answered GROUP_ID_NOT_FOUND instead of being let into a group the engine coordinates
+    (decision record 0018, section 2); other brokers never read it."""
+    return messages.encode_data("ConsumerProtocolAssignment", 0,
+                                {"assigned_partitions": [], "user_data": card.encode()})
 
 
 class MembershipRefused(Exception):
@@ -171,6 +186,17 @@ class BrokerMembership:
         request alike); if it raises, the membership fails and leaves the broker's group."""
         self.lease_deadline = float("inf")
         """trio time until which the proxy may act for the group (see :data:`LEASE_FRACTION`)."""
+        self.session_deadline = float("inf")
+        """trio time from which the broker may have dropped the member: one session after the
+        send time of the last heartbeat or SyncGroup it answered. Reached without another
+        answer, the lease is lost for good (:attr:`cut_off`)."""
+        self.cut_off = False
+        """The lease was lost because the broker did not answer within a session (rather than
+        because it said so): the group's members may not have heard of any other
+        coordinator, and must be told to let go."""
+        self._lapsed = False
+        """The lease ran out before the task noticed (:meth:`lease_expired`): interrupted
+        until the broker's group is held again."""
         self.previous_generation = -1
         """The broker group's generation before the proxy's first join (0: the group never
         had members; more: someone held or used it before)."""
@@ -211,6 +237,7 @@ class BrokerMembership:
         self.left = True
         self.settled.set()
         self._set_stable(False)
+        self._wake_waiters()
 
     def request_rejoin(self) -> None:
         """A commit found the membership stale: rejoin at the next opportunity."""
@@ -247,42 +274,94 @@ class BrokerMembership:
             while not self.stable:
                 if self.left or (self.settled.is_set() and self.failure is not None):
                     return False
-                self._stable_changed = trio.Event()
-                await self._stable_changed.wait()
+                await self._stable_changed.wait()  # replaced by a fresh one once set
         return self.stable
 
     def lease_expired(self) -> bool:
-        """Whether the lease has run out without the task noticing yet (the process was frozen
-        or starved past it): the proxy must not act for the group, whatever :attr:`stable`
-        still says, until a heartbeat is answered again."""
-        return self.established and trio.current_time() >= self.lease_deadline
+        """Whether the lease has run out, possibly without the task noticing yet (the process
+        was frozen or starved past it): the proxy must not act for the group, whatever
+        :attr:`stable` still says, until the broker answers again. Seeing it also acts on it
+        at once, before anything else can act for the group: a lease that ran out makes the
+        membership :attr:`interrupted` (``on_interrupted``) until the group is held again; a
+        whole session without an answer loses the lease for good (:attr:`cut_off`,
+        ``on_lost``)."""
+        if not self.established:
+            return False
+        if self.left:
+            return True
+        now = trio.current_time()
+        if now >= self.session_deadline:
+            self._cut_off()
+            return True
+        if now >= self.lease_deadline:
+            self._lapse()
+            return True
+        return False
 
     @property
     def interrupted(self) -> bool:
         """Established once, but not holding the broker's group right now for a reason other
         than a planned rejoin (the broker is unreachable, the coordinator moved, the broker
-        forgot the member): the proxy is not the group's coordinator until it holds it again."""
-        return (self.established and not self.stable and not self._planned
-                and not self.left)
+        forgot the member), or its lease ran out (:meth:`lease_expired`, even in a planned
+        rejoin): the proxy is not the group's coordinator until it holds it again."""
+        return (self.established and not self.left
+                and (self._lapsed or (not self.stable and not self._planned)))
+
+    def _lapse(self) -> None:
+        if self._lapsed:
+            return
+        before = self.interrupted
+        self._lapsed = True
+        if not before and self.on_interrupted is not None:
+            self.on_interrupted(True)
+
+    def _answered(self, sent: float) -> None:
+        """The broker answered a heartbeat or SyncGroup sent at ``sent`` (trio time): it
+        cannot drop the member before a session after that."""
+        self.lease_deadline = sent + LEASE_FRACTION * self.session_timeout_ms / 1000
+        self.session_deadline = sent + self.session_timeout_ms / 1000
 
     def _set_stable(self, stable: bool) -> None:
         before = self.interrupted
+        if stable:
+            self._lapsed = False
         if stable != self.stable:
             self.stable = stable
-            self._stable_changed.set()
+            self._wake_waiters()
         after = self.interrupted
         if before != after and self.on_interrupted is not None:
             self.on_interrupted(after)
 
-    def _lose(self, reason: str) -> None:
+    def _wake_waiters(self) -> None:
+        """Wake every commit waiting in :meth:`wait_stable` (each checks again what it waits
+        for); later waiters wait for the next change."""
+        self._stable_changed.set()
+        self._stable_changed = trio.Event()
+
+    def _lose(self, reason: str, event: str = "lost") -> None:
         """The lease held earlier is gone for good: stop acting, end, tell the service."""
+        if self.left:
+            return
         log.warning("group %s: lost the broker's group: %s", self.group_id, reason)
-        metrics.LEASE_EVENTS.labels("lost").inc()
+        metrics.LEASE_EVENTS.labels(event).inc()
         self._set_stable(False)
         self.left = True
-        self.lease_deadline = float("-inf")
+        self.lease_deadline = self.session_deadline = float("-inf")
+        self._wake_waiters()
         if self.on_lost is not None:
             self.on_lost(reason)
+
+    def _cut_off(self) -> None:
+        """A whole session passed without an answer from the broker: the lease is lost for
+        good (whoever notices first: the task, or the service before it acts for the
+        group); the task ends."""
+        if self.left:
+            return
+        self.cut_off = True
+        self._scope.cancel()
+        self._lose(f"no answer from the broker within a session ({self.session_timeout_ms} "
+                   "ms) of the last answered heartbeat; it may have given the group to "
+                   "another sidecar", "cut-off")
 
     async def _leave_quietly(self) -> None:
         """LeaveGroup after losing an election (best effort, the task goes on to end)."""
@@ -304,7 +383,8 @@ class BrokerMembership:
         if self.left:
             return
         self.left = True
-        self.lease_deadline = float("-inf")
+        self.lease_deadline = self.session_deadline = float("-inf")
+        self._wake_waiters()
         if self.member_id and self._link is not None:
             with trio.CancelScope(shield=True), trio.move_on_after(5):
                 try:
@@ -328,7 +408,15 @@ class BrokerMembership:
             first = True
             while True:
                 try:
-                    await self._join_and_sync(first)
+                    if first:
+                        await self._join_and_sync(first)
+                    else:
+                        # answered within the session, or the lease is lost for good
+                        with trio.move_on_at(self.session_deadline) as rejoining:
+                            await self._join_and_sync(first)
+                        if rejoining.cancelled_caught:
+                            self._cut_off()
+                            return
                 except LeaseLost as exc:
                     self._lose(str(exc))
                     return
@@ -358,7 +446,11 @@ class BrokerMembership:
                         # the coordinator broker may be gone: ask who coordinates the group
                         # now (after a failover its new coordinator knows this member)
                         self.coordinator = None
-                    await trio.sleep(RETRY_SECONDS)
+                    with trio.move_on_at(self.session_deadline) as waiting:
+                        await trio.sleep(RETRY_SECONDS)
+                    if waiting.cancelled_caught:
+                        self._cut_off()
+                        return
                     continue
                 if first:
                     first = False
@@ -394,7 +486,7 @@ class BrokerMembership:
             if response["error_code"] != ErrorCode.NONE:
                 raise MembershipRefused(f"heartbeat error {response['error_code']} while "
                                         "taking the group over")
-            self.lease_deadline = sent + LEASE_FRACTION * self.session_timeout_ms / 1000
+            self._answered(sent)
 
     async def _connect(self) -> BrokerLink:
         if self.coordinator is None or self._link is None:
@@ -416,6 +508,7 @@ class BrokerMembership:
         for _ in range(10):
             link = await self._connect()
             topics = tuple(sorted(set(self._topics())))
+            metrics.BROKER_GROUP_JOINS.labels("takeover" if first else "rejoin").inc()
             join = await link.request(ApiKey.JOIN_GROUP, JOIN_VERSION, {
                 "group_id": self.group_id,
                 "session_timeout_ms": self.session_timeout_ms,
@@ -463,7 +556,10 @@ class BrokerMembership:
             if join["leader"] != self.member_id:
                 raise ElectionLost(f"another sidecar holds the broker's group {self.group_id}")
             self._check_members(join["members"])
-            assignments = [{"member_id": m["member_id"], "assignment": _ASSIGNMENT}
+            assignments = [{"member_id": m["member_id"],
+                             "assignment": (lock_assignment(self.card)
+                                            if m["member_id"] == self.member_id
+                                            else _ASSIGNMENT)}
                            for m in join["members"]]
             sent = trio.current_time()
             sync = await link.request(ApiKey.SYNC_GROUP, SYNC_VERSION, {
@@ -474,11 +570,13 @@ class BrokerMembership:
                 "assignments": assignments,
             })
             error = sync["error_code"]
+            if held_as and self.left:  # cut off while the answer was on its way
+                raise LeaseLost("the lease was lost while rejoining")
             if error == ErrorCode.NONE:
                 if self.previous_generation < 0:
                     self.previous_generation = generation - 1
                 self.generation = generation
-                self.lease_deadline = sent + LEASE_FRACTION * self.session_timeout_ms / 1000
+                self._answered(sent)
                 self.advertised = topics
                 self._planned = False
                 self._set_stable(True)
@@ -549,7 +647,7 @@ class BrokerMembership:
                 self.coordinator = None
                 return
             if error == ErrorCode.NONE:
-                self.lease_deadline = sent + LEASE_FRACTION * self.session_timeout_ms / 1000
+                self._answered(sent)
                 continue
             log.info("group %s: broker heartbeat error %d, rejoining", self.group_id, error)
             if error in COORDINATOR_MOVED:

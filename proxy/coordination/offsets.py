@@ -135,6 +135,10 @@ class OffsetCommitHandler(ApiHandler):
 
     def decide(self, request: GroupRequest) -> Outcome:
         group_id = request.value["group_id"]
+        if self.service.to_let_go(group_id, request.value.get("member_id") or ""):
+            # the group's lease was cut off: the member must let go (told by its next
+            # heartbeat; its commits fail meanwhile, as a fenced member's would)
+            return Answer(commit_error(request.value, int(ErrorCode.UNKNOWN_MEMBER_ID)))
         membership = self.service.membership(group_id)
         _trace("commit", request, offsets=_offsets(request.value["topics"]),
                held=membership is not None,
@@ -158,6 +162,17 @@ class OffsetCommitHandler(ApiHandler):
 
     def failure(self, request: GroupRequest, error: int) -> Value:
         return commit_error(request.value, error)
+
+    def verdict(self, request: GroupRequest) -> ErrorCode | None:
+        """What :meth:`decide` would answer of the commit's member right now: NONE (accepted
+        by this sidecar's engine), the error it fails with, or None when the commit is not
+        decided here and now (relayed, passed to the broker, or waiting for a takeover)."""
+        membership = self.service.membership(request.value["group_id"])
+        if membership is None:
+            return None
+        if _moved(request, membership):
+            return ErrorCode.NOT_COORDINATOR
+        return self._validate(request)
 
     def _validate(self, request: GroupRequest) -> ErrorCode:
         value = request.value

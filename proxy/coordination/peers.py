@@ -29,6 +29,7 @@ from proxy.coordination.fleet import (
     SETTLED_VIEW_SECONDS,
     VIEW_SECONDS,
     Address,
+    Card,
     Holder,
     read_holder,
 )
@@ -53,14 +54,14 @@ the member's rebalance timeout, Kafka's default being 300 s)."""
 
 
 def _view_expiry(_group_id: str, holder: Holder, now: float) -> float:
-    """A free group is looked at again soon (acting on a stale "free" means joining the
-    broker's group, which disturbs the holder), and so is one an old groupgate holds (its
-    members here wait until it is gone), and so is one a sidecar without a fleet listener
+    """A free or unused group is looked at again soon (acting on a stale view of one means
+    joining the broker's group, which disturbs the holder), and so is one an old groupgate
+    holds (its members here wait until it is gone), and so is one a sidecar without a fleet listener
     holds (a proxy restarted here takes it over once the broker drops the dead holder); one a
     fleet sidecar or the broker's own members hold
     later (a stale view corrects itself: the relay fails or is answered NOT_COORDINATOR, and
     the view is dropped)."""
-    short = holder.kind in ("free", "legacy") or (
+    short = holder.kind in ("free", "unused", "legacy") or (
         holder.card is not None and holder.card.address is None)
     return now + (VIEW_SECONDS if short else SETTLED_VIEW_SECONDS)
 
@@ -101,7 +102,7 @@ class Directory:
             holder = await self._describe(group_id, own_member_ids)
             if holder.kind != "unknown":
                 self._views[group_id] = holder
-                if holder.kind != "free":
+                if holder.kind not in ("free", "unused"):
                     self._last_kind[group_id] = holder.kind
             return holder
         finally:
@@ -264,11 +265,15 @@ class Routes:
     :class:`Directory` saw."""
 
     def __init__(self, claims: Callable[[str], bool], directory: Directory,
-                 own_address: Address | None) -> None:
+                 own_address: Address | None, own_card: Card | None = None) -> None:
         self.claims = claims
         self.directory = directory
         self.own_address = own_address
+        self.own_card = own_card
+        """This sidecar's card (its state-log settings are compared with holders')."""
         self.problems = FleetProblems()
+        self._mismatches_logged: TTLCache[str, bool] = TTLCache(
+            maxsize=REMEMBERED_MAX, ttl=REFUSAL_LOG_SECONDS, timer=trio.current_time)
         self._refusals_logged: TTLCache[tuple[str, str], bool] = TTLCache(
             maxsize=REMEMBERED_MAX, ttl=REFUSAL_LOG_SECONDS, timer=trio.current_time)
 
@@ -294,12 +299,21 @@ class Routes:
         return self.route_for(holder, group_id)
 
     def route_for(self, holder: Holder, group_id: str = "") -> Route:
-        if holder.kind in ("free", "broker"):
+        if holder.kind in ("free", "unused", "broker"):
             return LOCAL_ROUTE
         if holder.kind == "sidecar" and holder.card is not None:
             address = holder.card.address
             if address is None and group_id:
                 self.problems.no_address(group_id, holder)
+            differences = (self.own_card.state_log_differences(holder.card)
+                           if self.own_card is not None else ())
+            if differences:
+                # it writes another state log: taking the group over would find no state
+                # there; relay to it if it can be followed, never take it over
+                self._note_mismatch(holder, differences)
+                if address is None or address == self.own_address:
+                    return Route(REFUSE, reason=_mismatch(holder, differences))
+                return Route(RELAY, address, protocol=holder.card.protocol)
             if address is None or address == self.own_address:
                 # This sidecar before a restart, or one without a fleet listener, which
                 # cannot be followed: take the group over here. The broker decides: the
@@ -310,6 +324,18 @@ class Routes:
         if holder.kind == "legacy":
             return Route(REFUSE, reason=holder.detail, let_go=True)
         return Route(REFUSE, reason=f"cannot tell who coordinates it: {holder.detail}")
+
+    def _note_mismatch(self, holder: Holder, differences: tuple[str, ...]) -> None:
+        """WARNING and metric, once per holder every :data:`REFUSAL_LOG_SECONDS`."""
+        key = holder.member_id
+        if key in self._mismatches_logged:
+            return
+        self._mismatches_logged[key] = True
+        for name in differences:
+            metrics.FLEET_SETTINGS_MISMATCHES.labels(name).inc()
+        log.warning("%s; this sidecar will not take its groups over (set the same %s on "
+                    "every sidecar of the fleet)", _mismatch(holder, differences),
+                    ", ".join(differences))
 
     async def lookup(self, group_ids: Sequence[str]) -> Route:
         """Ask the broker about every group not known yet, then route."""
@@ -335,6 +361,14 @@ class Routes:
 
 
 REFUSAL_LOG_SECONDS = 10.0
+
+
+def _mismatch(holder: Holder, differences: tuple[str, ...]) -> str:
+    assert holder.card is not None
+    theirs = holder.card.state_log
+    return (f"the sidecar holding the group (member {holder.member_id}) uses other state-log "
+            f"settings: {', '.join(differences)} differ"
+            f"{f' (it uses {theirs.describe()})' if theirs is not None else ''}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,6 +64,7 @@ from proxy.coordination.handler import (
     Upstream,
     Value,
 )
+from proxy.coordination.inside import held_while_inside
 from proxy.coordination.peek import group_id_of
 from proxy.coordination.peers import LOCAL, LOOKUP, RELAY, FleetSide, Route
 from proxy.coordination.service import CoordinatorService
@@ -213,8 +214,15 @@ class CoordinatingRouter(ForwardingRouter):
                 if route.kind == LOOKUP:
                     # ask the broker first; the decoded request is not kept meanwhile
                     return Prepare(self._after_lookup(handler, request, groups))
-            if group_request.api_key == ApiKey.OFFSET_COMMIT and self._client_facing:
-                group_request = self._without_stale_retries(handler, group_request)
+            if (group_request.api_key == ApiKey.OFFSET_COMMIT and self._client_facing
+                    and isinstance(handler, offsets.OffsetCommitHandler)):
+                # the engine first: a commit it refuses gets its error, never a stale-retry
+                # acknowledgement (:mod:`.commit_retries`)
+                verdict = (handler.verdict(group_request)
+                           if route is None or route.kind == LOCAL else None)
+                if verdict in (None, ErrorCode.NONE):
+                    group_request = self._without_stale_retries(handler, group_request,
+                                                                verdict is None)
                 if not group_request.value["topics"]:
                     return Local(self._encode(handler, group_request,
                                               {"throttle_time_ms": 0, "topics": []}))
@@ -238,7 +246,8 @@ class CoordinatingRouter(ForwardingRouter):
                         return Local(self._encode(handler, group_request,
                                                   handler.failure(group_request, error)))
             outcome = handler.decide(group_request)
-            return self._decision(handler, group_request, outcome)
+            return held_while_inside(handler.service, group_request,
+                                     self._decision(handler, group_request, outcome))
         except Exception:
             log.exception("deciding api key %d v%d failed", request.api_key,
                           request.api_version)
@@ -371,11 +380,14 @@ class CoordinatingRouter(ForwardingRouter):
         """The application's own connection (not a relay from another sidecar)."""
         return self._fleet is None or not self._fleet.inbound
 
-    def _without_stale_retries(self, handler: ApiHandler, request: GroupRequest
-                               ) -> GroupRequest:
+    def _without_stale_retries(self, handler: ApiHandler, request: GroupRequest,
+                               unvalidated: bool) -> GroupRequest:
         """``request`` without the partitions that retry a commit a newer one of the same
-        member overtook; they are acknowledged in its answer (:mod:`.commit_retries`)."""
+        member overtook; they are acknowledged in its answer (:mod:`.commit_retries`).
+        ``unvalidated``: no engine here validated it (it is decided elsewhere): only retries
+        under the epoch of that newer commit count, and they share the error of the rest."""
         value = request.value
+        epoch = value.get("generation_id_or_member_epoch", -1) if unvalidated else None
         retries = handler.service.commit_retries
         group_id, member_id = value["group_id"], value.get("member_id") or ""
         if not member_id:
@@ -387,7 +399,8 @@ class CoordinatingRouter(ForwardingRouter):
         for topic in value["topics"]:
             key = commit_retries.topic_key(topic)
             fresh = [p for p in topic["partitions"] if not retries.stale(
-                group_id, member_id, (key, p["partition_index"]), p["committed_offset"])]
+                group_id, member_id, (key, p["partition_index"]), p["committed_offset"],
+                epoch)]
             stale = [p for p in topic["partitions"] if p not in fresh]
             if fresh:
                 kept.append(dict(topic, partitions=fresh))
@@ -417,6 +430,11 @@ class CoordinatingRouter(ForwardingRouter):
             log.debug("commit answer without partitions: %r", value)
         acknowledged = self._stale_acknowledged.pop(request.correlation_id, None)
         if acknowledged:
+            refused = _refusal(value)
+            if refused:  # the coordinator refused the member: so are its stale partitions
+                acknowledged = [dict(t, partitions=[dict(p, error_code=refused)
+                                                    for p in t["partitions"]])
+                                for t in acknowledged]
             value = dict(value, topics=[*value.get("topics", ()), *acknowledged])
         return value
 
@@ -434,6 +452,22 @@ class CoordinatingRouter(ForwardingRouter):
             failure = handler.failure(request, UNKNOWN_SERVER_ERROR)
             return header + messages.encode_response(key, version, failure)
 
+
+
+_REFUSALS = frozenset(int(e) for e in (
+    ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.STALE_MEMBER_EPOCH, ErrorCode.FENCED_MEMBER_EPOCH,
+    ErrorCode.ILLEGAL_GENERATION, ErrorCode.FENCED_INSTANCE_ID,
+    ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.GROUP_AUTHORIZATION_FAILED))
+"""Commit errors that refuse the member (or its epoch) rather than one partition."""
+
+
+def _refusal(value: Value) -> int:
+    """The member-refusing error a commit answer carries (0: none)."""
+    for topic in value.get("topics", ()):
+        for partition in topic.get("partitions", ()):
+            if partition.get("error_code") in _REFUSALS:
+                return int(partition["error_code"])
+    return 0
 
 
 def _topic_names(topic: Value) -> dict[str, Any]:

@@ -7,7 +7,8 @@ network:
 * time: ``now_ms`` is trio's monotonic clock in milliseconds; a timer task sleeps until the
   engine's :meth:`~translation.coordinator.GroupCoordinator.next_deadline` (or until a new
   timer is armed) and calls ``tick`` (session timeouts, rebalance timeouts, deferred target
-  computations, expiry of empty groups);
+  computations, expiry of empty groups), after suspending every group whose lease ran out
+  meanwhile (:meth:`~proxy.coordination.membership.BrokerMembership.lease_expired`);
 * serialization: engine calls are plain synchronous calls made from trio tasks of one thread,
   and none of them awaits, so each runs to completion before another starts: no lock needed;
 * taking a group over: the first ConsumerGroupHeartbeat with epoch 0 for a group id the proxy
@@ -44,6 +45,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -55,7 +57,7 @@ from proxy import __version__, metrics
 from proxy.config import ProxyConfig
 from proxy.coordination.commit_retries import CommitRetries
 from proxy.coordination.durability import Durability
-from proxy.coordination.fleet import Card
+from proxy.coordination.fleet import Card, StateLogSettingsId
 from proxy.coordination.handoff import HandOff
 from proxy.coordination.links import Address, LinkPool
 from proxy.coordination.membership import BrokerMembership
@@ -89,6 +91,7 @@ from translation.effects import (
     GroupEpochBumped,
     GroupExpired,
     GroupHandedBack,
+    GroupLoaded,
     GroupLost,
     JoinCompleted,
     MemberFenced,
@@ -115,6 +118,12 @@ TOPIC_WAIT_SECONDS = 3.0
 TAKEOVER_WAIT_SECONDS = 10.0
 """How long a joining heartbeat waits for the broker-side membership before it is answered
 with the retriable COORDINATOR_LOAD_IN_PROGRESS (the membership keeps trying)."""
+HEARTBEAT_WAIT_FRACTION = 0.5
+"""A ConsumerGroupHeartbeat waits at most this share of the heartbeat interval (and at most
+:data:`TAKEOVER_WAIT_SECONDS`) for a takeover or a topic refresh, then gets the retriable
+COORDINATOR_LOAD_IN_PROGRESS while the takeover goes on: librdkafka gives a heartbeat
+request one heartbeat interval before it times it out and backs off reconnecting, so a
+longer wait only delays the member."""
 
 
 BROKER_ACTIVE_SECONDS = 10.0
@@ -140,11 +149,18 @@ class NotTaken:
 
     reason: str
     kind: str = "refused"
-    """``lost-election``, ``refused`` or ``unavailable`` (:attr:`BrokerMembership.failure_kind`):
-    only a refusal leaves the group to the broker's own members for a while."""
+    """``lost-election``, ``refused`` or ``unavailable`` (:attr:`BrokerMembership.failure_kind`),
+    or ``nothing-loaded`` (a takeover to load a member's group found no members in the state
+    log and gave the broker's group back): only a refusal leaves the group to the broker's own
+    members for a while."""
 
     def __str__(self) -> str:
         return self.reason
+
+
+class NothingLoaded(Exception):
+    """A takeover started to load a member's group found no member of it in the state log:
+    the broker's group is given back (the membership leaves it)."""
 
 
 class Held(Generic[R]):
@@ -258,10 +274,14 @@ class CoordinatorService:
         self._timer_wake = trio.Event()
         self._nursery: trio.Nursery | None = None
         self.hand_off = HandOff()
-        self.card = Card(config.advertised_fleet_address, __version__)
+        self.card = Card(config.advertised_fleet_address, __version__,
+                         state_log=StateLogSettingsId.of(
+                             config.state_log, config.state_log_topic,
+                             config.state_log_transactional_id_prefix))
         """What this sidecar tells the others in the broker's groups it holds."""
         self.directory = Directory(lambda: self.pool, config.upstream)
-        self.routes = Routes(self.claims, self.directory, config.advertised_fleet_address)
+        self.routes = Routes(self.claims, self.directory, config.advertised_fleet_address,
+                             self.card)
         self.durability: Durability | None = None
         """The group state log (``state-log``): what the engine changes is written there
         before the answers depending on it leave, and loaded when a group is taken over."""
@@ -291,9 +311,16 @@ class CoordinatorService:
             lambda: sum(1 for m in self.memberships.values() if m.established and not m.left))
         self.stepping_down = False
         """The proxy is stopping with the state log on: it answers no group request."""
+        self.heartbeat_wait_s = min(TAKEOVER_WAIT_SECONDS, HEARTBEAT_WAIT_FRACTION
+                                    * config.group_heartbeat_interval_ms / 1000)
+        """The longest a ConsumerGroupHeartbeat waits here for a takeover
+        (:data:`HEARTBEAT_WAIT_FRACTION`)."""
         self._loading: dict[str, float] = {}
         """Groups taken over from another coordinator: trio time until which their joins are
         answered COORDINATOR_LOAD_IN_PROGRESS (``takeover-wait-ms``)."""
+        self._nothing_loaded: weakref.WeakSet[BrokerMembership] = weakref.WeakSet()
+        """Memberships given back because the load they were started for found no members
+        (:class:`NothingLoaded`); gone with the membership."""
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -385,11 +412,22 @@ class CoordinatorService:
                  "load", len(groups))
 
     def _handing_off(self, group_id: str, member_id: str) -> bool:
-        """While handing off: note that ``member_id`` is being told; True if it is."""
-        if not self.hand_off.active:
+        """While handing off, or if ``member_id`` is a member of a group whose lease was cut
+        off that has not been told yet: note that it is being told; True if it is."""
+        if not self.hand_off.active and not self.to_let_go(group_id, member_id):
             return False
         self.hand_off.told(group_id, member_id)
         return True
+
+    def to_let_go(self, group_id: str, member_id: str) -> bool:
+        """Whether ``member_id`` must be told to let go of its partitions of ``group_id``
+        (answered UNKNOWN_MEMBER_ID): the group's lease was cut off, the broker may have given
+        the group to another sidecar, and the member has not been told yet. A lease that
+        has just been cut off (:meth:`BrokerMembership.lease_expired`) counts at once."""
+        membership = self.memberships.get(group_id)
+        if membership is not None:
+            membership.lease_expired()
+        return self.hand_off.to_tell(group_id, member_id)
 
     async def aclose(self) -> None:
         """Leave every broker-side group (so direct clients can take over) and stop."""
@@ -409,12 +447,27 @@ class CoordinatorService:
     def now_ms(self) -> int:
         return int(trio.current_time() * 1000)
 
+    def request_arrived(self, group_id: str, member_id: str) -> bool:
+        """A request of ``member_id`` starts waiting in this sidecar: its session stops until
+        :meth:`request_left` (:mod:`.inside`); False if the engine does not know the member
+        (nothing to release then)."""
+        group = self.engine.group(group_id)
+        if group is None or member_id not in group.members:
+            return False
+        self.engine.request_arrived(group_id, member_id, self.now_ms())
+        return True
+
+    def request_left(self, group_id: str, member_id: str) -> None:
+        self.apply(self.engine.request_left(group_id, member_id, self.now_ms()))
+
     # -- which groups the proxy coordinates ---------------------------------------------------
 
     def claims(self, group_id: str) -> bool:
-        """Whether the proxy coordinates ``group_id``, is taking it over, or still has it in
-        its engine (a request for it must be decoded, never passed to the broker as it is)."""
-        return group_id in self.memberships or group_id in self.engine.groups
+        """Whether the proxy coordinates ``group_id``, is taking it over, still has it in
+        its engine, or still tells its members to let go (a request for it must be decoded,
+        never passed to the broker as it is, nor relayed)."""
+        return (group_id in self.memberships or group_id in self.engine.groups
+                or self.hand_off.telling(group_id))
 
     def coordinates(self, group_id: str) -> bool:
         membership = self.memberships.get(group_id)
@@ -461,7 +514,7 @@ class CoordinatorService:
                 return ConsumerGroupHeartbeatResponse(error_code=int(exc.code),
                                                       error_message=exc.message)
             failure: NotTaken | None = None
-            with trio.move_on_after(TAKEOVER_WAIT_SECONDS) as waiting:
+            with trio.move_on_after(self.heartbeat_wait_s) as waiting:
                 failure = await self._take_over(group_id, request.subscribed_topic_names or ())
             if waiting.cancelled_caught:
                 # e.g. the broker waits for a stale member of a killed proxy to time out
@@ -469,6 +522,7 @@ class CoordinatorService:
                     error_code=int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
                     error_message=f"groupgate is still joining the broker's group {group_id}")
             if failure is not None:
+                self._not_taken(group_id, failure)
                 return ConsumerGroupHeartbeatResponse(
                     error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                     error_message=f"groupgate cannot coordinate group {group_id}: {failure}")
@@ -482,11 +536,24 @@ class CoordinatorService:
                 return ConsumerGroupHeartbeatResponse(
                     error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                     error_message="groupgate is handing its groups off")
+            if self._not_coordinating(group_id) or not self.coordinates(group_id):
+                # the lease ran out (or was lost) while this join waited
+                return ConsumerGroupHeartbeatResponse(
+                    error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                    error_message=f"groupgate is not holding the broker's group {group_id} "
+                                  "now")
         elif (waited := await self.load_for_member(
-                group_id, request.member_id, request.subscribed_topic_names or ())) is not None:
+                group_id, request.member_id, request.subscribed_topic_names or (),
+                wait_s=self.heartbeat_wait_s)) is not None:
             return ConsumerGroupHeartbeatResponse(
                 error_code=int(waited),
-                error_message=f"groupgate is taking group {group_id} over")
+                error_message=(f"Group {group_id} is not coordinated here (any more); rejoin."
+                               if waited == ErrorCode.UNKNOWN_MEMBER_ID
+                               else f"groupgate is taking group {group_id} over"))
+        elif self._not_coordinating(group_id):  # the lease ran out during a takeover wait
+            return ConsumerGroupHeartbeatResponse(
+                error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                error_message=f"groupgate is not holding the broker's group {group_id} now")
         elif request.member_epoch > 0 and self.engine.group(group_id) is None:
             # The group is unknown here (e.g. the proxy restarted and lost its state): the
             # member must rejoin with epoch 0. Kafka would say GROUP_ID_NOT_FOUND, which
@@ -503,7 +570,21 @@ class CoordinatorService:
             return ConsumerGroupHeartbeatResponse(
                 error_code=int(ErrorCode.NOT_COORDINATOR),
                 error_message=f"groupgate could not record group {group_id}: {failed}")
+        if (response.error_code == ErrorCode.NONE and request.member_epoch >= 0
+                and (lapsed := self._lapsed_meanwhile(
+                    group_id, response.member_id or request.member_id)) is not None):
+            return ConsumerGroupHeartbeatResponse(
+                error_code=int(lapsed),
+                error_message=f"groupgate lost its hold on the broker's group {group_id} "
+                              "while answering")
         return response
+
+    def _not_taken(self, group_id: str, failure: NotTaken) -> None:
+        """A takeover failed: if another sidecar holds the group, the members of a cut-off
+        lease still to be told are routed to it from now on, and it decides (it knows them
+        from the state log, or tells them to rejoin)."""
+        if failure.kind == "lost-election":
+            self.hand_off.release(group_id)
 
     def _release_if_unused(self, group_id: str) -> None:
         """A broker membership started for a join the engine then refused, with no engine
@@ -516,9 +597,13 @@ class CoordinatorService:
                      "group", group_id)
             self._nursery.start_soon(membership.leave)
 
-    async def _take_over(self, group_id: str, topics: Iterable[str]) -> NotTaken | None:
+    async def _take_over(self, group_id: str, topics: Iterable[str], *, to_load: bool = False
+                         ) -> NotTaken | None:
         """Hold the broker's group ``group_id`` (subscribed to the group's topics, at first
-        ``topics``, those of the member that starts the group); returns why not, or None."""
+        ``topics``, those of the member that starts the group); returns why not, or None.
+        ``to_load``: started for a member's request rather than a join (:meth:`may_load`): if
+        the state log has no member of the group, the broker's group is given back at once
+        (kind ``nothing-loaded``)."""
         membership = self.memberships.get(group_id)
         if membership is None:
             if self.hand_off.active or self.stepping_down:
@@ -534,30 +619,59 @@ class CoordinatorService:
                 topics=lambda: self.group_topics(group_id) or first,
                 session_timeout_ms=self.config.broker_session_timeout_ms,
                 card=self.card)
-            self.adopt(membership)
+            self.adopt(membership, to_load=to_load)
             self._nursery.start_soon(self._run_membership, membership)
         await membership.settled.wait()
         if membership.failure is not None:
             if self.memberships.get(group_id) is membership:
                 del self.memberships[group_id]
             self.directory.forget(group_id)
-            return NotTaken(membership.failure, membership.failure_kind or "unavailable")
+            kind = ("nothing-loaded" if membership in self._nothing_loaded
+                    else membership.failure_kind or "unavailable")
+            return NotTaken(membership.failure, kind)
         return None
 
-    async def _established(self, membership: BrokerMembership) -> None:
+    async def _established(self, membership: BrokerMembership, to_load: bool = False) -> None:
         """The broker's group is held for the first time: with the state log, load the
-        group's state (members keep their ids, epochs and partitions); if there is none and
-        another coordinator may have served the group without the log, wait before assigning
-        (``takeover-wait-ms``: by default only with the state log off)."""
+        group's state (members keep their ids, epochs and partitions); if there is none (or
+        some of it could not be loaded) and another coordinator may have served the group,
+        wait before assigning (``takeover-wait-ms``, :meth:`_start_loading`): the log may be
+        another one (a sidecar with other state-log settings), or lost. No wait when the log
+        shows the group deleted by a coordinator writing it. A takeover started ``to_load`` a
+        member's group that loads no member raises :class:`NothingLoaded`: the membership
+        leaves the broker's group (whoever started it is answered UNKNOWN_MEMBER_ID, whoever
+        else waits the retriable COORDINATOR_NOT_AVAILABLE)."""
+        group_id = membership.group_id
         if self.durability is not None:
-            loaded = await self.durability.take_over(membership.group_id)
+            loaded = await self.durability.take_over(group_id)
             self.apply(loaded.effects)
-            if loaded.records:
-                if self.journal is not None and self.observer is not None:
-                    self.journal.record_all(self.observer.snapshot(membership.group_id,
-                                                                   wall_ms()))
+            group = self.engine.group(group_id)
+            if to_load and (group is None or not group.members):
+                self._give_back_unloaded(membership)
+                raise NothingLoaded(f"the state log has no member of group {group_id}; "
+                                    "giving the broker's group back")
+            if loaded.records and self.journal is not None and self.observer is not None:
+                self.journal.record_all(self.observer.snapshot(group_id, wall_ms()))
+            if loaded.deleted or (loaded.records and not loaded.skipped):
                 return
         self._start_loading(membership)
+
+    def _give_back_unloaded(self, membership: BrokerMembership) -> None:
+        """Undo a takeover whose load found no member (before the membership leaves): stop
+        writing the group, forget what was loaded of it, and free its place at once, even if
+        whoever started the takeover has stopped waiting for it."""
+        group_id = membership.group_id
+        self._nothing_loaded.add(membership)
+        log.info("group %s: taken over to load a member's state, but the state log has no "
+                 "member of it; giving the broker's group back", group_id)
+        if self.durability is not None:
+            self.durability.release(group_id)
+        if self.engine.group(group_id) is not None:
+            self.apply(self.engine.forget(group_id, "no member in the state log"))
+        if self.memberships.get(group_id) is membership:
+            del self.memberships[group_id]
+        self._loading.pop(group_id, None)
+        self.directory.forget(group_id)
 
     async def _refresh_for_load(self, names: Iterable[str], regex: bool) -> None:
         """Topic metadata for a group about to be loaded: its members' topics must be in the
@@ -574,14 +688,16 @@ class CoordinatorService:
         if self._nursery is not None:
             self._nursery.start_soon(membership.leave)
 
-    async def taken_over(self, group_id: str) -> ErrorCode | None:
+    async def taken_over(self, group_id: str, wait_s: float = TAKEOVER_WAIT_SECONDS
+                         ) -> ErrorCode | None:
         """If the broker's group ``group_id`` is being taken over (its state loaded), wait
-        for that; the error to answer with if it failed or takes too long, else None."""
+        for that (``wait_s`` at most); the error to answer with if it failed or takes too
+        long, else None."""
         membership = self.memberships.get(group_id)
         if membership is None:
             return None
         if not membership.settled.is_set():
-            with trio.move_on_after(TAKEOVER_WAIT_SECONDS):
+            with trio.move_on_after(wait_s):
                 await membership.settled.wait()
         if not membership.settled.is_set():
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
@@ -626,21 +742,26 @@ class CoordinatorService:
             return 0.0
         return left
 
-    def adopt(self, membership: BrokerMembership) -> None:
+    def adopt(self, membership: BrokerMembership, *, to_load: bool = False) -> None:
         """Keep ``membership`` as the proxy's hold on its group, and follow its
-        interruptions."""
+        interruptions (``to_load``: see :meth:`_take_over`)."""
         group_id = membership.group_id
         membership.on_interrupted = (
             lambda interrupted: self._membership_interrupted(group_id, interrupted))
         membership.on_lost = lambda reason: self._membership_lost(membership, reason)
-        membership.on_established = lambda: self._established(membership)
+        membership.on_established = lambda: self._established(membership, to_load)
         self.memberships[group_id] = membership
 
     def _membership_lost(self, membership: BrokerMembership, reason: str) -> None:
         """The lease on the broker's group is gone for good (another sidecar won it, or the
         broker dropped the proxy's member): forget the group at once; its members' next
-        requests find the group's holder and rejoin there."""
+        requests find the group's holder and rejoin there. If the broker did not answer for a
+        whole session (cut off), they cannot find it through this sidecar, and another
+        sidecar may be handing their partitions out: each is told to let go first
+        (:meth:`_tell_to_let_go`)."""
         group_id = membership.group_id
+        if membership.cut_off:
+            self._tell_to_let_go(group_id, reason)
         if self.memberships.get(group_id) is membership:
             del self.memberships[group_id]
         self._loading.pop(group_id, None)
@@ -648,6 +769,30 @@ class CoordinatorService:
         self.apply(self.engine.forget(group_id, reason))
         if self.durability is not None:
             self.durability.release(group_id)
+
+    def _tell_to_let_go(self, group_id: str, reason: str) -> None:
+        """The members ``group_id`` has now are answered UNKNOWN_MEMBER_ID on their next
+        request (held ones at once), for at most one member session; the engine forgets the
+        group (in :meth:`_membership_lost`), so that nothing of it is resumed if the broker
+        answers again: the state log, or whoever holds the group then, decides."""
+        group = self.engine.group(group_id)
+        if group is None:
+            return
+        bound_ms = max([self.config.group_session_timeout_ms]
+                       + [m.session_timeout_ms or 0 for m in group.members.values()])
+        self.hand_off.lose_group(group_id, group.members, trio.current_time() + bound_ms / 1000)
+        log.warning("group %s: %s; its %d member(s) are told to let go of their partitions "
+                    "(for up to %.1f s)", group_id, reason, len(group.members), bound_ms / 1000)
+        for key, held in list(self.held_joins.items()):
+            if key[0] == group_id:
+                held.resolve(JoinGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID),
+                                               member_id=key[1]))
+                self.hand_off.told(*key)
+        for key, held_sync in list(self.held_syncs.items()):
+            if key[0] == group_id:
+                held_sync.resolve(SyncGroupResponse(
+                    error_code=int(ErrorCode.UNKNOWN_MEMBER_ID)))
+                self.hand_off.told(*key)
 
     def _membership_interrupted(self, group_id: str, interrupted: bool) -> None:
         """The proxy lost (or regained) its hold on the broker's group: while it does not
@@ -669,6 +814,29 @@ class CoordinatorService:
             return True
         membership = self.memberships.get(group_id)
         return membership is not None and (membership.interrupted or membership.lease_expired())
+
+    def _lapsed_meanwhile(self, group_id: str, member_id: str) -> ErrorCode | None:
+        """Checked again just before an answer that gives or confirms a member's assignment
+        leaves after a wait (a takeover, a topic refresh, a held join or sync, a state log
+        write): the error to answer instead if the proxy may no longer act for ``group_id``.
+        UNKNOWN_MEMBER_ID for a member of a group whose lease was cut off meanwhile; the
+        retriable COORDINATOR_NOT_AVAILABLE if the lease ran out (or the membership was
+        interrupted, or the group was forgotten) meanwhile.
+
+        What the engine did for the request stays done (and, with the state log, written):
+        the member just does not hear of it here. That is safe: a KIP-848 member that gets an
+        error sends its next heartbeat with its full state (its last epoch, subscription and
+        owned partitions), which the engine accepts as the lost-response case (the previous
+        epoch, owning no more than it is assigned) or fences (FENCED_MEMBER_EPOCH: it drops
+        everything and rejoins); a joining member rejoins as itself; a classic member
+        rediscovers the coordinator and rejoins."""
+        if self.to_let_go(group_id, member_id):
+            self.hand_off.told(group_id, member_id)
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if self._not_coordinating(group_id) or (group_id not in self.memberships
+                                                and self.engine.group(group_id) is None):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return None
 
     def group_topics(self, group_id: str) -> set[str]:
         """The topic names group ``group_id`` subscribes to (names and regex matches)."""
@@ -703,10 +871,12 @@ class CoordinatorService:
 
     async def _await_topics(self, request: ConsumerGroupHeartbeatRequest) -> None:
         await self._await_subscription(request.group_id, request.subscribed_topic_names or (),
-                                       request.subscribed_topic_regex)
+                                       request.subscribed_topic_regex,
+                                       min(TOPIC_WAIT_SECONDS, self.heartbeat_wait_s))
 
     async def _await_subscription(self, group_id: str, topic_names: Iterable[str],
-                                  regex: str | None) -> None:
+                                  regex: str | None,
+                                  wait_s: float = TOPIC_WAIT_SECONDS) -> None:
         image = self.engine.image
         names = [n for n in topic_names if n not in image.by_name]
         group = self.engine.group(group_id)
@@ -717,7 +887,7 @@ class CoordinatorService:
             self._pending_names[n] = self._pending_names.get(n, 0) + 1
         self._pending_regex += new_regex
         try:
-            await self.topics.refresh(TOPIC_WAIT_SECONDS)
+            await self.topics.refresh(wait_s)
         finally:
             for n in names:
                 left = self._pending_names[n] - 1
@@ -752,15 +922,17 @@ class CoordinatorService:
         if self.classic is None:
             return False
         return (self.engine.group(group_id) is not None or group_id in self.memberships
-                or self.may_load(group_id, member_id))
+                or self.to_let_go(group_id, member_id) or self.may_load(group_id, member_id))
 
     def may_load(self, group_id: str, member_id: str) -> bool:
         """Whether a request of member ``member_id`` for ``group_id``, which this sidecar does
         not hold, should take the group over to load its state: the state log is on, the
-        broker's group is free (its coordinator died or left) or held by this sidecar's own
-        former member, and the member id is not one a broker gave (a member of the broker's
-        own group, e.g. Kafka Connect). The broker would refuse the member; the log may know
-        it."""
+        broker's group shows that a sidecar may have held it (``free``: emptied by its
+        coordinator dying or leaving; or held by this sidecar's own former member), and the
+        member id is not one a broker gave (a member of the broker's own group, e.g. Kafka
+        Connect). The broker would refuse the member; the log may know it. A group the broker
+        shows as never held by members of protocol type ``consumer`` (``unused``: Dead, e.g.
+        a made-up group id) is never taken over for a member's request."""
         if (self.durability is None or not member_id or issued_by_a_broker(member_id)
                 or self.claims(group_id) or self.hand_off.active or self.stepping_down):
             return False
@@ -768,15 +940,22 @@ class CoordinatorService:
         return view is not None and view.kind in ("free", "sidecar")
 
     async def load_for_member(self, group_id: str, member_id: str,
-                              topics: Iterable[str] = ()) -> ErrorCode | None:
+                              topics: Iterable[str] = (),
+                              wait_s: float = TAKEOVER_WAIT_SECONDS) -> ErrorCode | None:
         """A member's request for a group not held here (:meth:`may_load`): take it over
-        (loading its state) first; the error to answer with if that failed."""
+        (loading its state) first; the error to answer with if that failed: UNKNOWN_MEMBER_ID
+        if the state log has no member of the group (the broker's group was given back at
+        once; the member must join afresh). The one place every API's request takes a group
+        over for a member (ConsumerGroupHeartbeat with epoch != 0, classic JoinGroup with a
+        member id, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit)."""
         if self.claims(group_id) or not self.may_load(group_id, member_id):
-            return await self.taken_over(group_id)
-        with trio.move_on_after(TAKEOVER_WAIT_SECONDS) as waiting:
-            failure = await self._take_over(group_id, topics)
+            return await self.taken_over(group_id, wait_s)
+        with trio.move_on_after(wait_s) as waiting:
+            failure = await self._take_over(group_id, topics, to_load=True)
         if waiting.cancelled_caught:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        if failure is not None and failure.kind == "nothing-loaded":
+            return ErrorCode.UNKNOWN_MEMBER_ID
         return ErrorCode.COORDINATOR_NOT_AVAILABLE if failure is not None else None
 
     def takes_join(self, request: JoinGroupRequest) -> bool:
@@ -786,6 +965,8 @@ class CoordinatorService:
         group_id = request.group_id
         if not group_id.strip():
             return False
+        if self.to_let_go(group_id, request.member_id):
+            return True  # to be told to let go (join_group answers UNKNOWN_MEMBER_ID)
         group = self.engine.group(group_id)
         coordinated = self.coordinates(group_id)
         if (request.member_id and not coordinated and (group is None or not group.members)
@@ -833,7 +1014,8 @@ class CoordinatorService:
             return JoinGroupResponse(
                 error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), member_id=request.member_id,
                 error_message=f"groupgate is not holding the broker's group {group_id} now")
-        if request.member_id and self.engine.group(group_id) is None:
+        if (request.member_id and self.engine.group(group_id) is None
+                and not self._issued(group_id, request.member_id)):
             # A member of a coordinator that is gone: with the state log, it may know it.
             waited = await self.load_for_member(group_id, request.member_id)
             if waited is not None:
@@ -855,6 +1037,8 @@ class CoordinatorService:
                     error_code=int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
                     member_id=request.member_id,
                     error_message=f"groupgate is still joining the broker's group {group_id}")
+            if failure is not None:
+                self._not_taken(group_id, failure)
             if failure is not None and failure.kind != "refused":
                 # Someone else leads the broker's group, or the broker could not be asked.
                 # Retriable: the client's next request is looked up, and relayed to the
@@ -889,6 +1073,11 @@ class CoordinatorService:
             return JoinGroupResponse(
                 error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), member_id=request.member_id,
                 error_message="groupgate is handing its groups off")
+        if self._not_coordinating(group_id) or not self.coordinates(group_id):
+            # the lease ran out (or was lost) while this join waited
+            return JoinGroupResponse(
+                error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), member_id=request.member_id,
+                error_message=f"groupgate is not holding the broker's group {group_id} now")
         response, effects = classic.join_group(request, self.now_ms())
         self.apply(effects)  # before holding: may answer this member's previous held join
         if not isinstance(response, HeldRequest):
@@ -924,6 +1113,12 @@ class CoordinatorService:
             return JoinGroupResponse(error_code=int(ErrorCode.NOT_COORDINATOR),
                                      member_id=response.member_id,
                                      error_message=f"group state not recorded: {failed}")
+        if (response.error_code == ErrorCode.NONE
+                and (lapsed := self._lapsed_meanwhile(group_id, response.member_id))
+                is not None):
+            return JoinGroupResponse(error_code=int(lapsed), member_id=response.member_id,
+                                     error_message="groupgate lost its hold on the broker's "
+                                                   "group while answering")
         return response
 
     async def sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse:
@@ -940,7 +1135,7 @@ class CoordinatorService:
         response, effects = self.classic.sync_group(request, self.now_ms())
         self.apply(effects)
         if not isinstance(response, HeldRequest):
-            return await self._recorded_sync(request.group_id, response)
+            return await self._recorded_sync(request.group_id, request.member_id, response)
         held: Held[SyncGroupResponse] = Held()
         key = (request.group_id, request.member_id)
         self.held_syncs[key] = held
@@ -953,13 +1148,18 @@ class CoordinatorService:
             return SyncGroupResponse(
                 error_code=int(ErrorCode.REBALANCE_IN_PROGRESS),
                 error_message="the held SyncGroup was not answered in time; rejoin")
-        return await self._recorded_sync(request.group_id, answer)
+        return await self._recorded_sync(request.group_id, request.member_id, answer)
 
-    async def _recorded_sync(self, group_id: str, response: SyncGroupResponse
+    async def _recorded_sync(self, group_id: str, member_id: str, response: SyncGroupResponse
                              ) -> SyncGroupResponse:
         if (failed := await self._settled(group_id)) is not None:
             return SyncGroupResponse(error_code=int(ErrorCode.NOT_COORDINATOR),
                                      error_message=f"group state not recorded: {failed}")
+        if (response.error_code == ErrorCode.NONE
+                and (lapsed := self._lapsed_meanwhile(group_id, member_id)) is not None):
+            return SyncGroupResponse(error_code=int(lapsed),
+                                     error_message="groupgate lost its hold on the broker's "
+                                                   "group while answering")
         return response
 
     async def classic_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
@@ -976,6 +1176,10 @@ class CoordinatorService:
         if (failed := await self._settled(request.group_id)) is not None:
             return HeartbeatResponse(error_code=int(ErrorCode.NOT_COORDINATOR),
                                      error_message=f"group state not recorded: {failed}")
+        if (response.error_code == ErrorCode.NONE
+                and (lapsed := self._lapsed_meanwhile(request.group_id,
+                                                      request.member_id)) is not None):
+            return HeartbeatResponse(error_code=int(lapsed))
         return response
 
     async def leave_group(self, request: LeaveGroupRequest) -> LeaveGroupResponse:
@@ -1008,7 +1212,10 @@ class CoordinatorService:
         for effect in effects:
             if isinstance(effect, TimerArmed):
                 self._timer_wake.set()
-            elif isinstance(effect, GroupEpochBumped):
+            elif isinstance(effect, GroupEpochBumped | GroupLoaded):
+                # the group's topics may have changed (or were just loaded, after a JoinGroup
+                # that could not name them yet): the broker keeps only the offsets of topics
+                # its member advertises (KIP-211)
                 membership = self.memberships.get(effect.group_id)
                 if membership is not None:
                     membership.subscription_changed()
@@ -1056,6 +1263,11 @@ class CoordinatorService:
             else:
                 with trio.move_on_at((deadline + 1) / 1000):
                     await wake.wait()
+            # The process may have been frozen or starved past a lease: the groups it no
+            # longer holds are suspended (or, cut off, forgotten) before any of their timers
+            # fences a member whose heartbeats could not reach this sidecar.
+            for membership in list(self.memberships.values()):
+                membership.lease_expired()
             self.apply(self.engine.tick(self.now_ms()))
 
     def _wanted_topics(self) -> tuple[frozenset[str], bool]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import trio
@@ -76,6 +76,11 @@ class LoadedGroup:
     """Another transaction held the last stable offset below the end for a while."""
     unreadable: int
     """Records whose key ``group_of`` could not read (skipped)."""
+    offsets: dict[bytes, int] = field(default_factory=dict)
+    """The offset of each live key's record (for log lines about a record)."""
+    group_records: int = 0
+    """Records of the group read, tombstones included (some but no live key: the group was
+    written to this log and deleted)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +142,8 @@ async def load_group(cluster: StateCluster, config: LoadConfig, partitions: int,
     end = await _list_offset(cluster, config, partition, LATEST, READ_UNCOMMITTED, deadline,
                              group_id)
     state: dict[bytes, bytes] = {}
+    offsets: dict[bytes, int] = {}
+    group_records = 0
     position = start
     read = nbytes = fetches = unreadable = 0
     waited = False
@@ -188,9 +195,12 @@ async def load_group(cluster: StateCluster, config: LoadConfig, partitions: int,
                 continue
             if owner != group_id:
                 continue
+            group_records += 1
             state.pop(key, None)
+            offsets.pop(key, None)
             if value is not None:
                 state[key] = value
+                offsets[key] = offset
         if result.next_offset is not None and result.next_offset > position:
             position = result.next_offset
             continue
@@ -206,4 +216,4 @@ async def load_group(cluster: StateCluster, config: LoadConfig, partitions: int,
         log.warning("group %s: %d record(s) of %s-%d with keys that are no state keys were "
                     "skipped", group_id, unreadable, topic, partition)
     return LoadedGroup(group_id, list(state.items()), partition, start, end, read, nbytes,
-                       fetches, waited, unreadable)
+                       fetches, waited, unreadable, offsets, group_records)

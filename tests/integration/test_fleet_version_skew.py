@@ -28,8 +28,11 @@ from tests.testbed.broker import KafkaBroker
 pytestmark = pytest.mark.broker
 
 SESSION_MS = 6000
+"""The old sidecar's session in the broker's group."""
+MEMBER_SESSION_MS = 9000
+"""Members' sessions: a fleet needs the heartbeat interval plus 8 s (docs/operations.md)."""
 PROXY_FLAGS = ("--group-heartbeat-interval-ms", "500", "--group-session-timeout-ms",
-               str(SESSION_MS), "--group-metadata-refresh-ms", "1000",
+               str(MEMBER_SESSION_MS), "--group-metadata-refresh-ms", "1000",
                "--fleet-listen", "127.0.0.1:0", "--fleet-address", "127.0.0.1:1",
                "--takeover-wait-ms", "2000")
 

@@ -631,3 +631,34 @@ def test_empty_group_expires_and_the_broker_group_is_released(
     direct = consumer_groups("4.4", kafka39.bootstrap, "--describe", "--group", group,
                              "--state").stdout
     assert parse_table(direct)[0]["STATE"] == "Empty", direct
+
+
+# ------------------------------------------------------------------------------------------
+# In front of a Kafka 4.x broker (decision record 0018, section 2)
+
+
+@pytest.mark.slow
+def test_in_front_of_kafka_4_a_direct_kip848_client_never_shares_a_coordinated_group(
+        kafka4: KafkaBroker, start_proxy: StartProxy, topic: Callable[..., str],
+        members: list[Member]) -> None:
+    """Kafka 4.x converts a classic group on a consumer-protocol heartbeat when the policy,
+    the protocol type and the size allow it; the lock member's assignment carries user data,
+    which makes it refuse (GROUP_ID_NOT_FOUND): the direct client gets nothing, and the member
+    behind groupgate keeps all partitions and keeps consuming."""
+    proxy = start_proxy(kafka4, *PROXY_FLAGS)
+    name = topic(kafka4, partitions=3)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    produce(kafka4.bootstrap, name, 300)
+    member = ConfluentMember(f"{proxy.host}:{proxy.port}", [name], group)
+    members.append(member)
+    wait_until(lambda: len(member.records) >= 300, "the member behind groupgate to consume 300")
+    assert len(member.owned()) == 3
+
+    direct = ConfluentMember(kafka4.bootstrap, [name], group)
+    members.append(direct)
+    wait_until(lambda: bool(direct.errors), "the direct KIP-848 client to be refused")
+    assert "GROUP_ID_NOT_FOUND" in {e["error"] for e in direct.errors}, direct.errors
+    produce(kafka4.bootstrap, name, 90, start=300)
+    wait_until(lambda: len(member.records) >= 390, "the member behind groupgate to go on")
+    assert not direct.records and not direct.owned()
+    assert len(member.owned()) == 3

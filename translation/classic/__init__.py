@@ -19,6 +19,9 @@ Modules:
   (:func:`classify_classic_join`).
 * :mod:`~translation.classic.migration`: converting a broker's classic group into an engine
   group (upgrade) and handing a group back (downgrade), under the migration policy.
+* :mod:`~translation.classic.client_assignors`: the client-side assignors (``range``,
+  ``roundrobin``, ``sticky``, ``cooperative-sticky``) a bridged member runs when the broker
+  elects it leader (:mod:`translation.bridge`; not wired into the proxy yet).
 
 Nothing here imports the proxy: the proxy decodes the wire messages (including the embedded
 ``ConsumerProtocolSubscription``) and encodes the responses (``ConsumerProtocolAssignment`` at

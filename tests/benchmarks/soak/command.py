@@ -43,6 +43,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="how long coordinator-freeze, coordinator-cutoff and slow-link "
                              "last")
     parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--session-timeout-ms", type=int, default=soak.Settings.session_timeout_ms,
+                        help="members' sessions (new-protocol members' from the proxy, classic "
+                             "members' own); with --pods at least the heartbeat interval + 8 s")
+    parser.add_argument("--heartbeat-interval-ms", type=int,
+                        default=soak.Settings.heartbeat_interval_ms,
+                        help="handed to new-protocol members by the proxy")
     parser.add_argument("--json", metavar="FILE", type=Path)
     parser.add_argument("--workdir", type=Path, default=None,
                         help="keep logs here (default: a temporary directory, kept on failure)")
@@ -56,7 +62,10 @@ def run(args: argparse.Namespace) -> int:
                              pods=args.pods, brokers=args.brokers,
                              groups=tuple(g for g in args.groups.split(",") if g),
                              initial=tuple(args.member), script=tuple(args.script),
-                             partitions=args.partitions, fault_s=args.fault_seconds)
+                             partitions=args.partitions, fault_s=args.fault_seconds,
+                             session_timeout_ms=args.session_timeout_ms,
+                             max_poll_interval_ms=2 * args.session_timeout_ms,
+                             heartbeat_interval_ms=args.heartbeat_interval_ms)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="groupgate-soak-"))
     result = soak.Soak(settings, workdir).run()
     print(soak.summary(result))

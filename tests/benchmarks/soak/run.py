@@ -117,8 +117,10 @@ class Settings:
     min_event_gap_s: float = 5.0
     max_event_gap_s: float = 10.0
     max_members: int = 4
-    session_timeout_ms: int = 6000
-    max_poll_interval_ms: int = 12000
+    session_timeout_ms: int = 9000
+    """A fleet needs at least the heartbeat interval plus 8 s (docs/operations.md, "How long a
+    request can wait"; groupgate refuses less with fleet-listen set)."""
+    max_poll_interval_ms: int = 18000
     heartbeat_interval_ms: int = 1000
     """Handed to new-protocol members by the proxy."""
     events: tuple[str, ...] = EVENT_KINDS

@@ -159,3 +159,82 @@ async def test_a_stale_retry_waiting_for_a_lookup_is_acknowledged_once() -> None
     assert [p["partition_index"] for v in relayed for t in v["topics"]
             for p in t["partitions"]] == [1]
     assert retries.acknowledged == 1
+
+
+async def test_a_stale_retry_the_engine_refuses_gets_the_engine_s_error() -> None:
+    """The guard comes after the engine's validation: a retry from a member the group fenced
+    meanwhile, or with a wrong epoch, is refused as the engine refuses it, never
+    acknowledged."""
+    service = make_service()
+    coordinate(service, "g")
+    epoch = _join(service, "m1")
+    client = router(service)
+
+    def broker(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
+        return answer(value, 0)
+
+    service.commit_retries.disrupted("g", "m1")
+    newer = await exchange(client, request(8, 9, commit("m1", epoch, 621), 1), broker)
+    assert newer.action == "rewrite"
+    # a wrong epoch: the engine's error (before: acknowledged as a stale retry)
+    wrong = await exchange(client, request(8, 9, commit("m1", epoch + 7, 431), 2), broker)
+    assert wrong.response is not None
+    assert wrong.response["topics"][0]["partitions"][0]["error_code"] == int(
+        ErrorCode.STALE_MEMBER_EPOCH)
+    # progress: the same retry under the member's epoch is still acknowledged, not written
+    retry = await exchange(client, request(8, 9, commit("m1", epoch, 431), 3), broker)
+    assert retry.action == "local" and retry.response is not None
+    assert retry.response["topics"][0]["partitions"][0]["error_code"] == 0
+    # the member is fenced (it left): its retry gets the engine's error
+    service.engine.heartbeat(consumer_heartbeat(
+        {"group_id": "g", "member_id": "m1", "member_epoch": -1, "rebalance_timeout_ms": -1,
+         "subscribed_topic_names": None, "topic_partitions": None},
+        client_id="c", client_host="/h", api_version=1), 0)
+    fenced = await exchange(client, request(8, 9, commit("m1", epoch, 431), 4), broker)
+    assert fenced.response is not None
+    assert fenced.response["topics"][0]["partitions"][0]["error_code"] == int(
+        ErrorCode.UNKNOWN_MEMBER_ID)
+
+
+async def test_a_retry_decided_elsewhere_is_guarded_only_under_the_epoch_of_the_newer_commit(
+        ) -> None:
+    """Relayed commits are validated by the coordinating sidecar: a retry under another epoch
+    than the newer commit's goes there; a stale partition in a commit the coordinator refuses
+    shares its error."""
+    from proxy.codec.api_keys import ApiKey
+    from proxy.coordination.fleet import Card, subscription_metadata
+
+    from .test_fleet import PEER, described, member
+    from .test_fuzz_requests import stub_broker
+
+    card = subscription_metadata([TOPIC], Card(PEER, "0.3.0"))
+    relayed: list[dict[str, Any]] = []
+    verdict = {"error": 0}
+
+    def broker(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
+        if key == ApiKey.DESCRIBE_GROUPS:
+            return {"throttle_time_ms": 0, "groups": [described(member("holder", card))]}
+        if key == ApiKey.OFFSET_COMMIT:
+            relayed.append(value)
+            return answer(value, verdict["error"])
+        return stub_broker(key, version, value)
+
+    service = make_service(broker)
+    retries = service.commit_retries
+    retries.disrupted("g", "m1")
+    retries.observe("g", "m1", commit("m1", 5, 621), answer(commit("m1", 5, 621), 0))
+    # another epoch: not taken for a retry of that commit; the coordinator decides it
+    verdict["error"] = int(ErrorCode.STALE_MEMBER_EPOCH)
+    other = await exchange(router(service, fleet=True), request(8, 9, commit("m1", 9, 431)))
+    assert other.response is not None and len(relayed) == 1
+    assert other.response["topics"][0]["partitions"][0]["error_code"] == int(
+        ErrorCode.STALE_MEMBER_EPOCH)
+    # a stale partition next to a fresh one the coordinator refuses: the same error
+    both = commit("m1", 5, 431)
+    both["topics"][0]["partitions"].append(dict(both["topics"][0]["partitions"][0],
+                                                partition_index=1))
+    verdict["error"] = int(ErrorCode.UNKNOWN_MEMBER_ID)
+    mixed = await exchange(router(service, fleet=True), request(8, 9, both, 8))
+    assert mixed.response is not None
+    assert sorted((p["partition_index"], p["error_code"]) for t in mixed.response["topics"]
+                  for p in t["partitions"]) == [(0, 25), (1, 25)]

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import trio
+import trio.testing
 
 from proxy.codec.api_keys import ApiKey
 from proxy.coordination.service import CoordinatorService
@@ -60,6 +61,8 @@ class Loaded:
     records: list[tuple[bytes, bytes | None]]
     partition: int = 0
     records_read: int = 0
+    offsets: dict[bytes, int] = field(default_factory=dict)
+    group_records: int = 0
 
 
 class FakeStateLog:
@@ -80,7 +83,9 @@ class FakeStateLog:
             latest.pop(key, None)
             latest[key] = value
         live = [(k, v) for k, v in latest.items() if v is not None]
-        return Loaded(group_id, live, records_read=len(live))
+        offsets = {k: i for i, (k, _) in enumerate(self.log.records.get(group_id, []))}
+        return Loaded(group_id, live, records_read=len(live), offsets=offsets,
+                      group_records=len(self.log.records.get(group_id, [])))
 
     async def aclose(self) -> None:
         return None
@@ -220,3 +225,116 @@ async def test_only_members_a_groupgate_engine_may_know_take_a_free_group_over()
     assert not service.may_load("g", "")
     service.directory._views["g"] = Holder("broker")
     assert not service.may_load("g", "xrCvVRBIR6WzpIOySybM+g")
+
+
+UNKNOWN_MEMBER_ID = 25
+
+
+async def _two_members(log: Log) -> list[dict[str, Any]]:
+    """Two members join a group coordinated by a first sidecar writing ``log``."""
+    first, _ = durable_service(log)
+    async with trio.open_nursery() as nursery:
+        await started(first, nursery)
+        coordinate(first, "g")
+        await first.durability.take_over("g")  # type: ignore[union-attr]
+        joined = [await heartbeat(first, JOIN), await heartbeat(first, JOIN, 2)]
+        nursery.cancel_scope.cancel()
+    return joined
+
+
+async def test_a_record_that_cannot_be_decoded_is_skipped_and_its_member_rejoins() -> None:
+    from translation.records import RecordKind, decode_key
+
+    log = Log()
+    joined = await _two_members(log)
+    bad, good = joined[0], joined[1]
+    # the first member's member record becomes unreadable (a newer version, a bit flip)
+    records = log.records["g"]
+    for i, (key, _value) in enumerate(records):
+        record_key = decode_key(key)
+        if record_key.kind == RecordKind.MEMBER and record_key.member_id == bad["member_id"]:
+            records[i] = (key, b"\xff\xffgarbage")
+    second, _ = durable_service(log)
+    async with trio.open_nursery() as nursery:
+        await started(second, nursery)
+        membership = coordinate(second, "g")
+        membership.previous_generation = 7
+        await second._established(membership)  # before the fix: GroupStateLost, forever
+        group = second.engine.group("g")
+        assert group is not None and set(group.members) == {good["member_id"]}
+        # the loaded member goes on; the skipped one is unknown and rejoins
+        again = await heartbeat(second, dict(JOIN, member_id=good["member_id"],
+                                             member_epoch=good["member_epoch"],
+                                             rebalance_timeout_ms=-1,
+                                             subscribed_topic_names=None,
+                                             topic_partitions=None))
+        assert again["error_code"] == 0 and again["member_id"] == good["member_id"]
+        lost = await heartbeat(second, dict(JOIN, member_id=bad["member_id"],
+                                            member_epoch=bad["member_epoch"],
+                                            rebalance_timeout_ms=-1,
+                                            subscribed_topic_names=None,
+                                            topic_partitions=None), 3)
+        assert lost["error_code"] == UNKNOWN_MEMBER_ID
+        # what the skipped member held is not handed out before it can have let go
+        assert second.loading("g") > 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_write_task_that_fails_on_a_bug_gives_up_its_group_alone() -> None:
+    service, fake = durable_service(Log())
+    async with trio.open_nursery() as nursery:
+        await started(service, nursery)
+        broken = coordinate(service, "g")
+        coordinate(service, "h")
+        await service.durability.take_over("g")  # type: ignore[union-attr]
+        await service.durability.take_over("h")  # type: ignore[union-attr]
+
+        async def bug(records: list[tuple[bytes, bytes | None]]) -> None:
+            raise RuntimeError("a bug")
+
+        fake.writers["g"].write = bug  # type: ignore[method-assign]
+        with trio.fail_after(10):  # before the fix: the state log's task died with it
+            answer = await heartbeat(service, JOIN)
+        assert answer["error_code"] == NOT_COORDINATOR
+        await trio.testing.wait_all_tasks_blocked()
+        assert broken.leaves == 1 and "g" not in service.memberships
+        # the other group is written and answered as ever
+        with trio.fail_after(10):
+            other = await heartbeat(service, dict(JOIN, group_id="h"), 2)
+        assert other["error_code"] == 0 and fake.writers["h"].writes == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_takeover_without_state_of_a_group_held_before_waits() -> None:
+    """A sidecar with other state-log settings (or a lost log) finds nothing: it must not
+    assign at once what the last coordinator's members may still consume."""
+    service, _ = durable_service(Log())
+    async with trio.open_nursery() as nursery:
+        await started(service, nursery)
+        membership = coordinate(service, "g")
+        membership.previous_generation = 4  # someone held the broker's group
+        await service._established(membership)
+        assert service.loading("g") > 0
+        answer = await heartbeat(service, JOIN)
+        assert answer["error_code"] == 14  # COORDINATOR_LOAD_IN_PROGRESS
+        fresh = coordinate(service, "new")
+        fresh.previous_generation = 0  # a group that never had members: no wait
+        await service._established(fresh)
+        assert service.loading("new") == 0
+        joined = await heartbeat(service, dict(JOIN, group_id="new"), 2)
+        assert joined["error_code"] == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_group_the_log_shows_deleted_is_assigned_at_once() -> None:
+    log = Log()
+    log.records["g"] = [(b"k", b"v"), (b"k", None)]  # written, then deleted
+    service, _ = durable_service(log)
+    async with trio.open_nursery() as nursery:
+        await started(service, nursery)
+        membership = coordinate(service, "g")
+        membership.previous_generation = 4
+        await service._established(membership)
+        assert service.loading("g") == 0
+        assert (await heartbeat(service, JOIN))["error_code"] == 0
+        nursery.cancel_scope.cancel()

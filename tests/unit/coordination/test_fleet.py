@@ -92,7 +92,7 @@ def test_relayed_requests_carry_the_application_s_client_id_host_listener_and_so
 def test_protocol_2_marks_carry_the_principal_and_protocol_1_marks_are_still_read() -> None:
     from proxy.coordination.fleet import FLEET_PROTOCOL, Relayed
 
-    assert FLEET_PROTOCOL == 2
+    assert FLEET_PROTOCOL == 3  # 3 marks relays as 2 does
     odd = "User:a|b%7C"  # separators and escapes in a name survive the round trip
     marked = mark_forwarded("app", "/h", 1, ("java", "4.1"), odd)
     assert marked.startswith("groupgate-fleet2|")
@@ -481,8 +481,8 @@ def test_a_takeover_after_another_holder_waits_one_session_for_its_members() -> 
     service = make_service(stub_broker, takeover_wait_ms=9000)
     assert service.config.takeover_wait_seconds == 9.0
     assert make_service(stub_broker).config.takeover_wait_seconds == 6.0  # the session
-    # with the state log, a group with no state in it was never assigned by a sidecar
-    assert make_service(stub_broker, state_log=True).config.takeover_wait_seconds == 0.0
+    # with the state log too: it applies only when the log has no state for the group
+    assert make_service(stub_broker, state_log=True).config.takeover_wait_seconds == 6.0
     assert make_service(stub_broker, state_log=True,
                         takeover_wait_ms=9000).config.takeover_wait_seconds == 9.0
 
@@ -695,3 +695,56 @@ async def test_a_commit_on_the_listener_of_a_broker_that_no_longer_coordinates_t
         ApiKey.OFFSET_COMMIT, 9, commit, client_id=mark_forwarded("app", "/h", 1)))
     assert relayed.response is not None  # the listener a relayed commit came in on counts
     assert relayed.response["topics"][0]["partitions"][0]["error_code"] == NOT_COORDINATOR
+
+
+def test_the_card_carries_the_state_log_settings_and_older_cards_mean_unknown() -> None:
+    from proxy.coordination.fleet import StateLogSettingsId
+
+    mine = StateLogSettingsId.of(True, "_groupgate-group-state", "groupgate-state")
+    card = Card(SELF, "0.3.0", state_log=mine)
+    assert Card.decode(card.encode()) == card
+    assert b"groupgate-state\"" not in card.encode().split(b"prefix")[1]  # a digest only
+    off = Card(SELF, "0.3.0", state_log=StateLogSettingsId.of(False, "t", "p"))
+    assert Card.decode(off.encode()) == off
+    # a protocol-2 card (no state_log key) is read, its settings unknown: never a mismatch
+    old = Card.decode(b'groupgate-fleet:{"protocol":2,"version":"0.2.0","address":"h:1"}')
+    assert old is not None and old.state_log is None
+    assert card.state_log_differences(old) == ()
+    # unknown keys of later protocols are ignored
+    newer = Card.decode(b'groupgate-fleet:{"protocol":4,"version":"9","address":"h:1",'
+                        b'"state_log":{"topic":"t","prefix":"x"},"more":1}')
+    assert newer is not None and newer.protocol == 4
+    assert card.state_log_differences(newer) == ("state-log-topic",
+                                                 "state-log-transactional-id-prefix")
+    other_prefix = StateLogSettingsId.of(True, "_groupgate-group-state", "other")
+    assert mine.differences(other_prefix) == ("state-log-transactional-id-prefix",)
+    assert mine.differences(off.state_log) == ("state-log",)  # type: ignore[arg-type]
+
+
+async def test_a_group_held_with_other_state_log_settings_is_never_taken_over(
+        caplog: Any) -> None:
+    from proxy import metrics
+    from proxy.coordination.fleet import StateLogSettingsId
+
+    mine = Card(SELF, "0.3.0", state_log=StateLogSettingsId.of(True, "state", "gg"))
+    theirs = StateLogSettingsId.of(True, "state-b", "gg")
+    directory = Directory(lambda: FakePool(stub_broker), [("b", 1)])
+    directory._views.update({
+        # this sidecar before its restart, rolled with another topic: its old member
+        "restarted": Holder("sidecar", Card(SELF, "0.3.0", state_log=theirs), "m0"),
+        "unlistened": Holder("sidecar", Card(None, "0.3.0", state_log=theirs), "m1"),
+        "peer": Holder("sidecar", Card(PEER, "0.3.0", state_log=theirs), "m2"),
+        "same": Holder("sidecar", Card(SELF, "0.3.0", state_log=mine.state_log), "m3"),
+        "older": Holder("sidecar", Card(SELF, "0.2.0", protocol=2), "m4")})
+    table = Routes(lambda _g: False, directory, SELF, mine)
+    before = metrics.FLEET_SETTINGS_MISMATCHES.labels("state-log-topic")._value.get()
+    with caplog.at_level("WARNING", "groupgate.coordination"):
+        # before: LOCAL (taken over here, finding no state in this sidecar's topic)
+        assert table.route(["restarted"]).kind == REFUSE
+        assert table.route(["unlistened"]).kind == REFUSE
+    assert "state-log-topic" in caplog.text and "state-b" in caplog.text
+    assert metrics.FLEET_SETTINGS_MISMATCHES.labels("state-log-topic")._value.get() == before + 2
+    # a holder that can be followed is still followed (it coordinates with its own log)
+    assert table.route(["peer"]).kind == RELAY
+    # progress: same settings, or a card that does not say, are taken over as before
+    assert table.route(["same"]).kind == LOCAL and table.route(["older"]).kind == LOCAL

@@ -192,12 +192,35 @@ async def test_a_join_that_waited_through_the_start_of_a_stop_is_not_served(
         async def joining() -> None:
             answers.append((await service.heartbeat(_hb("m1", 0))).error_code)
 
-        nursery.start_soon(joining)
-        await trio.sleep(1)
-        nursery.start_soon(service.let_go, 5.0)
+        nursery.start_soon(joining)  # waits half a heartbeat interval (0.25 s) at most
         await trio.sleep(0.1)
+        nursery.start_soon(service.let_go, 5.0)
+        await trio.sleep(0.05)
         slow.settled.set()  # the broker lets the proxy in, during the hand-off
         await trio.sleep(1)
         assert answers == [15]  # COORDINATOR_NOT_AVAILABLE: find the next coordinator
         assert not service.engine.groups.get("g") or not service.engine.groups["g"].members
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_heartbeat_waits_half_a_heartbeat_interval_for_a_takeover_at_most(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """librdkafka times a ConsumerGroupHeartbeat out after one heartbeat interval and then
+    backs off reconnecting: a takeover taking longer (the broker waits for a killed sidecar's
+    member to time out) is answered with the retriable COORDINATOR_LOAD_IN_PROGRESS after
+    half an interval, while the takeover goes on; the retry is served once it is done."""
+    service = make_service()  # heartbeat interval 500 ms
+    slow = FakeMembership("g", service.pool)
+    slow.settled = trio.Event()
+    service.adopt(slow)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lambda task_status: service.run(watch_topics=False,
+                                                            task_status=task_status))
+        start = trio.current_time()
+        first = await service.heartbeat(_hb("m1", 0))
+        assert first.error_code == 14 and trio.current_time() - start <= 0.25
+        assert service.memberships["g"] is slow  # the takeover goes on
+        slow.settled.set()
+        again = await service.heartbeat(_hb("m1", 0))
+        assert again.error_code == 0 and again.assignment is not None
         nursery.cancel_scope.cancel()

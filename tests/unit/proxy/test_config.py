@@ -69,3 +69,41 @@ def test_versions_the_proxy_offers() -> None:
     assert not {76, 77, 78, 79} & set(table)  # share-group responses would leak addresses
     assert table[17][0] == 1  # SaslHandshake v0 is followed by unframed tokens
     assert table[3] == (0, 13) and table[0][0] == 0
+
+
+def test_a_fleet_refuses_member_sessions_its_relays_could_outlast() -> None:
+    """docs/operations.md, "How long a request can wait": with a fleet listener, a member's
+    request may wait FLEET_WAIT_MS at its own sidecar; a session that does not cover that and
+    a heartbeat interval is refused, naming the setting."""
+    fleet = ["--upstream", "k:1", "--fleet-listen", "10.0.0.5:9095"]
+    with pytest.raises(config.ConfigError, match=r"group-session-timeout-ms=6000 is too short"
+                                                 r".*= 9000 ms"):
+        config.load(parse([*fleet, "--group-session-timeout-ms", "6000",
+                           "--group-heartbeat-interval-ms", "1000"]), {})
+    cfg = config.load(parse([*fleet, "--group-session-timeout-ms", "9000",
+                             "--group-heartbeat-interval-ms", "1000"]), {})
+    assert cfg.group_session_timeout_ms == 9000
+    # without a fleet nothing waits at a follower: Kafka's own rule (the default run)
+    single = config.load(parse(["--upstream", "k:1", "--group-session-timeout-ms", "6000"]), {})
+    assert single.group_session_timeout_ms == 6000
+
+
+def test_the_fleet_wait_is_what_a_follower_may_take() -> None:
+    from proxy.coordination.links import PEER_CONNECT_SECONDS
+    from proxy.coordination.peers import LOOKUP_SECONDS
+
+    assert int(1000 * (LOOKUP_SECONDS + PEER_CONNECT_SECONDS)) == config.FLEET_WAIT_MS
+
+
+def test_configuration_doc_says_what_each_setting_does() -> None:
+    """Each row of docs/configuration.md carries the setting's own help text and default."""
+    import re
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "configuration.md").read_text()
+    for setting in config.SETTINGS:
+        row = re.search(rf"^\| `--{re.escape(setting.name)}` \| `{re.escape(setting.env)}` \| "
+                        r"`([^`]*)` \| (.*) \|$", doc, re.M)
+        assert row is not None, setting.name
+        if setting.default is not None:
+            assert row.group(1) == str(setting.default), setting.name
+        assert row.group(2) == setting.help, setting.name

@@ -79,3 +79,12 @@ def test_the_default_listener_stays_off_where_the_fleet_s_security_is_incomplete
         load(None, dict(sasl_plain, GROUPGATE_FLEET_LISTEN="0.0.0.0:9191"))
     scram = dict(sasl_plain, GROUPGATE_SASL_MECHANISM="SCRAM-SHA-512")
     assert load(None, scram).fleet_listen == ("0.0.0.0", FLEET_PORT)  # fleet-auth sasl
+
+
+def test_the_default_listener_stays_off_where_member_sessions_are_too_short_for_a_fleet() -> None:
+    short = dict(BASE, GROUPGATE_GROUP_SESSION_TIMEOUT_MS="6000",
+                 GROUPGATE_GROUP_HEARTBEAT_INTERVAL_MS="1000")
+    loaded = load(None, short)  # a single sidecar with short sessions still starts
+    assert loaded.fleet_listen is None and "group-session-timeout-ms" in loaded.fleet_note
+    with pytest.raises(ConfigError, match="group-session-timeout-ms"):
+        load(None, dict(short, GROUPGATE_FLEET_LISTEN="0.0.0.0:9191"))
