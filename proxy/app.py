@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import trio
 
-from proxy.config import ProxyConfig
+from proxy.config import ProxyConfig, resolve_fleet
 from proxy.connection import ListenerError, Router
 from proxy.coordination.peers import ConnectionLinks, FleetSide
 from proxy.coordination.routing import CoordinatingRouter, handler_table
@@ -37,17 +38,26 @@ READY_WITHIN_SECONDS = 3 * REFRESH_SECONDS
 
 
 class Readiness:
-    def __init__(self) -> None:
+    """Ready: the upstream cluster answered recently. ``details`` adds lines to the answer
+    that never fail it (a group whose coordinating sidecar cannot be followed from here is
+    the fleet's problem, not this pod's: restarting it would not help)."""
+
+    def __init__(self, details: Callable[[], list[str]] | None = None) -> None:
         self.last_success: float | None = None
         self.last_error = "no upstream contact yet"
+        self.details = details
 
     def check(self) -> tuple[bool, str]:
         if self.last_success is None:
-            return False, self.last_error
-        age = time.monotonic() - self.last_success
-        if age > READY_WITHIN_SECONDS:
-            return False, f"no upstream contact for {age:.0f}s: {self.last_error}"
-        return True, "ok"
+            ok, why = False, self.last_error
+        else:
+            age = time.monotonic() - self.last_success
+            if age > READY_WITHIN_SECONDS:
+                ok, why = False, f"no upstream contact for {age:.0f}s: {self.last_error}"
+            else:
+                ok, why = True, "ok"
+        lines = self.details() if self.details is not None else []
+        return ok, "\n".join([why, *lines])
 
 
 CLASSIC_HEARTBEAT_MS = 3_000
@@ -76,7 +86,8 @@ def make_router_factory(config: ProxyConfig, service: CoordinatorService | None 
         if handlers:
             assert service is not None
             inbound = node_id == FLEET_NODE
-            fleet = FleetSide(service.routes, ConnectionLinks(service.pool), inbound,
+            fleet = FleetSide(service.routes,
+                              ConnectionLinks(service.pool, service.routes.problems), inbound,
                               service.broker_of)
             return CoordinatingRouter(server, counters, accepted, handlers,
                                       None if inbound else node_id, client_host,
@@ -121,10 +132,13 @@ async def refresh_brokers(server: ProxyServer, readiness: Readiness,
 
 async def serve(config: ProxyConfig, *,
                 task_status: trio.TaskStatus[ProxyServer] = trio.TASK_STATUS_IGNORED) -> None:
+    config = resolve_fleet(config)
+    if config.fleet_note:
+        log.warning("%s", config.fleet_note)
     security = Security(config)
     service = CoordinatorService(config, security) if config.coordinate_groups else None
     server = ProxyServer(config, make_router_factory(config, service), security)
-    readiness = Readiness()
+    readiness = Readiness(service.routes.problems.summary if service is not None else None)
     async with trio.open_nursery() as nursery:
         if service is not None:
             service.node_address = lambda node_id: upstream_of(server, node_id)

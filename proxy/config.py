@@ -9,7 +9,11 @@ then the default. ``docs/configuration.md`` lists the same table.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import errno
+import ipaddress
 import os
+import socket
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -88,6 +92,20 @@ def _hostport_list(text: str) -> tuple[tuple[str, int], ...]:
 
 def _optional_hostport(text: str) -> tuple[str, int] | None:
     return None if text.strip() in ("", "off", "none", "auto") else parse_hostport(text)
+
+
+FLEET_PORT = 9191
+"""The fleet listener's default port."""
+
+
+def _fleet_address(text: str) -> tuple[str, int] | None:
+    """host:port, a host alone (port 0: fleet-listen's), or 'auto' (None)."""
+    text = text.strip()
+    if text in ("", "auto"):
+        return None
+    if text.count(":") > 1 and not text.startswith("["):
+        return text, 0  # a bare IPv6 address
+    return parse_hostport(text, default_port=0)
 
 
 def _positive_int(text: str) -> int:
@@ -315,15 +333,21 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("group-empty-expiry-ms", _positive_int, "600000",
             "How long a coordinated group without members is kept before it is deleted and the "
             "proxy leaves the broker's group of the same id."),
-    Setting("fleet-listen", _optional_hostport, "off",
+    Setting("fleet-listen", _optional_hostport, f"0.0.0.0:{FLEET_PORT}",
             "Address of the fleet listener: where the other sidecars of a fleet relay the group "
-            "requests of groups this sidecar coordinates (the pod's address; see "
-            "docs/operations.md, 'Several sidecars, one group'). 'off': this sidecar follows "
-            "groups other sidecars coordinate but cannot be followed, so it is only right "
-            "for a proxy that is alone in front of its groups."),
-    Setting("fleet-address", _optional_hostport, "auto",
-            "The address the other sidecars reach the fleet listener at (e.g. the pod IP and "
-            "the fleet port); 'auto': fleet-listen, which then must not be a wildcard."),
+            "requests of groups this sidecar coordinates (docs/operations.md, 'Several "
+            "sidecars, one group'). The default listens on every address of the pod; left at "
+            "the default, it takes another free port (with a warning) when that port is "
+            "taken, and it is switched off (with a warning) where the fleet's security "
+            "settings are incomplete. 'off': this sidecar follows groups other sidecars "
+            "coordinate but cannot be followed, so it is only right for a proxy that is alone "
+            "in front of its groups."),
+    Setting("fleet-address", _fleet_address, "auto",
+            "The address the other sidecars reach the fleet listener at: host:port, or a host "
+            "alone (the port is fleet-listen's), e.g. the pod IP from the downward API. "
+            "'auto': fleet-listen's host, or for a wildcard one (0.0.0.0, ::) this host's "
+            "address on its route to the first upstream broker (to the default route when the "
+            "brokers are on the loopback)."),
     Setting("takeover-wait-ms", _optional_int, "auto",
             "How long a sidecar that takes a group over from another coordinator whose state "
             "it cannot load answers joins with COORDINATOR_LOAD_IN_PROGRESS before it assigns "
@@ -468,6 +492,10 @@ class ProxyConfig:
     group_metadata_refresh_ms: int = 5_000
     fleet_listen: tuple[str, int] | None = None
     fleet_address: tuple[str, int] | None = None
+    fleet_listen_defaulted: bool = False
+    """fleet-listen was left at its default (:func:`resolve_fleet` may pick another port)."""
+    fleet_note: str = ""
+    """Why the default fleet listener was switched off ('' if it was not)."""
     takeover_wait_ms: int | None = None
     security_protocol: str = "PLAINTEXT"
     tls_ca_file: str = ""
@@ -519,7 +547,12 @@ class ProxyConfig:
         """Where other sidecars reach this one's fleet listener (None: no fleet listener)."""
         if self.fleet_listen is None:
             return None
-        return self.fleet_address or self.fleet_listen
+        host, port = self.fleet_listen
+        if self.fleet_address is not None:
+            return self.fleet_address[0], self.fleet_address[1] or port
+        if host in WILDCARDS:
+            return host_address(self.upstream[0][0] if self.upstream else ""), port
+        return host, port
 
     @property
     def journal(self) -> JournalSettings:
@@ -599,16 +632,11 @@ def load(args: argparse.Namespace | None = None,
             raise ConfigError(f"{setting.name}={raw!r} from {source}: {exc}") from exc
         sources[setting.attr] = source
     fleet = values.get("fleet_listen")
-    if (fleet is not None and values.get("fleet_address") is None
-            and fleet[0] in ("0.0.0.0", "::", "")):
-        raise ConfigError(f"fleet-listen={fleet[0]}:{fleet[1]} is a wildcard: set fleet-address "
-                          "to the address other sidecars reach it at (e.g. the pod IP)")
-    if fleet is not None and values.get("fleet_address") is None and fleet[1] == 0:
-        raise ConfigError("fleet-listen with port 0 needs fleet-address: other sidecars "
-                          "cannot know an ephemeral port")
-    if fleet is not None:
-        check_session_against_fleet_waits(values.get("group_session_timeout_ms", 45_000),
-                                          values.get("group_heartbeat_interval_ms", 5_000))
+    address = values.get("fleet_address")
+    if fleet is not None and fleet[1] == 0 and (address is None or address[1] == 0):
+        raise ConfigError("fleet-listen with port 0 needs fleet-address with a port: other "
+                          "sidecars cannot know an ephemeral port")
+    values["fleet_listen_defaulted"] = sources["fleet_listen"] == "default"
     if values.get("takeover_wait_ms") is not None and values["takeover_wait_ms"] < 0:
         raise ConfigError("takeover-wait-ms must not be negative")
     if (values.get("state_log_transaction_timeout_ms", 15_000)
@@ -624,13 +652,27 @@ def load(args: argparse.Namespace | None = None,
         check_prefix(values.get("state_log_transactional_id_prefix", "groupgate-state"))
     except ValueError as exc:
         raise ConfigError(f"state-log-transactional-id-prefix: {exc}") from None
-    check_security(values)
+    check_security(values, fleet=False)
+    if values.get("fleet_listen") is not None:
+        try:
+            check_session_against_fleet_waits(values.get("group_session_timeout_ms", 45_000),
+                                              values.get("group_heartbeat_interval_ms", 5_000))
+            check_fleet_security(values)
+        except ConfigError as exc:
+            if not values["fleet_listen_defaulted"]:
+                raise
+            # the default listener must not turn a working single-sidecar setup into a
+            # refused one: it is left off, and the startup log says why
+            values["fleet_listen"] = None
+            values["fleet_note"] = (f"no fleet listener: {exc} (for several sidecars, set "
+                                    "fleet-listen and settings that satisfy this)")
     return ProxyConfig(**values, sources=sources)
 
 
-def check_security(values: Mapping[str, Any]) -> None:
+def check_security(values: Mapping[str, Any], *, fleet: bool = True) -> None:
     """Refuse security settings that contradict each other or leave a way around what the
-    cluster enforces (docs/security.md)."""
+    cluster enforces (docs/security.md); ``fleet``: the fleet listener's too
+    (:func:`check_fleet_security`)."""
     protocol = values.get("security_protocol", "PLAINTEXT")
     sasl = protocol.startswith("SASL_")
     tls = protocol in ("SSL", "SASL_SSL")
@@ -656,8 +698,15 @@ def check_security(values: Mapping[str, Any]) -> None:
     elif mechanism or values.get("sasl_username") or values.get("sasl_username_file"):
         raise ConfigError(f"sasl-* settings are set but security-protocol is {protocol} "
                           "(SASL_PLAINTEXT or SASL_SSL uses them)")
-    if values.get("fleet_listen") is None:
-        return
+    if fleet and values.get("fleet_listen") is not None:
+        check_fleet_security(values)
+
+
+def check_fleet_security(values: Mapping[str, Any]) -> None:
+    """Refuse a fleet listener whose authentication the other settings cannot back."""
+    protocol = values.get("security_protocol", "PLAINTEXT")
+    sasl = protocol.startswith("SASL_")
+    mechanism = values.get("sasl_mechanism", "")
     auth = values.get("fleet_auth", "auto")
     if auth == "auto":
         auth = "mtls" if values.get("fleet_tls_ca_file") else ("sasl" if sasl else "none")
@@ -695,3 +744,61 @@ def _shown(setting: Setting, value: Any) -> str:
 
 
 SECRET_SETTINGS = frozenset({"sasl-password"})
+
+WILDCARDS = ("0.0.0.0", "::", "")
+NO_ROUTE_TARGET = "192.0.2.1"
+"""An address of TEST-NET-1 (RFC 5737): the kernel's route to it is the default route."""
+_host_addresses: dict[str, str] = {}
+
+
+def host_address(toward: str) -> str:
+    """This host's (pod's) own address as others reach it: the source address of its route
+    toward ``toward`` (the first upstream broker), or of the default route when that one is on
+    the loopback, else 127.0.0.1 (a host alone). Nothing is sent (a UDP socket's connect only
+    picks the route); remembered per ``toward``."""
+    found = _host_addresses.get(toward)
+    if found is not None:
+        return found
+    address = "127.0.0.1"
+    for target in (toward, NO_ROUTE_TARGET):
+        try:
+            family, _, _, _, sockaddr = socket.getaddrinfo(target, 9, type=socket.SOCK_DGRAM)[0]
+            with socket.socket(family, socket.SOCK_DGRAM) as probe:
+                probe.connect(sockaddr)
+                source = str(probe.getsockname()[0])
+        except (OSError, IndexError, UnicodeError):
+            continue
+        if not ipaddress.ip_address(source.split("%")[0]).is_loopback:
+            address = source
+            break
+    _host_addresses[toward] = address
+    return address
+
+
+def resolve_fleet(config: ProxyConfig) -> ProxyConfig:
+    """The configuration with a fleet listener that can be bound: a defaulted fleet-listen
+    whose port is taken (another proxy on this host) gets a free port, advertised as such.
+    Returns the configuration unchanged otherwise; a port taken despite an explicit
+    fleet-listen fails later, at the bind, as before."""
+    if config.fleet_listen is None or not config.fleet_listen_defaulted:
+        return config
+    host, port = config.fleet_listen
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+            return config
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                return config
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        free = int(probe.getsockname()[1])
+    advertised = config.advertised_fleet_address
+    assert advertised is not None
+    note = (f"fleet-listen: port {port} is taken on this host; the fleet listener uses port "
+            f"{free} (a NetworkPolicy admitting only {port} keeps other sidecars out; set "
+            "fleet-listen to choose)")
+    return dataclasses.replace(config, fleet_listen=(host, free),
+                               fleet_address=(advertised[0], free), fleet_note=note)

@@ -33,6 +33,11 @@ FLEET_RELAYS = Counter("groupgate_fleet_relayed_requests",
                        "Group requests relayed to the sidecar that coordinates their group, by "
                        "outcome (answered, failed: the sidecar could not be reached)",
                        ["outcome"], registry=REGISTRY)
+FLEET_UNFOLLOWABLE = Counter(
+    "groupgate_fleet_unfollowable",
+    "Times this sidecar could not follow the sidecar coordinating a group, by reason "
+    "(no-address: the holder has no fleet listener; unreachable: its fleet address did not "
+    "answer); /readyz lists the recent cases", ["reason"], registry=REGISTRY)
 CLIENT_AUTHENTICATIONS = Counter(
     "groupgate_client_authentications",
     "SASL authentications of clients through the proxy, by listener, mechanism and outcome "

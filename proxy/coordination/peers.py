@@ -155,6 +155,61 @@ class Directory:
                                    coordinator=(node, address))
 
 
+PROBLEM_SECONDS = 60.0
+"""How long a case where this sidecar could not follow a group's coordinator is reported (by
+``/readyz``) and how often it is logged (once per case in that time)."""
+PROBLEMS_MAX = 100
+"""Cases reported at once (the rest are counted, not listed)."""
+NO_ADDRESS: Final = "no-address"
+UNREACHABLE: Final = "unreachable"
+
+
+class FleetProblems:
+    """Where this sidecar, following a group another sidecar coordinates, cannot reach it: the
+    holder has no fleet address (:data:`NO_ADDRESS`) or its address does not answer
+    (:data:`UNREACHABLE`). Each case is logged as a WARNING naming the settings to check (once
+    per case every :data:`PROBLEM_SECONDS`), counted in
+    ``groupgate_fleet_unfollowable_total{reason}`` and listed by :meth:`summary` (the
+    ``/readyz`` answer's detail, never a failed probe) for :data:`PROBLEM_SECONDS`."""
+
+    def __init__(self) -> None:
+        self._recent: TTLCache[tuple[str, str], str] = TTLCache(
+            maxsize=PROBLEMS_MAX, ttl=PROBLEM_SECONDS, timer=trio.current_time)
+        self._logged: TTLCache[tuple[str, str], bool] = TTLCache(
+            maxsize=REMEMBERED_MAX, ttl=PROBLEM_SECONDS, timer=trio.current_time)
+
+    def note(self, reason: str, key: str, message: str) -> None:
+        metrics.FLEET_UNFOLLOWABLE.labels(reason).inc()
+        self._recent[(reason, key)] = message
+        if (reason, key) not in self._logged:
+            self._logged[(reason, key)] = True
+            log.warning("%s", message)
+
+    def no_address(self, group_id: str, holder: Holder) -> None:
+        version = holder.card.version if holder.card is not None else "?"
+        self.note(NO_ADDRESS, group_id,
+                  f"group {group_id} is coordinated by a sidecar without a fleet address "
+                  f"(groupgate {version}, member {holder.member_id or '?'}): its members here "
+                  "are refused until that sidecar is gone; set fleet-listen (and fleet-address "
+                  "where the pod's address is not found by itself) on every sidecar of the "
+                  "group")
+
+    def unreachable(self, address: Address, error: str) -> None:
+        self.note(UNREACHABLE, f"{address[0]}:{address[1]}",
+                  f"the sidecar coordinating a group here cannot be reached at its fleet "
+                  f"address {address[0]}:{address[1]}: {error}; check its fleet-address (and "
+                  "fleet-listen) and that NetworkPolicies admit the fleet port between the "
+                  "application's pods")
+
+    def summary(self) -> list[str]:
+        """One line per recent case (for ``/readyz``)."""
+        try:
+            items = sorted(self._recent.items())
+        except RuntimeError:  # outside trio (no clock): nothing recent
+            return []
+        return [f"fleet {reason}: {message}" for (reason, _key), message in items]
+
+
 class ConnectionLinks:
     """One client connection's own links to other sidecars and to brokers, one per address.
 
@@ -164,11 +219,12 @@ class ConnectionLinks:
     sends that connection's commits to the group's broker coordinator the same way.
     """
 
-    __slots__ = ("_links", "_pool")
+    __slots__ = ("_links", "_pool", "_problems")
 
-    def __init__(self, pool: LinkPool) -> None:
+    def __init__(self, pool: LinkPool, problems: FleetProblems | None = None) -> None:
         self._pool = pool
         self._links: dict[tuple[Address, bool], BrokerLink] = {}
+        self._problems = problems
 
     async def request(self, address: Address, api_key: int, version: int,
                       value: dict[str, Any], client_id: str, *, to_peer: bool = False
@@ -182,8 +238,13 @@ class ConnectionLinks:
             link = self._links[(address, to_peer)] = (
                 self._pool.peer(address, RELAY_TIMEOUT_SECONDS) if to_peer
                 else self._pool.dedicated(address, RELAY_TIMEOUT_SECONDS))
-        return await link.request(api_key, version, value, client_id=client_id,
-                                  timeout=relay_timeout(api_key) if to_peer else None)
+        try:
+            return await link.request(api_key, version, value, client_id=client_id,
+                                      timeout=relay_timeout(api_key) if to_peer else None)
+        except UpstreamError as exc:
+            if to_peer and self._problems is not None:
+                self._problems.unreachable(address, str(exc))
+            raise
 
     async def aclose(self) -> None:
         links, self._links = self._links, {}
@@ -230,6 +291,7 @@ class Routes:
         self.own_address = own_address
         self.own_card = own_card
         """This sidecar's card (its state-log settings are compared with holders')."""
+        self.problems = FleetProblems()
         self._mismatches_logged: TTLCache[str, bool] = TTLCache(
             maxsize=REMEMBERED_MAX, ttl=REFUSAL_LOG_SECONDS, timer=trio.current_time)
         self._refusals_logged: TTLCache[tuple[str, str], bool] = TTLCache(
@@ -254,13 +316,15 @@ class Routes:
         holder = self.directory.view(group_id)
         if holder is None:
             return LOOKUP_ROUTE
-        return self.route_for(holder)
+        return self.route_for(holder, group_id)
 
-    def route_for(self, holder: Holder) -> Route:
+    def route_for(self, holder: Holder, group_id: str = "") -> Route:
         if holder.kind in ("free", "unused", "broker"):
             return LOCAL_ROUTE
         if holder.kind == "sidecar" and holder.card is not None:
             address = holder.card.address
+            if address is None and group_id:
+                self.problems.no_address(group_id, holder)
             differences = (self.own_card.state_log_differences(holder.card)
                            if self.own_card is not None else ())
             if differences:

@@ -2,7 +2,8 @@
 
 ``start_proxy(cluster, *flags)`` starts ``groupgate run`` as a child process in front of a
 cluster and stops it after the test; a failing test gets the proxy's log copied next to the
-broker logs in ``test-logs/``.
+broker logs in ``test-logs/``. ``kubernetes_cluster``: the test bed's real Kubernetes (slow
+tests only).
 """
 
 from __future__ import annotations
@@ -56,3 +57,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.when == "call":
         item.rep_call = report  # type: ignore[attr-defined]
     return report
+
+
+@pytest.fixture(scope="session")
+def kubernetes_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real single-node Kubernetes (:mod:`tests.testbed.kubernetes`) with the groupgate
+    images imported, for the session; built on first use (about 8 minutes, then cached).
+    Only for tests marked ``slow``. Skips where the machine cannot build or run it (no Go
+    toolchain, not root, no apt-get), saying why."""
+    from tests.testbed import kubernetes
+
+    ok, why = kubernetes.available()
+    if not ok:
+        pytest.skip(f"no Kubernetes test bed: {why}")
+    with kubernetes.running(tmp_path_factory.mktemp("kubernetes")) as cluster:
+        yield cluster
