@@ -35,7 +35,7 @@ largest record the log takes (``GroupConfig.max_state_record_bytes``: the topic'
 ``max.message.bytes``, as the broker reports it once the topic is checked, less a batch's
 overhead) and refuses a member whose record would be larger before it is admitted or changed
 (:func:`translation.limits.check_member_record`); the service counts each refusal
-(``groupgate_state_members_refused_too_large``). Only a member's member record is sized this
+(``groupgate_state_members_refused_too_large_total``). Only a member's member record is sized this
 way: its assignment record and the group record grow with the partitions and topics the group's
 assignor hands out, which the member's request does not decide.
 
