@@ -108,6 +108,11 @@ class GroupConfig:
     :meth:`~translation.coordinator.GroupCoordinator.drain_records` (the driver writes them to
     the group state topic and a coordinator taking over loads them). Off: nothing is tracked
     and ``drain_records`` refuses."""
+    max_state_record_bytes: int | None = None
+    """The largest state record (key and value bytes, :func:`translation.records.record_bytes`)
+    the driver's state log can write; a member whose member record would be larger is refused
+    before it is admitted or changed (:func:`translation.limits.check_member_record`). None: no
+    limit (no state log)."""
 
     def __post_init__(self) -> None:
         if not self.assignors:
@@ -117,3 +122,5 @@ class GroupConfig:
             raise ValueError(f"duplicate assignor names: {names}")
         if self.session_timeout_ms <= 0 or self.heartbeat_interval_ms <= 0:
             raise ValueError("timeouts must be positive")
+        if self.max_state_record_bytes is not None and self.max_state_record_bytes < 1024:
+            raise ValueError("max_state_record_bytes is at least 1 KiB")

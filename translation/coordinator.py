@@ -104,6 +104,7 @@ from translation.effects import Effect, GroupDeleted, GroupExpired, GroupLost, M
 from translation.errors import ErrorCode, GroupError
 from translation.group import ConsumerGroup
 from translation.heartbeat import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+from translation.member import ConsumerGroupMember
 from translation.records import StateRecord
 from translation.state import CoordinatorState, EngineListener
 from translation.timers import TimerKey, TimerKind
@@ -125,7 +126,7 @@ class GroupCoordinator(CoordinatorState):
         """Handle one ConsumerGroupHeartbeat. Errors come back as error responses."""
         effects: list[Effect] = []
         try:
-            self.check_heartbeat(request)
+            self.check_heartbeat(request, effects)
             if request.member_epoch < 0:
                 response = hb.handle_leave(self, request, now_ms, effects)
             else:
@@ -138,10 +139,13 @@ class GroupCoordinator(CoordinatorState):
         self._group_changed(request.group_id, now_ms, effects)
         return response, effects
 
-    def check_heartbeat(self, request: ConsumerGroupHeartbeatRequest) -> None:
+    def check_heartbeat(self, request: ConsumerGroupHeartbeatRequest,
+                        effects: list[Effect] | None = None) -> None:
         """Every check a heartbeat must pass before the engine acts on it (Kafka's request
-        validation, then :mod:`translation.limits`): raises GroupError. The proxy runs it
-        before it starts anything for the group (taking over the broker's group)."""
+        validation, then :mod:`translation.limits`, for a new member its state record
+        included): raises GroupError; a refusal the driver counts leaves its effect in
+        ``effects`` (:class:`~translation.effects.MemberTooLarge`). The proxy runs it before it
+        starts anything for the group (taking over the broker's group)."""
         hb.validate(request, self.assignor_names)
         config = self.config
         limits.check_group_id(request.group_id)
@@ -152,6 +156,15 @@ class GroupCoordinator(CoordinatorState):
         if request.member_epoch == 0 and self.is_new_member(
                 request.group_id, request.member_id, request.instance_id):
             self.check_room_for_a_member()
+            if config.max_state_record_bytes is not None:
+                joining = ConsumerGroupMember(request.member_id, instance_id=request.instance_id)
+                limits.check_member_record(
+                    config, request.group_id, request.member_id,
+                    hb.member_value_after(joining, request,
+                                          frozenset(request.subscribed_topic_names or ()),
+                                          request.subscribed_topic_regex or None,
+                                          request.instance_id),
+                    api="consumer-group-heartbeat", effects=[] if effects is None else effects)
 
     def is_new_member(self, group_id: str, member_id: str | None,
                       instance_id: str | None) -> bool:

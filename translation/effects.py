@@ -67,6 +67,19 @@ class MemberJoined:
 
 
 @dataclass(frozen=True, slots=True)
+class MemberTooLarge:
+    """A member was refused (nothing of the group changed) because its state record would
+    not fit the state log (:class:`~translation.errors.StateRecordTooLarge`)."""
+
+    group_id: str
+    member_id: str
+    api: str
+    """``"consumer-group-heartbeat"`` or ``"join-group"``."""
+    record_bytes: int
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
 class MemberReplaced:
     """A static member rejoined under a new member id and took over the old one's place."""
 
@@ -176,6 +189,7 @@ Effect = (
     | TargetAssignmentComputed
     | TargetAssignmentFailed
     | MemberJoined
+    | MemberTooLarge
     | MemberReplaced
     | MemberLeft
     | MemberFenced

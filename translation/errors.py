@@ -89,3 +89,20 @@ class GroupError(Exception):
         super().__init__(f"{code.name}: {message}" if message else code.name)
         self.code = code
         self.message = message
+
+
+class StateRecordTooLarge(GroupError):
+    """A member refused because its state record would exceed
+    ``GroupConfig.max_state_record_bytes`` (:func:`translation.limits.check_member_record`):
+    INVALID_REQUEST, with a message naming both sizes."""
+
+    __slots__ = ("limit", "record_bytes")
+
+    def __init__(self, record_bytes: int, limit: int, what: str) -> None:
+        super().__init__(
+            ErrorCode.INVALID_REQUEST,
+            f"The member's group state record would be {record_bytes} bytes ({what}); the "
+            f"coordinator's state log takes records of at most {limit} bytes (the state "
+            "topic's max.message.bytes less the record batch overhead).")
+        self.record_bytes = record_bytes
+        self.limit = limit

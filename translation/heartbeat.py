@@ -10,11 +10,12 @@ Flow of a regular heartbeat (Kafka's ``GroupMetadataManager.consumerGroupHeartbe
 get or create the group (create only on epoch 0, else GROUP_ID_NOT_FOUND) -> group full and
 member new: GROUP_MAX_SIZE_REACHED -> find or create the member (static members: replacement
 after a -2 leave, UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID) -> member epoch check (with the
-lost-response rule) -> apply changed fields -> bump the group epoch once if the membership, the
-subscription, the resolved regex, the subscribed topics' metadata or the group's preferred
-assignor changed -> recompute the target if the group epoch is ahead (at most once per
-assignment interval) -> reconcile this member
--> re-arm its session timer. Everything that can fail is checked before anything is changed,
+lost-response rule) -> when the member's record changes, it must still fit the state log
+(:func:`translation.limits.check_member_record`) -> apply changed fields -> bump the group
+epoch once if the membership, the subscription, the resolved regex, the subscribed topics'
+metadata or the group's preferred assignor changed -> recompute the target if the group epoch
+is ahead (at most once per assignment interval) -> reconcile this member -> re-arm its session
+timer. Everything that can fail is checked before anything is changed,
 so an error response leaves the group as it was.
 
 Differences from Kafka, on purpose: a member joining always bumps the group epoch (Kafka
@@ -28,10 +29,12 @@ once, without waiting for a leave.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, NamedTuple
 
+from translation import limits
 from translation import regex as regex_mod
+from translation.durable import member_value
 from translation.effects import (
     Effect,
     MemberLeft,
@@ -46,6 +49,7 @@ from translation.member import (
     PartitionEpochs,
 )
 from translation.reconciliation import OwnedPartitions
+from translation.records import MemberValue
 from translation.topics import TopicId
 
 if TYPE_CHECKING:
@@ -285,6 +289,26 @@ def handle_regular(
     # its new epoch and assignment may be lost, so it gets the assignment again.
     stale = not is_new and replaced is None and 0 < epoch < member.member_epoch
 
+    names = (
+        member.subscribed_topic_names
+        if request.subscribed_topic_names is None
+        else frozenset(request.subscribed_topic_names)
+    )
+    regex = member.subscribed_topic_regex if new_regex is None else (new_regex or None)
+    rebalance_timeout = None if request.rebalance_timeout_ms == -1 else request.rebalance_timeout_ms
+    if (is_new or replaced is not None or adopt_instance
+            or names != member.subscribed_topic_names or regex != member.subscribed_topic_regex
+            or request.rack_id not in (None, member.rack_id)
+            or request.client_id != member.client_id or request.client_host != member.client_host
+            or request.server_assignor not in (None, member.server_assignor)
+            or rebalance_timeout not in (None, member.rebalance_timeout_ms)):
+        # The member record changes: it must still fit the state log (translation.limits).
+        limits.check_member_record(
+            config, group_id, member_id,
+            member_value_after(member, request, names, regex,
+                               instance_id if adopt_instance else member.instance_id),
+            api="consumer-group-heartbeat", effects=effects)
+
     # 2. Apply. From here on nothing raises (barring internal invariant violations).
     if group is None:
         group = engine.create_group(group_id, effects)
@@ -296,19 +320,12 @@ def handle_regular(
     elif is_new:
         engine.add_member(group, member, effects)
         reasons.append("member joined")
-    names = (
-        member.subscribed_topic_names
-        if request.subscribed_topic_names is None
-        else frozenset(request.subscribed_topic_names)
-    )
-    regex = member.subscribed_topic_regex if new_regex is None else (new_regex or None)
     if engine.update_member(
         group,
         member,
         instance_id=instance_id if adopt_instance else None,
         rack_id=request.rack_id,
-        rebalance_timeout_ms=(
-            None if request.rebalance_timeout_ms == -1 else request.rebalance_timeout_ms),
+        rebalance_timeout_ms=rebalance_timeout,
         client_id=request.client_id,
         client_host=request.client_host,
         server_assignor=request.server_assignor,
@@ -336,6 +353,26 @@ def handle_regular(
             or stale or _asked_to_revoke_unheard(member, owned)):
         response.assignment = assignment_of(member)
     return response
+
+
+def member_value_after(member: ConsumerGroupMember, request: ConsumerGroupHeartbeatRequest,
+                       names: frozenset[str], regex: str | None,
+                       instance_id: str | None) -> MemberValue:
+    """The member record ``member`` has once ``request`` is applied (what
+    :meth:`~translation.state.CoordinatorState.update_member` makes of it), subscribing to
+    ``names`` and ``regex``: sized before anything is applied."""
+    rebalance = request.rebalance_timeout_ms
+    return replace(
+        member_value(member),
+        instance_id=instance_id,
+        rack_id=member.rack_id if request.rack_id is None else request.rack_id,
+        rebalance_timeout_ms=member.rebalance_timeout_ms if rebalance == -1 else rebalance,
+        client_id=request.client_id,
+        client_host=request.client_host,
+        server_assignor=request.server_assignor or member.server_assignor,
+        subscribed_topic_names=tuple(sorted(names)),
+        subscribed_topic_regex=regex,
+    )
 
 
 def _asked_to_revoke_unheard(member: ConsumerGroupMember, owned: OwnedPartitions | None) -> bool:

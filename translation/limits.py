@@ -10,9 +10,43 @@ bounded by the configuration (:class:`translation.config.GroupConfig`):
 * an instance id and each subscribed topic name are legal Kafka names (Kafka's own limits:
   at most 249 characters of ``[a-zA-Z0-9._-]``);
 * a subscription names at most ``max_subscription_topics`` topics, and its regex is at most
-  ``max_regex_bytes`` long and compiles.
+  ``max_regex_bytes`` long and compiles;
+* with a state log, a member's member record (:mod:`translation.records`: its subscription,
+  regex, client id and host, rack, and for a classic member its protocol names and
+  subscription userData) fits ``max_state_record_bytes`` (:func:`check_member_record`).
 
 Each check raises :class:`~translation.errors.GroupError` with the code a client expects.
+
+Why a member record that would not fit is refused, and how. The state log cannot write a record
+larger than its topic's ``max.message.bytes``; a member admitted with one would make every
+write of its group fail, and each failed write gives the whole group up (every member is
+answered NOT_COORDINATOR, the group is taken over again, and the member rejoins and fails it
+again). So the record is sized before the member joins and before a member's change (a new
+subscription, new userData) is applied, in both protocols, and a refusal changes nothing: the
+other members, and the refused member's own earlier state when it is a member already, stay as
+they were. Kafka's own coordinator has the same limit (its records go to
+``__consumer_offsets``) and answers such a request UNKNOWN_SERVER_ERROR after the append
+fails; here the request is refused up front with INVALID_REQUEST
+(:class:`~translation.errors.StateRecordTooLarge`), the code Kafka and this module give for a
+subscription the coordinator does not accept (too many names, an illegal name):
+
+* ConsumerGroupHeartbeat: INVALID_REQUEST with an ErrorMessage naming the record's size and the
+  limit. The Java consumer and librdkafka treat it as fatal for the consumer (the application
+  sees the error and the message); no retry could succeed.
+* JoinGroup (which has no ErrorMessage on the wire): INVALID_REQUEST too. The Java consumer
+  raises it from ``poll()`` (a KafkaException, "Unexpected error in join group response"), as it
+  does for every error it has no case for, and joins again on the next ``poll()``; librdkafka
+  hands the application a consumer error ("JoinGroup failed: Broker: Invalid request") and
+  joins again after its join interval; kafka-python raises it from ``poll()``. Either way the
+  application hears of it and the client does not spin. The alternatives are worse: a
+  retriable code (COORDINATOR_NOT_AVAILABLE, REBALANCE_IN_PROGRESS) has the client retry
+  silently for ever; UNKNOWN_SERVER_ERROR (Kafka's) behaves the same in the clients but blames
+  the server; GROUP_MAX_SIZE_REACHED and INCONSISTENT_GROUP_PROTOCOL name a cause that is not
+  this one and send operators after the wrong setting; MESSAGE_TOO_LARGE is a produce error no
+  client expects from JoinGroup.
+
+A classic JoinGroup for a group the engine does not serve yet is not refused but passed to the
+broker (:mod:`translation.classic.routing`), like any join the engine would refuse.
 """
 
 from __future__ import annotations
@@ -20,7 +54,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from translation.errors import ErrorCode, GroupError
+from translation.config import GroupConfig
+from translation.effects import Effect, MemberTooLarge
+from translation.errors import ErrorCode, GroupError, StateRecordTooLarge
+from translation.records import MemberValue, RecordKey, RecordKind, encode_key, encode_value
 from translation.regex import validate_regex
 
 MAX_NAME_LENGTH = 249
@@ -68,3 +105,26 @@ def check_subscription(names: Sequence[str] | None, regex: str | None, *,
                              f"SubscribedTopicRegex is {size} bytes long; at most "
                              f"{max_regex_bytes}.")
         validate_regex(regex)
+
+
+def check_member_record(config: GroupConfig, group_id: str, member_id: str,
+                        value: MemberValue, *, api: str, effects: list[Effect]) -> None:
+    """Refuse a member whose member record would be ``value`` when it is larger than
+    ``config.max_state_record_bytes`` (see the module docstring): a
+    :class:`~translation.effects.MemberTooLarge` effect (``api``: which request was refused,
+    for the driver's metric) and :class:`~translation.errors.StateRecordTooLarge`."""
+    limit = config.max_state_record_bytes
+    if limit is None:
+        return
+    # as record_bytes measures it; an empty member id (a join checked before the engine gives
+    # it one) is measured as is: the engine checks again with the id it gives
+    key = encode_key(RecordKey(RecordKind.MEMBER, group_id, member_id))
+    size = len(key) + len(encode_value(value) or b"")
+    if size <= limit:
+        return
+    names = len(value.subscribed_topic_names)
+    user_data = value.classic.user_data if value.classic is not None else None
+    what = f"{names} subscribed topic names" + (
+        f", {len(user_data)} bytes of userData" if user_data else "")
+    effects.append(MemberTooLarge(group_id, member_id, api, size, limit))
+    raise StateRecordTooLarge(size, limit, what)

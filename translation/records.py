@@ -320,6 +320,13 @@ def encode_record(record: StateRecord) -> tuple[bytes, bytes | None]:
     return encode_key(record.key), encode_value(record.value)
 
 
+def record_bytes(record: StateRecord) -> int:
+    """The bytes of the record's key and value as written (what a state log's record size
+    limit is measured against, :attr:`translation.config.GroupConfig.max_state_record_bytes`)."""
+    key, value = encode_record(record)
+    return len(key) + (0 if value is None else len(value))
+
+
 def _int(x: Any) -> int:
     if type(x) is not int:
         raise RecordError(f"expected an integer, got {x!r}")

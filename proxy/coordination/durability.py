@@ -29,6 +29,16 @@ task that fails unexpectedly (a bug) is treated the same way, for that group alo
 batch was written is unknown, so its answers fail and the group is taken over again, which
 starts a new write task; other groups' tasks and the service go on.
 
+Records too large for the topic. A record larger than the topic's ``max.message.bytes`` can
+never be written, and a write that fails gives the whole group up. So the engine is told the
+largest record the log takes (``GroupConfig.max_state_record_bytes``: the topic's
+``max.message.bytes``, as the broker reports it once the topic is checked, less a batch's
+overhead) and refuses a member whose record would be larger before it is admitted or changed
+(:func:`translation.limits.check_member_record`); the service counts each refusal
+(``groupgate_state_members_refused_too_large_total``). Only a member's member record is sized this
+way: its assignment record and the group record grow with the partitions and topics the group's
+assignor hands out, which the member's request does not decide.
+
 Records that cannot be read back. A takeover never retries a record that will never decode: a
 record of the group whose value (or key) does not decode is skipped with an ERROR line naming
 the group, the key and the offset (metric ``groupgate_state_records_skipped_total``). A member
@@ -128,6 +138,7 @@ class Durability:
         self._nursery: trio.Nursery | None = None
         self.started = trio.Event()
         """Set once the topic is known to be usable."""
+        engine.config.max_state_record_bytes = log_.max_record_bytes
 
     async def run(self) -> None:
         """Create or check the topic (again and again until it works: groups wait for it
@@ -144,6 +155,9 @@ class Durability:
                     await trio.sleep(delay)
                     delay = min(delay * 2, 60.0)
                     continue
+                # before any group is taken over: members are sized against the topic's own
+                # max.message.bytes, whatever it was configured with
+                self.engine.config.max_state_record_bytes = self.log.max_record_bytes
                 self.started.set()
             await trio.sleep_forever()
 

@@ -97,6 +97,7 @@ from translation.effects import (
     MemberFenced,
     MemberJoined,
     MemberLeft,
+    MemberTooLarge,
     SyncCompleted,
     TargetAssignmentComputed,
     TargetAssignmentFailed,
@@ -508,9 +509,11 @@ class CoordinatorService:
                 error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                 error_message=f"groupgate is not holding the broker's group {group_id} now")
         if request.member_epoch == 0 and group_id and group_id.strip():
+            refused: list[Effect] = []
             try:  # a join the engine refuses must not take the broker's group over
-                self.engine.check_heartbeat(request)
+                self.engine.check_heartbeat(request, refused)
             except GroupError as exc:
+                self.apply(refused)
                 return ConsumerGroupHeartbeatResponse(error_code=int(exc.code),
                                                       error_message=exc.message)
             failure: NotTaken | None = None
@@ -1241,6 +1244,12 @@ class CoordinatorService:
                 membership = self.memberships.pop(effect.group_id, None)
                 if membership is not None and self._nursery is not None:
                     self._nursery.start_soon(self._give_up, effect.group_id, membership)
+            elif isinstance(effect, MemberTooLarge):
+                log.warning("group %s: member %s refused (%s): its state record would be %d "
+                            "bytes, the state log takes at most %d", effect.group_id,
+                            effect.member_id or "(new)", effect.api, effect.record_bytes,
+                            effect.limit)
+                metrics.STATE_MEMBERS_TOO_LARGE.labels(effect.api).inc()
             elif isinstance(effect, GroupCreated | MemberJoined | MemberLeft | MemberFenced
                             | TargetAssignmentComputed | TargetAssignmentFailed):
                 log.info("%s", effect)

@@ -47,6 +47,7 @@ from proxy.coordination.state_topic import (
     ensure_topic,
 )
 from proxy.coordination.state_writer import KeyValue, Writer, WriterConfig, open_writer
+from proxy.records import max_record_bytes
 from proxy.security.policy import Security
 
 __all__ = ["Fenced", "KeyValue", "LoadFailed", "LoadedGroup", "StateLog", "StateLogError",
@@ -108,13 +109,27 @@ class StateLog:
                                     max_frame_bytes=max_frame_bytes,
                                     connections_per_broker=settings.connections_per_broker,
                                     security=security)
-        self._writer_config = WriterConfig(
-            settings.topic, settings.transactional_id_prefix, settings.transaction_timeout_ms,
-            settings.write_timeout, settings.open_timeout, settings.max_batch_bytes,
-            settings.coalesce_writes)
+        self._writer_config = self._writer_config_for(
+            _max_message_bytes(self.topic.configs.get("max.message.bytes")))
         self._load_config = LoadConfig(settings.topic, settings.fetch_max_bytes,
                                        settings.fetch_wait_ms, settings.load_timeout)
         self.state: TopicState | None = None
+
+    def _writer_config_for(self, max_message_bytes: int) -> WriterConfig:
+        settings = self.settings
+        return WriterConfig(
+            settings.topic, settings.transactional_id_prefix, settings.transaction_timeout_ms,
+            settings.write_timeout, settings.open_timeout,
+            min(settings.max_batch_bytes, max_message_bytes), settings.coalesce_writes)
+
+    @property
+    def max_record_bytes(self) -> int:
+        """The most key and value bytes one record may have: what a batch holding it alone
+        leaves of the topic's ``max.message.bytes`` (the configured value until :meth:`start`
+        has read the topic's own). A larger record could never be written."""
+        if self.state is not None:
+            return max_record_bytes(self.state.max_message_bytes)
+        return max_record_bytes(_max_message_bytes(self.topic.configs.get("max.message.bytes")))
 
     @property
     def partitions(self) -> int:
@@ -132,6 +147,8 @@ class StateLog:
             self.topic = TopicSettings(self.topic.name, self.topic.partitions, rf,
                                        dict(self.topic.overrides))
         self.state = await ensure_topic(self.cluster, self.topic, self.settings.topic_timeout)
+        # batches are cut below what the topic really takes
+        self._writer_config = self._writer_config_for(self.state.max_message_bytes)
         return self.state
 
     def partition_of(self, group_id: str) -> int:
@@ -149,3 +166,7 @@ class StateLog:
 
     async def aclose(self) -> None:
         await self.cluster.aclose()
+
+
+def _max_message_bytes(value: str | None) -> int:
+    return int(value) if value is not None and value.strip().isdigit() else MAX_MESSAGE_BYTES

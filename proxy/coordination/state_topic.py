@@ -28,7 +28,9 @@ Defaults, for a small keyed log that is read whole on every takeover:
 * ``compression.type=producer``: batches stay as written (uncompressed), whatever the
   broker's default.
 * ``max.message.bytes`` 1048588 (Kafka's default, made explicit): the writer cuts its batches
-  below it.
+  below it, and a member whose record would not fit a batch of its own is refused before it
+  joins (:attr:`TopicState.max_message_bytes` is what the topic really has, which decides;
+  :func:`translation.limits.check_member_record`).
 * ``message.timestamp.type=CreateTime``: record times are the writer's wall clock.
 """
 
@@ -104,6 +106,9 @@ class TopicState:
     created: bool
     differences: tuple[str, ...]
     """``name=actual (configured value)`` for every setting the topic does not have."""
+    max_message_bytes: int
+    """The topic's ``max.message.bytes`` as the broker reports it (its own default when the
+    topic sets none): the largest record batch it takes."""
 
 
 def _check_policy(name: str, policy: str | None) -> None:
@@ -165,7 +170,16 @@ async def ensure_topic(cluster: StateCluster, settings: TopicSettings, timeout: 
         log.info("state log topic %s created: %d partitions, replication factor %d, %s",
                  settings.name, info.partitions, info.replication_factor,
                  ", ".join(f"{k}={v}" for k, v in sorted(settings.configs.items())))
-    return TopicState(info.partitions, created, tuple(differences))
+    return TopicState(info.partitions, created, tuple(differences),
+                      _max_message_bytes(settings, actual.get("max.message.bytes")))
+
+
+def _max_message_bytes(settings: TopicSettings, actual: str | None) -> int:
+    """The topic's ``max.message.bytes`` (the configured one when the broker did not say)."""
+    for value in (actual, settings.configs.get("max.message.bytes")):
+        if value is not None and value.strip().isdigit():
+            return int(value)
+    return MAX_MESSAGE_BYTES
 
 
 async def _create(cluster: StateCluster, settings: TopicSettings, deadline: float) -> bool:

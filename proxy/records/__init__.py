@@ -22,7 +22,8 @@ one record whose key is (version int16, type int16): type 0 aborts, 1 commits a 
 
 The parts: :mod:`~proxy.records.format` (the layout, :class:`Record`, :class:`Compression`,
 :class:`RecordsError`, CRC-32C), :mod:`~proxy.records.encode` (:func:`encode_batch`,
-:func:`split`), :mod:`~proxy.records.decode` (:func:`batches` and the :class:`Batch` view),
+:func:`split`, :func:`max_record_bytes`), :mod:`~proxy.records.decode` (:func:`batches` and
+the :class:`Batch` view),
 :mod:`~proxy.records.committed` (:func:`read_committed`, Kafka's consumer at
 ``read_committed``). Uncompressed and gzip batches are written and read; snappy, lz4 and zstd
 ones raise :class:`RecordsError` when their records are read. Measurements behind writing this
@@ -32,7 +33,13 @@ instead of depending on a client library: ``docs/decisions/0011-record-batches.m
 
 from proxy.records.committed import ReadResult, read_committed
 from proxy.records.decode import Batch, batches
-from proxy.records.encode import encode_batch, encode_records, record_size, split
+from proxy.records.encode import (
+    encode_batch,
+    encode_records,
+    max_record_bytes,
+    record_size,
+    split,
+)
 from proxy.records.format import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
@@ -54,6 +61,7 @@ __all__ = [
     "crc32c",
     "encode_batch",
     "encode_records",
+    "max_record_bytes",
     "read_committed",
     "record_size",
     "split",

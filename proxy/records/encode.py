@@ -127,6 +127,13 @@ def record_size(record: Record) -> int:
     return size
 
 
+def max_record_bytes(max_batch_bytes: int) -> int:
+    """The most key and value bytes a record without headers may have for the batch holding it
+    alone to stay within ``max_batch_bytes`` (a topic's ``max.message.bytes``, which the broker
+    compares with the whole batch, its log overhead included)."""
+    return max_batch_bytes - HEADER.size - RECORD_OVERHEAD
+
+
 def split(records: Sequence[Record], max_batch_bytes: int) -> list[Sequence[Record]]:
     """``records`` cut into runs whose uncompressed batches stay under ``max_batch_bytes``, in
     order (a record alone larger than that gets a batch of its own; the broker then judges

@@ -90,12 +90,13 @@ LeaveGroup bumps the group epoch once per member (Kafka once per request).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from translation import heartbeat as hb
 from translation import limits
 from translation.config import OffsetCommitRule
 from translation.coordinator import GroupCoordinator
+from translation.durable import member_value
 from translation.effects import (
     Effect,
     GroupHandedBack,
@@ -107,6 +108,7 @@ from translation.effects import (
 from translation.errors import ErrorCode, GroupError
 from translation.group import ConsumerGroup
 from translation.member import ConsumerGroupMember, MemberProtocol, MemberState, PartitionEpochs
+from translation.records import ClassicMemberValue, MemberValue
 from translation.timers import TimerKey, TimerKind
 from translation.topics import TopicId, TopicsImage
 
@@ -215,14 +217,17 @@ class ClassicGroupCoordinator:
     def _join(
         self, request: JoinGroupRequest, now_ms: int, effects: list[Effect]
     ) -> JoinGroupResponse | HeldRequest:
-        joining = self._check_join(request)
+        joining = self._check_join(request, effects)
         if isinstance(joining, JoinGroupResponse):
             return joining
         return self._apply_join(request, joining, now_ms, effects)
 
-    def _check_join(self, request: JoinGroupRequest) -> _JoiningMember | JoinGroupResponse:
+    def _check_join(self, request: JoinGroupRequest, effects: list[Effect]
+                    ) -> _JoiningMember | JoinGroupResponse:
         """Every check a JoinGroup must pass, before anything changes: raises GroupError, or
-        answers MEMBER_ID_REQUIRED, or says who joins."""
+        answers MEMBER_ID_REQUIRED, or says who joins. The member's state record, as the
+        join would leave it, must fit the state log (:func:`translation.limits.check_member_record`;
+        INVALID_REQUEST, the member and its group untouched)."""
         engine = self.engine
         config = engine.config
         group_id = request.group_id
@@ -275,7 +280,21 @@ class ClassicGroupCoordinator:
                                   max_regex_bytes=config.max_regex_bytes)
         if engine.is_new_member(group_id, request.member_id, instance_id):
             engine.check_room_for_a_member()
+        joining = self._joining(group, request, member_id, unknown, existing, subscription)
+        limits.check_member_record(
+            config, group_id, member_id,
+            classic_member_value(joining.member, request, subscription),
+            api="join-group", effects=effects)
+        return joining
 
+    @staticmethod
+    def _joining(group: ConsumerGroup | None, request: JoinGroupRequest, member_id: str,
+                 unknown: bool, existing: ConsumerGroupMember | None,
+                 subscription: ClassicSubscription) -> _JoiningMember:
+        """Who joins (a new member, a member rejoining, a static member replacing its old
+        incarnation); nothing is changed yet."""
+        members: Mapping[str, ConsumerGroupMember] = group.members if group is not None else {}
+        instance_id = request.group_instance_id
         if instance_id is None:
             member = members.get(member_id)
             if member is None:
@@ -989,6 +1008,27 @@ def _within(
             if p not in tgt:
                 return False
     return True
+
+
+def classic_member_value(member: ConsumerGroupMember, request: JoinGroupRequest,
+                         subscription: ClassicSubscription) -> MemberValue:
+    """The member record ``member`` has once the JoinGroup ``request`` is applied (what
+    ``update_classic_metadata`` and ``update_member`` make of it in
+    ``ClassicGroupCoordinator._apply_join``): sized before anything is applied."""
+    session = request.session_timeout_ms
+    rebalance = request.rebalance_timeout_ms
+    return replace(
+        member_value(member),
+        rack_id=member.rack_id if subscription.rack_id is None else subscription.rack_id,
+        rebalance_timeout_ms=session if rebalance == -1 else rebalance,
+        session_timeout_ms=session,
+        client_id=request.client_id,
+        client_host=request.client_host,
+        subscribed_topic_names=tuple(sorted(set(subscription.topics))),
+        subscribed_topic_regex=None,
+        classic=ClassicMemberValue(session, tuple(p.name for p in request.protocols),
+                                   subscription.version, subscription.user_data),
+    )
 
 
 def _static_replacement(old: ConsumerGroupMember, member_id: str) -> ConsumerGroupMember:

@@ -17,6 +17,10 @@
   refuses an assignment with userData); at JoinGroup time only the name is known, so the
   name decides. Subscription userData is fine (the sticky assignors put their generation and
   previous assignment there; server-side assignors ignore it);
+* a join the engine would refuse (a group id, instance id or subscription it does not take,
+  no room for another member, a state record too large for the state log,
+  :mod:`translation.limits`) goes to the broker, which answers it as it would without the
+  proxy: nothing is taken over for it;
 * when the broker's own classic group still has members (``broker_group_active``): the group
   must be converted as a whole (:mod:`translation.classic.migration`) or stay with the broker;
 * with ``GroupConfig.adopt_classic_groups`` off (Kafka's behaviour) a group nobody serves yet
@@ -31,7 +35,9 @@ from dataclasses import dataclass
 from translation import limits
 from translation.coordinator import GroupCoordinator
 from translation.errors import GroupError
+from translation.member import ConsumerGroupMember, MemberProtocol
 
+from .coordinator import classic_member_value
 from .messages import CONSUMER_PROTOCOL_TYPE, JoinGroupRequest
 
 
@@ -91,6 +97,15 @@ def classify_classic_join(
                                   max_regex_bytes=config.max_regex_bytes)
         if engine.is_new_member(request.group_id, request.member_id, request.group_instance_id):
             engine.check_room_for_a_member()
+        if config.max_state_record_bytes is not None:
+            # sized with the member id the request carries (the engine re-checks with the
+            # one it gives a member joining without)
+            joining = ConsumerGroupMember(request.member_id, instance_id=request.group_instance_id,
+                                          protocol=MemberProtocol.CLASSIC)
+            limits.check_member_record(
+                config, request.group_id, request.member_id,
+                classic_member_value(joining, request, first.subscription),
+                api="join-group", effects=[])
     except GroupError as exc:
         return JoinRouting(JoinRoute.BROKER, exc.message)
     if not config.adopt_classic_groups:

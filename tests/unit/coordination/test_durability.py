@@ -11,10 +11,14 @@ from typing import Any
 import trio
 import trio.testing
 
+from proxy import metrics
 from proxy.codec.api_keys import ApiKey
 from proxy.coordination.service import CoordinatorService
 from proxy.coordination.state_log import WriteFailed
+from proxy.coordination.state_topic import MAX_MESSAGE_BYTES
+from proxy.records import max_record_bytes
 from tests.unit.coordination.test_fuzz_requests import stub_broker
+from translation.records import RecordKind, decode_record, fold
 
 from .helpers import coordinate, exchange, make_service, request, router
 
@@ -29,6 +33,9 @@ class Log:
     records: dict[str, list[tuple[bytes, bytes | None]]] = field(default_factory=dict)
     writers: dict[str, int] = field(default_factory=dict)
     """Group -> epoch of its current writer (opening one fences the others)."""
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    """The topic's: a write with a record that does not fit a batch of its own fails, as the
+    broker refuses it (MESSAGE_TOO_LARGE)."""
 
 
 class FakeWriter:
@@ -51,6 +58,10 @@ class FakeWriter:
         if self.log.writers[self.group_id] != self.epoch:
             from proxy.coordination.state_log import Fenced
             raise Fenced("a newer writer exists")
+        limit = max_record_bytes(self.log.max_message_bytes)
+        if any(len(k) + len(v or b"") > limit for k, v in records):
+            raise WriteFailed(f"group {self.group_id}: Produce: MESSAGE_TOO_LARGE",
+                              committed=False)
         self.writes += 1
         self.log.records.setdefault(self.group_id, []).extend(records)
 
@@ -72,6 +83,10 @@ class FakeStateLog:
 
     async def start(self) -> Any:
         return None
+
+    @property
+    def max_record_bytes(self) -> int:
+        return max_record_bytes(self.log.max_message_bytes)
 
     async def open_writer(self, group_id: str) -> FakeWriter:
         writer = self.writers[group_id] = FakeWriter(self.log, group_id)
@@ -337,4 +352,56 @@ async def test_a_group_the_log_shows_deleted_is_assigned_at_once() -> None:
         await service._established(membership)
         assert service.loading("g") == 0
         assert (await heartbeat(service, JOIN))["error_code"] == 0
+        nursery.cancel_scope.cancel()
+
+
+INVALID_REQUEST = 42
+HUGE = [f"topic-{i:05d}-" + "x" * 200 for i in range(400)]
+"""400 legal topic names of 212 characters: a member record of about 86 KB."""
+
+
+def refused_too_large() -> float:
+    return metrics.REGISTRY.get_sample_value(
+        "groupgate_state_members_refused_too_large_total",
+        {"api": "consumer-group-heartbeat"}) or 0.0
+
+
+async def test_a_member_too_large_for_the_log_is_refused_and_the_group_goes_on() -> None:
+    """A member whose record exceeds the topic's max.message.bytes (64 KiB here) is refused
+    with INVALID_REQUEST, joining or changing its subscription; the group's writes go on and
+    its other members never see NOT_COORDINATOR."""
+    log = Log(max_message_bytes=64 * 1024)
+    service, fake = durable_service(log)
+    async with trio.open_nursery() as nursery:
+        await started(service, nursery)
+        membership = coordinate(service, "g")
+        await service.durability.take_over("g")  # type: ignore[union-attr]
+        limit = max_record_bytes(64 * 1024)
+        assert service.engine.config.max_state_record_bytes == limit  # the topic's, less
+        m1 = await heartbeat(service, JOIN)
+        m2 = await heartbeat(service, JOIN, 2)
+        assert m1["error_code"] == m2["error_code"] == 0
+        writes, counted = fake.writers["g"].writes, refused_too_large()
+
+        big = await heartbeat(service, dict(JOIN, subscribed_topic_names=HUGE), 3)
+        assert big["error_code"] == INVALID_REQUEST
+        assert str(limit) in big["error_message"]
+        grown = await heartbeat(service, dict(
+            JOIN, member_id=m1["member_id"], member_epoch=m1["member_epoch"],
+            rebalance_timeout_ms=-1, subscribed_topic_names=HUGE, topic_partitions=None), 4)
+        assert grown["error_code"] == INVALID_REQUEST
+        assert refused_too_large() == counted + 2
+
+        for n, m in enumerate((m1, m2)):  # the others go on: no NOT_COORDINATOR, same epochs
+            steady = await heartbeat(service, dict(
+                JOIN, member_id=m["member_id"], member_epoch=m["member_epoch"],
+                rebalance_timeout_ms=-1, subscribed_topic_names=None, topic_partitions=None),
+                5 + n)
+            assert steady["error_code"] == 0
+        m3 = await heartbeat(service, JOIN, 7)  # and the group's state is still written
+        assert m3["error_code"] == 0 and fake.writers["g"].writes > writes
+        assert membership.leaves == 0 and "g" in service.memberships
+        live = fold(decode_record(k, v) for k, v in log.records["g"])
+        members = {k.member_id for k in live if k.kind is RecordKind.MEMBER}
+        assert members == {m1["member_id"], m2["member_id"], m3["member_id"]}
         nursery.cancel_scope.cancel()

@@ -273,3 +273,30 @@ def test_gzip_batches_are_read_and_other_codecs_named() -> None:
     struct.pack_into(">h", lz4, ATTRIBUTES_OFFSET, 3)
     with pytest.raises(RecordsError, match="lz4"):
         read_committed(bytes(lz4), [], check_crc=False)
+
+
+@pytest.mark.parametrize("max_message_bytes", [4096, 65_536, 1_048_588])
+def test_a_record_of_max_record_bytes_fits_a_transactional_batch_of_its_own(
+        max_message_bytes: int) -> None:
+    """The state log's record limit: a record with that many key and value bytes, alone in a
+    transactional batch, stays within the topic's max.message.bytes (which the broker
+    compares with the whole batch)."""
+    from proxy.records import max_record_bytes
+    size = max_record_bytes(max_message_bytes)
+    key = b"k" * 40
+    record = Record(key, b"v" * (size - len(key)), 1_700_000_000_000)
+    batch = encode_batch([record], transactional=True, producer_id=7, producer_epoch=1,
+                         base_sequence=0)
+    assert len(batch) <= max_message_bytes
+    assert split([record], max_message_bytes) == [[record]]
+
+
+def test_the_state_log_takes_its_record_limit_from_the_topic_s_max_message_bytes() -> None:
+    from proxy.coordination.state_log import StateLog, StateLogSettings
+    from proxy.records import max_record_bytes
+    default = StateLog([("127.0.0.1", 1)], StateLogSettings(), group_of=lambda k: "")
+    assert default.max_record_bytes == max_record_bytes(1_048_588)
+    small = StateLog([("127.0.0.1", 1)], StateLogSettings(
+        topic_configs={"max.message.bytes": "65536"}), group_of=lambda k: "")
+    assert small.max_record_bytes == max_record_bytes(65_536)
+    assert small._writer_config.max_batch_bytes == 65_536
