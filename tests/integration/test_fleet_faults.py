@@ -176,10 +176,7 @@ class NotTakenOver(AssertionError):
     """No other sidecar took the group over while its holder was frozen."""
 
 
-@pytest.mark.xfail(raises=NotTakenOver, strict=True, reason=(
-    "a follower's relayed request waits for a frozen holder up to RELAY_TIMEOUT_SECONDS "
-    "(330 s): no follower looks the group up again, so nobody takes it over during the "
-    "freeze; the holder takes it over anew on waking"))
+@pytest.mark.slow  # a minute: the short version is the half-session freeze above
 def test_coordinator_frozen_for_two_broker_sessions_while_a_member_joins(
         tmp_path: Path) -> None:
     """The coordinating sidecar frozen for 12 s (two broker sessions) while a member joins
@@ -187,8 +184,9 @@ def test_coordinator_frozen_for_two_broker_sessions_while_a_member_joins(
     session; on waking, the frozen one finds its lease long gone (a whole session without an
     answer): its first act is to lose the group, never to answer under its old membership
     (no assignment, no commit), and it tells its members to let go. Safety and progress hold
-    (checked first). Expected as well, but not what happens (:class:`NotTakenOver`): another
-    sidecar takes the group over during the freeze."""
+    (checked first), and another sidecar takes the group over during the freeze
+    (:class:`NotTakenOver` otherwise: followers waited on their relays to the frozen holder
+    for up to 330 s until relayed heartbeats were bounded to 6 s)."""
     fault_s = 2 * BROKER_SESSION_S
     result = run_soak(
         tmp_path, duration_s=55.0, seed=32, pods=3, groups=("cooperative",), fault_s=fault_s,
@@ -232,6 +230,7 @@ class NeverToldToLetGo(AssertionError):
     reconnected, and another member was given them meanwhile."""
 
 
+@pytest.mark.slow  # a minute; the open case below is described in docs/operations.md
 @pytest.mark.xfail(raises=NeverToldToLetGo, strict=False, reason=(
     "a classic member that marked its coordinator dead sends only FindCoordinator, which its "
     "cut-off sidecar forwards to the unreachable broker: it never hears UNKNOWN_MEMBER_ID, "
