@@ -205,6 +205,13 @@ class LivenessTracker:
                                        suspect.observed_at_ms))
         return out
 
+    def proxy_refused(self) -> None:
+        """The proxy closed a new connection at once (``max-connections``, no broker): it may
+        have been a suspect's client coming back, which cannot be told: every suspect is
+        dropped (counted as returned)."""
+        for key in list(self._suspects):
+            self._returned(key)
+
     def silence(self) -> None:
         """The sidecar steps down: forget every suspect, suspect nothing more."""
         self.silenced = True

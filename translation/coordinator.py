@@ -301,11 +301,13 @@ class GroupCoordinator(CoordinatorState):
         """Fence a member as its session timeout would, for ``reason`` (``"pod-local"``: the
         sidecar next to it saw its process go, docs/decisions/0020-pod-local-liveness.md).
 
-        ``member_epoch`` is the epoch (a classic member: the generation) the caller observed;
-        a member that moved on since is not fenced (FENCED_MEMBER_EPOCH), nor a static member
-        (its session keeps Kafka's semantics: a restart reclaims its partitions), nor one
-        whose request is inside the proxy, nor any member of a suspended group
-        (COORDINATOR_NOT_AVAILABLE). UNKNOWN_MEMBER_ID for a member the engine does not
+        ``member_epoch`` is the epoch (a classic member: the generation) the caller observed:
+        the member's current epoch, or its previous one (the observed heartbeat was the one
+        whose answer moved it on; the engine accepts that epoch from it too, as a lost
+        response). A member that moved on since is not fenced (FENCED_MEMBER_EPOCH), nor a
+        static member (its session keeps Kafka's semantics: a restart reclaims its
+        partitions), nor one whose request is inside the proxy, nor any member of a suspended
+        group (COORDINATOR_NOT_AVAILABLE). UNKNOWN_MEMBER_ID for a member the engine does not
         have. NONE: fenced, with the :class:`MemberFenced` effect carrying ``reason``."""
         effects: list[Effect] = []
         group = self.groups.get(group_id)
@@ -317,9 +319,11 @@ class GroupCoordinator(CoordinatorState):
         if member.instance_id is not None:
             return ErrorCode.FENCED_INSTANCE_ID, effects
         meta = member.classic
-        current = (meta.generation if meta is not None and meta.generation >= 0
-                   else member.member_epoch)
-        if member_epoch != current:
+        if meta is not None:
+            current = {meta.generation if meta.generation >= 0 else member.member_epoch}
+        else:  # the observation may be the heartbeat whose answer gave the current epoch
+            current = {member.member_epoch, member.previous_member_epoch}
+        if member_epoch not in current:
             return ErrorCode.FENCED_MEMBER_EPOCH, effects
         if group.held_sessions.protected_until(member_id, now_ms) is not None:
             return ErrorCode.REBALANCE_IN_PROGRESS, effects

@@ -35,11 +35,22 @@ def test_a_member_that_moved_on_is_not_fenced() -> None:
     a = ScriptedAssignor()
     engine = make_engine(image(foo=(FOO, 2)), a, session_timeout_ms=60_000)
     a.next = target(m1={FOO: [0, 1]})
-    engine.heartbeat(join(G, "m1"), 0)
-    engine.heartbeat(hb(G, "m1", 1), 10)
-    error, effects = engine.fence_member(G, "m1", 0, "pod-local", 20)
+    engine.heartbeat(join(G, "m1"), 0)  # epoch 1
+    a.next = target(m1={FOO: [0]}, m2={FOO: [1]})
+    engine.heartbeat(join(G, "m2"), 10)  # group epoch 2
+    engine.heartbeat(hb(G, "m1", 1, {FOO: [0, 1]}), 20)  # revoking foo-1
+    engine.heartbeat(hb(G, "m1", 1, {FOO: [0]}), 30)  # epoch 2
+    a.next = target(m1={FOO: [0]}, m2={FOO: [1]})
+    engine.heartbeat(join(G, "m3"), 40)  # group epoch 3
+    response, _ = engine.heartbeat(hb(G, "m1", 2, {FOO: [0]}), 50)
+    assert response.member_epoch == 3
+    # observed at epoch 1, the member has sent two heartbeats since: it moved on
+    error, effects = engine.fence_member(G, "m1", 1, "pod-local", 60)
     assert error is ErrorCode.FENCED_MEMBER_EPOCH and effects == []
     assert "m1" in engine.groups[G].members
+    # the heartbeat whose answer moved it on is the last observation: still fenced
+    error, effects = engine.fence_member(G, "m1", 2, "pod-local", 70)
+    assert error is ErrorCode.NONE and MemberFenced(G, "m1", "pod-local") in effects
     error, _ = engine.fence_member(G, "nobody", 1, "pod-local", 20)
     assert error is ErrorCode.UNKNOWN_MEMBER_ID
 
