@@ -95,10 +95,10 @@ class Recorded:
 
 
 async def member_with_connections(service: CoordinatorService, liveness: PodLiveness,
-                                  n: int = 3, instance_id: str | None = None
-                                  ) -> tuple[str, list[CoordinatingRouter]]:
+                                  n: int = 3, instance_id: str | None = None,
+                                  host: str = LOOPBACK) -> tuple[str, list[CoordinatingRouter]]:
     """A member whose client has ``n`` connections; the first carries its heartbeats."""
-    routers = [client_router(service, liveness) for _ in range(n)]
+    routers = [client_router(service, liveness, host) for _ in range(n)]
     joined = await heartbeat(routers[0], {**JOIN, "instance_id": instance_id})
     member_id = joined["member_id"]
     await heartbeat(routers[0], {**JOIN, "member_id": member_id, "instance_id": instance_id,
@@ -164,7 +164,7 @@ async def test_closes_the_proxy_made_and_a_lone_group_connection_are_silent(
         member_id, routers = await member_with_connections(service, liveness)
         liveness.connection_closed(routers[0], BY_CLIENT)  # the group connection alone
         await trio.sleep(2)  # grace 0.4 s; session 6 s
-        other_id, others = await member_with_connections(service, liveness)
+        other_id, others = await member_with_connections(service, liveness, host="/127.0.0.2")
         for made in others:  # a broker restart passed on to the client
             liveness.connection_closed(made, BY_BROKER)
         await trio.sleep(2)
@@ -187,7 +187,8 @@ async def test_static_members_and_interrupted_groups_are_not_fenced(
         for made in routers:
             liveness.connection_closed(made, BY_CLIENT)
         await trio.sleep(1)
-        member_id, routers = await member_with_connections(service, liveness)
+        member_id, routers = await member_with_connections(service, liveness,
+                                                           host="/127.0.0.2")
         membership.hold(False)  # the broker's group is not held: the holder stays silent
         for made in routers:
             liveness.connection_closed(made, BY_CLIENT)
@@ -229,6 +230,9 @@ async def test_the_holder_answers_member_gone_from_fleet_peers_only(
         assert control_answer(peer.decide(stale)) == (9, 110)  # FENCED_MEMBER_EPOCH
         assert control_answer(peer.decide(control_request(b"{not json"))) == (9, 42)
         gone = control_request(member_gone_body("g", member_id, epoch, 0), 10)
+        service.stepping_down = True  # stopping: this sidecar fences nobody
+        assert control_answer(peer.decide(gone)) == (10, 15)  # COORDINATOR_NOT_AVAILABLE
+        service.stepping_down = False
         assert control_answer(peer.decide(gone)) == (10, 0)
         assert recorded.fenced() == [MemberFenced("g", member_id, "pod-local")]
         nursery.cancel_scope.cancel()
