@@ -177,7 +177,9 @@ def member_lives(events: DataFrame, span: Span) -> DataFrame:
         "group", "member", "ts", *identity,
         F.when(typ.isin(*STARTS), F.col("ts")).alias("start"),
         F.when(gone, F.col("ts")).alias("end"),
-        F.when(gone, F.when(typ == "member_fenced", F.lit("fenced")).otherwise(F.lit("left")))
+        F.when(gone, F.when((typ == "member_fenced") & (F.col("reason") == "pod-local"),
+                            F.lit("fenced (pod-local: its process was gone)"))
+               .when(typ == "member_fenced", F.lit("fenced")).otherwise(F.lit("left")))
         .alias("end_reason"))
     replaced = events.where((typ == "member_replaced") & F.col("replaced").isNotNull()).select(
         "group", F.col("replaced").alias("member"), "ts",
