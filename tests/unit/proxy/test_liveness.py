@@ -175,3 +175,13 @@ def test_state_is_released_when_connections_close() -> None:
             t.closed(conn_id, round_ * 1000, by_client=True)
         t.due(round_ * 1000 + 10_000)
     assert len(t) == 0 and not t._clients and not t._ties and not t._suspects
+
+
+def test_a_connection_the_proxy_refused_drops_every_suspect() -> None:
+    """max-connections, or no broker: the suspect's client may have been the one refused."""
+    t = LivenessTracker()
+    ids = client(t, 1, 2)
+    for conn_id in ids:
+        t.closed(conn_id, 1000, by_client=True)
+    t.proxy_refused()
+    assert t.due(100_000) == [] and t.counts[Outcome.RETURNED] == 1
