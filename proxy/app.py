@@ -19,6 +19,7 @@ import trio
 from proxy.config import ProxyConfig, resolve_fleet
 from proxy.connection import ListenerError, Router
 from proxy.coordination.peers import ConnectionLinks, FleetSide
+from proxy.coordination.pod_liveness import FleetControlRouter, PodLiveness
 from proxy.coordination.routing import CoordinatingRouter, handler_table
 from proxy.coordination.service import CoordinatorService
 from proxy.health import serve_health
@@ -71,10 +72,12 @@ def hand_off_seconds(config: ProxyConfig) -> float:
     return (max(config.group_heartbeat_interval_ms, CLASSIC_HEARTBEAT_MS) + 1_000) / 1000
 
 
-def make_router_factory(config: ProxyConfig, service: CoordinatorService | None = None
-                        ) -> RouterFactory:
+def make_router_factory(config: ProxyConfig, service: CoordinatorService | None = None,
+                        liveness: PodLiveness | None = None) -> RouterFactory:
     """Routers of new connections; with a coordinator service, group requests of coordinated
-    groups are answered by it (:mod:`proxy.coordination.routing`)."""
+    groups are answered by it (:mod:`proxy.coordination.routing`); with ``liveness``, client
+    connections feed pod-local liveness and the fleet listener answers ``FleetControl``
+    (:mod:`proxy.coordination.pod_liveness`)."""
     accepted = parse_table(fetch_node_endpoints=config.fetch_node_endpoints)
     handlers = handler_table(service) if service is not None else {}
 
@@ -89,13 +92,27 @@ def make_router_factory(config: ProxyConfig, service: CoordinatorService | None 
             fleet = FleetSide(service.routes,
                               ConnectionLinks(service.pool, service.routes.problems), inbound,
                               service.broker_of)
-            return CoordinatingRouter(server, counters, accepted, handlers,
-                                      None if inbound else node_id, client_host,
-                                      claims=service.claims, fleet=fleet,
-                                      software=service.software, session=session)
+            router = CoordinatingRouter(server, counters, accepted, handlers,
+                                        None if inbound else node_id, client_host,
+                                        claims=service.claims, fleet=fleet,
+                                        software=service.software, session=session)
+            if inbound:
+                return FleetControlRouter(router, liveness, session, client_host)
+            if liveness is not None:
+                router.liveness = liveness.watch(client_host)
+            return router
         return ForwardingRouter(server, counters, accepted)
 
     return factory
+
+
+async def _stopping(service: CoordinatorService, liveness: PodLiveness | None,
+                    hand_off_s: float) -> None:
+    """A graceful stop begins: nothing more is declared gone (the drain closes connections
+    itself), then the service lets its groups go."""
+    if liveness is not None:
+        liveness.silence()
+    await service.let_go(hand_off_s)
 
 
 def upstream_of(server: ProxyServer, node_id: int | None) -> tuple[str, int]:
@@ -137,14 +154,22 @@ async def serve(config: ProxyConfig, *,
         log.warning("%s", config.fleet_note)
     security = Security(config)
     service = CoordinatorService(config, security) if config.coordinate_groups else None
-    server = ProxyServer(config, make_router_factory(config, service), security)
+    liveness = (PodLiveness(service, window_ms=config.liveness_window_ms,
+                            grace_ms=config.liveness_grace_ms)
+                if service is not None and config.pod_local_liveness else None)
+    server = ProxyServer(config, make_router_factory(config, service, liveness), security)
+    if liveness is not None:
+        server.connection_closed = liveness.connection_closed
+        server.connection_refused = liveness.connection_refused
     readiness = Readiness(service.routes.problems.summary if service is not None else None)
     async with trio.open_nursery() as nursery:
         if service is not None:
             service.node_address = lambda node_id: upstream_of(server, node_id)
             await nursery.start(service.run)
             hand_off_s = min(config.shutdown_grace, hand_off_seconds(config))
-            server.before_drain = lambda: service.let_go(hand_off_s)
+            if liveness is not None:
+                await nursery.start(liveness.run)
+            server.before_drain = lambda: _stopping(service, liveness, hand_off_s)
         await nursery.start(server.run)
         nursery.start_soon(server.watch_signals)
         if config.metrics_listen is not None:

@@ -299,6 +299,18 @@ SETTINGS: tuple[Setting, ...] = (
             "still own may be held, so it gets them the moment they are released (bounded by "
             "its rebalance timeout and half its session timeout). 0: answer at once with what "
             "is free (Kafka's behaviour)."),
+    Setting("pod-local-liveness", _bool, "on",
+            "Fence a member at once (reason pod-local) when every connection of its client "
+            "to this sidecar closes together and none reopens within liveness-grace-ms: its "
+            "process is gone (docs/decisions/0020-pod-local-liveness.md). Off: a crashed "
+            "member keeps its partitions until its session times out."),
+    Setting("liveness-window-ms", _positive_int, "200",
+            "Pod-local liveness: a client's connections must all close within this many "
+            "milliseconds (the kernel closes a dead process's sockets at once)."),
+    Setting("liveness-grace-ms", _positive_int, "400",
+            "Pod-local liveness: how long a client whose connections all closed has to open "
+            "one again (or its member to send a request) before its members are declared "
+            "gone; keep it well under the heartbeat interval."),
     Setting("broker-session-timeout-ms", _positive_int, "6000",
             "Session (and rebalance) timeout of the proxy's own member in the broker's classic "
             "group of each group it coordinates. A proxy that dies is dropped from that group "
@@ -485,6 +497,9 @@ class ProxyConfig:
     classic_translation: bool = True
     classic_quiet_advance: bool = True
     classic_sync_hold_ms: int = 3_000
+    pod_local_liveness: bool = True
+    liveness_window_ms: int = 200
+    liveness_grace_ms: int = 400
     broker_session_timeout_ms: int = 6_000
     group_session_timeout_ms: int = 45_000
     group_heartbeat_interval_ms: int = 5_000

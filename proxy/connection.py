@@ -232,6 +232,11 @@ class Connection:
         self.bad_input = False
         """Set when the client sent something that broke the protocol."""
 
+    @property
+    def draining(self) -> bool:
+        """The proxy is closing the connection (shutdown): whatever ends it is the proxy's."""
+        return self._draining
+
     async def run(self) -> None:
         """Serve until either side closes, a protocol error occurs, or we are cancelled."""
         try:

@@ -38,6 +38,17 @@ FLEET_UNFOLLOWABLE = Counter(
     "Times this sidecar could not follow the sidecar coordinating a group, by reason "
     "(no-address: the holder has no fleet listener; unreachable: its fleet address did not "
     "answer); /readyz lists the recent cases", ["reason"], registry=REGISTRY)
+LIVENESS = Counter(
+    "groupgate_liveness_members",
+    "Pod-local liveness of the members next to this sidecar, by outcome (suspected: every "
+    "connection of its client closed together; declared: none came back within the grace; "
+    "returned: the client or the member came back within it)",
+    ["outcome"], registry=REGISTRY)
+MEMBER_GONE = Counter(
+    "groupgate_member_gone",
+    "Member-gone messages, by result (fenced or refused at this sidecar as the group's "
+    "holder; sent to another sidecar; dropped: no protocol-3 holder could be told)",
+    ["result"], registry=REGISTRY)
 CLIENT_AUTHENTICATIONS = Counter(
     "groupgate_client_authentications",
     "SASL authentications of clients through the proxy, by listener, mechanism and outcome "

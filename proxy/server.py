@@ -116,6 +116,11 @@ class ProxyServer:
         self.before_drain: Callable[[], Awaitable[None]] | None = None
         """Run when a graceful stop begins, before connections are drained (the coordinator
         service tells its members to let go of their partitions then)."""
+        self.connection_closed: Callable[[Router, Connection], None] | None = None
+        """Told of every served connection when it ends, with the router the factory made
+        (pod-local liveness: :mod:`proxy.coordination.pod_liveness`)."""
+        self.connection_refused: Callable[[], None] | None = None
+        """Told when a new connection is closed at once (``max-connections``, no broker)."""
 
     # -- broker directory (the rewriters' AddressMap) ----------------------------------------
 
@@ -254,6 +259,8 @@ class ProxyServer:
             self._refusal_logged, self._refused = now, 0
         with contextlib.suppress(OSError):
             stream.socket.close()
+        if self.connection_refused is not None:
+            self.connection_refused()
 
     async def _serve(self, client: trio.SocketStream, node_id: int | None) -> None:
         try:
@@ -283,8 +290,10 @@ class ProxyServer:
             upstream = None
         if upstream is None:
             await client.aclose()
+            if self.connection_refused is not None:
+                self.connection_refused()
             return
-        router = self.router_factory(self, node_id, _client_host(accepted), session)
+        router = made = self.router_factory(self, node_id, _client_host(accepted), session)
         if policy.sasl:
             router = SaslGate(router, session, name=name,
                               is_fleet_user=(self.security.is_fleet_user
@@ -315,6 +324,8 @@ class ProxyServer:
         finally:
             active.dec()
             self.active.discard(conn)
+            if self.connection_closed is not None:
+                self.connection_closed(made, conn)
             if conn.bad_input:
                 metrics.CLOSED_BAD_INPUT.labels(node_label(node_id)).inc()
 

@@ -134,6 +134,24 @@ class UpstreamClient:
             raise UpstreamError(f"undecodable response to {api_key} v{version}: {exc}") from exc
         return value_out
 
+    async def exchange_raw(self, api_key: int, version: int, body: bytes,
+                           client_id: str = CLIENT_ID) -> bytes:
+        """Send a request whose body the codec does not know (the fleet's own ``FleetControl``,
+        request header v1) and return its response body (after the correlation id)."""
+        self._correlation += 1
+        correlation_id = self._correlation
+        payload = encode_request_header(api_key, version, correlation_id, client_id,
+                                        flexible=False) + body
+        try:
+            await self._stream.send_all(struct.pack(">i", len(payload)) + payload)
+            frame = await self._read_frame()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, FrameError) as exc:
+            raise UpstreamError(f"request {api_key} v{version} failed: {exc!r}") from exc
+        (got,) = struct.unpack_from(">i", frame, 0)
+        if got != correlation_id:
+            raise UpstreamError(f"correlation id {got}, expected {correlation_id}")
+        return frame[4:]
+
     async def _read_frame(self) -> bytes:
         while not self._pending:
             data = await self._stream.receive_some(65536)

@@ -309,6 +309,42 @@ class GroupCoordinator(CoordinatorState):
             self.arm_timer(key, now_ms + timeout, effects, payload=payload)
         return effects
 
+    def fence_member(self, group_id: str, member_id: str, member_epoch: int, reason: str,
+                     now_ms: int) -> tuple[ErrorCode, list[Effect]]:
+        """Fence a member as its session timeout would, for ``reason`` (``"pod-local"``: the
+        sidecar next to it saw its process go, docs/decisions/0020-pod-local-liveness.md).
+
+        ``member_epoch`` is the epoch (a classic member: the generation) the caller observed:
+        the member's current epoch, or its previous one (the observed heartbeat was the one
+        whose answer moved it on; the engine accepts that epoch from it too, as a lost
+        response). A member that moved on since is not fenced (FENCED_MEMBER_EPOCH), nor a
+        static member (its session keeps Kafka's semantics: a restart reclaims its
+        partitions), nor one whose request is inside the proxy, nor any member of a suspended
+        group (COORDINATOR_NOT_AVAILABLE). UNKNOWN_MEMBER_ID for a member the engine does not
+        have. NONE: fenced, with the :class:`MemberFenced` effect carrying ``reason``."""
+        effects: list[Effect] = []
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID, effects
+        if group.suspended is not None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, effects
+        if member.instance_id is not None:
+            return ErrorCode.FENCED_INSTANCE_ID, effects
+        meta = member.classic
+        if meta is not None:
+            current = {meta.generation if meta.generation >= 0 else member.member_epoch}
+        else:  # the observation may be the heartbeat whose answer gave the current epoch
+            current = {member.member_epoch, member.previous_member_epoch}
+        if member_epoch not in current:
+            return ErrorCode.FENCED_MEMBER_EPOCH, effects
+        if group.held_sessions.protected_until(member_id, now_ms) is not None:
+            return ErrorCode.REBALANCE_IN_PROGRESS, effects
+        self.remove_member(group, member, reason.replace("-", " "), now_ms, effects)
+        effects.append(MemberFenced(group_id, member_id, reason))
+        self._group_changed(group_id, now_ms, effects)
+        return ErrorCode.NONE, effects
+
     def forget(self, group_id: str, reason: str) -> list[Effect]:
         """The group's lock is lost (another coordinator may hold it): forget the group and
         its members at once, whatever state it is in; nothing of it is answered here again,

@@ -102,8 +102,9 @@ class MemberFenced:
     group_id: str
     member_id: str
     reason: str
-    """``"session-timeout"`` or ``"rebalance-timeout"``; classic members also
-    ``"join-timeout"`` and ``"sync-timeout"``."""
+    """``"session-timeout"``, ``"rebalance-timeout"`` or ``"pod-local"`` (the sidecar next
+    to the member saw its process go, :meth:`GroupCoordinator.fence_member`); classic members
+    also ``"join-timeout"`` and ``"sync-timeout"``."""
 
 
 @dataclass(frozen=True, slots=True)

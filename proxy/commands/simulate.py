@@ -8,7 +8,9 @@ command that replays it. ``--classic-share F`` makes each new client a classic
 ``--failover-rate R`` fails the coordinator over R times per simulated second of chaos on
 average: the engine's records go through a simulated write pipeline, and a new coordinator
 loaded from the acknowledged ones takes over (``--write-delay-ms`` bounds how long a write
-takes to be acknowledged). The simulation itself is pure code in ``translation.simulation``.
+takes to be acknowledged). ``--pod-local-rate P`` has the sidecar of a crashed dynamic member
+report it gone with probability P (pod-local liveness: the engine fences it a grace after the
+crash, reason ``pod-local``). The simulation itself is pure code in ``translation.simulation``.
 """
 
 from __future__ import annotations
@@ -49,6 +51,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="with failovers: a write is acknowledged 1 to MS ms after it is made (default 30)",
     )
     parser.add_argument(
+        "--pod-local-rate",
+        type=float,
+        default=None,
+        metavar="P",
+        help="probability that a crashed dynamic member is reported gone by its sidecar "
+        "(default 0)",
+    )
+    parser.add_argument(
         "--trace", type=int, default=40, help="event trace lines to print on failure (default 40)"
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="print every seed's stats")
@@ -72,6 +82,8 @@ def _knobs(args: argparse.Namespace) -> dict[str, object]:
         knobs["failover_rate"] = args.failover_rate
     if args.write_delay_ms is not None:
         knobs["write_delay_ms"] = args.write_delay_ms
+    if args.pod_local_rate is not None:
+        knobs["pod_local_rate"] = args.pod_local_rate
     return knobs
 
 
@@ -85,6 +97,8 @@ def _replay(result: SimulationResult, args: argparse.Namespace) -> str:
         replay += f" --failover-rate {args.failover_rate}"
     if args.write_delay_ms is not None:
         replay += f" --write-delay-ms {args.write_delay_ms}"
+    if args.pod_local_rate is not None:
+        replay += f" --pod-local-rate {args.pod_local_rate}"
     return replay
 
 
@@ -94,6 +108,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.failover_rate is not None and args.failover_rate < 0:
         print("--failover-rate must not be negative")
+        return 2
+    if args.pod_local_rate is not None and not 0.0 <= args.pod_local_rate <= 1.0:
+        print("--pod-local-rate must be between 0 and 1")
         return 2
     if args.write_delay_ms is not None and args.write_delay_ms < 1:
         print("--write-delay-ms must be at least 1")

@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proxy import metrics
 from proxy.codec import messages
@@ -76,6 +76,9 @@ from proxy.security.session import Session
 from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode
 
+if TYPE_CHECKING:
+    from proxy.coordination.pod_liveness import ConnectionWatch
+
 log = logging.getLogger("groupgate.coordination")
 
 UNKNOWN_SERVER_ERROR = int(ErrorCode.UNKNOWN_SERVER_ERROR)
@@ -111,7 +114,7 @@ class CoordinatingRouter(ForwardingRouter):
     """Per-connection routing with the coordinator service behind it."""
 
     __slots__ = ("_claims", "_client_host", "_committers", "_fleet", "_handlers", "_node_id",
-                 "_session", "_software", "_stale_acknowledged")
+                 "_session", "_software", "_stale_acknowledged", "liveness")
 
     def __init__(self, address_map: AddressMap, counters: RequestCounters,
                  accepted: dict[int, tuple[int, int]], handlers: dict[int, ApiHandler],
@@ -137,6 +140,9 @@ class CoordinatingRouter(ForwardingRouter):
         self._stale_acknowledged: dict[int, list[Value]] = {}
         """By correlation id: partitions of a commit acknowledged as stale retries
         (:mod:`.commit_retries`), added to its answer."""
+        self.liveness: ConnectionWatch | None = None
+        """Pod-local liveness hook (:mod:`.pod_liveness`): told the connection's ApiVersions
+        and group requests; set by the router factory on client-facing connections."""
 
     async def aclose(self) -> None:
         """The client's connection closed: its commits still on their way are retried by the
@@ -166,9 +172,12 @@ class CoordinatingRouter(ForwardingRouter):
         return FORWARD
 
     def classify(self, request: RequestInfo) -> int:
-        if (request.api_key == ApiKey.API_VERSIONS and request.complete
-                and self._software is not None):
-            self._software.note_request(self._client_host, request.frame, request.api_version)
+        if request.api_key == ApiKey.API_VERSIONS and request.complete:
+            if self._software is not None:
+                self._software.note_request(self._client_host, request.frame,
+                                            request.api_version)
+            if self.liveness is not None:  # pod-local liveness hook
+                self.liveness.api_versions(request.frame, request.api_version)
         action = super().classify(request)
         if action == FORWARD and request.api_key in self._handlers:
             return EXAMINE
@@ -206,6 +215,8 @@ class CoordinatingRouter(ForwardingRouter):
     def _decide(self, handler: ApiHandler, request: RequestInfo, group_request: GroupRequest,
                 route: Route | None) -> Decision:
         """Decide ``group_request``; ``route``: where its groups go, when a lookup found out."""
+        if self.liveness is not None and route is None:  # pod-local liveness hook
+            self.liveness.group_request(group_request)
         try:
             fleet = self._fleet
             groups = handler.group_ids(group_request) if fleet is not None else ()

@@ -15,7 +15,7 @@ group g1, topic t with partitions 0-3
       -> rebalance 2: 10 s to 15 s = 5000 ms, A and B disturbed, A revoked, 2 partitions
       -> downtime t2, t3: 12 s to 15 s = 3000 ms each
   20  snapshot: A holds t0, t1; B holds t2, t3
-  30  bump 3; B fenced (session timeout) with t2, t3; Assigning
+  30  bump 3; B fenced (pod-local: its sidecar saw its process go) with t2, t3; Assigning
   31  A gets t2, t3; Stable
       -> rebalance 3: 30 s to 31 s = 1000 ms, B (revoked) and A (assigned) disturbed
       -> downtime t2, t3: 30 s to 31 s = 1000 ms each
@@ -113,8 +113,8 @@ def journal() -> list[Event]:
             "assigned": {"t": [0, 1]}, **rdk},
            {"member": "B", "protocol": "classic", "member_epoch": 2, "state": "stable",
             "assigned": {"t": [2, 3]}, **java}])
-    ev(30, "g1", E.EPOCH_BUMPED, group_epoch=3, reason="session timeout")
-    ev(30, "g1", E.MEMBER_FENCED, member="B", protocol="classic", reason="session-timeout",
+    ev(30, "g1", E.EPOCH_BUMPED, group_epoch=3, reason="pod local")
+    ev(30, "g1", E.MEMBER_FENCED, member="B", protocol="classic", reason="pod-local",
        member_epoch=2, revoked={"t": [2, 3]}, released={"t": [2, 3]})
     state(30, "g1", "Assigning", 3, 2, 1)
     moved(31, "g1", "A", 3, "stable", assigned={"t": [2, 3]})
@@ -230,7 +230,8 @@ def test_members_and_migration(spark: Any, report: tuple[Path, dict[str, Any]]) 
                     r["protocol"], r["software"]) for r in rows(spark, out, "members"))
     assert lives == [
         ("g1", "A", 0, 50_000, "left", "consumer", "librdkafka 2.16.1"),
-        ("g1", "B", 10_000, 30_000, "fenced", "classic", "apache-kafka-java 3.9.1"),
+        ("g1", "B", 10_000, 30_000, "fenced (pod-local: its process was gone)", "classic",
+         "apache-kafka-java 3.9.1"),
         ("g2", "S", 0, 25_000, "replaced", "consumer", "librdkafka 2.16.1"),
         ("g2", "S2", 25_000, None, None, "consumer", "librdkafka 2.16.1"),
         ("g2", "T", 40_000, None, None, "classic", "unknown"),

@@ -164,6 +164,12 @@ class Knobs:
     chaos_events: bool = True
     """False: no joins, leaves, crashes, bounces, pauses, subscription or topic changes after
     the first members joined (failovers and message loss only)."""
+    pod_local_rate: float = 0.0
+    """Probability that the crash of a dynamic member is reported by the sidecar next to it
+    (pod-local liveness, docs/decisions/0020-pod-local-liveness.md): ``pod_local_grace_ms``
+    later the engine is asked to fence it (``fence_member``, reason ``pod-local``) at the epoch
+    of its last request, unless the coordinator is down then (the message is dropped)."""
+    pod_local_grace_ms: int = 400
     trace_length: int = 40
 
 
@@ -260,6 +266,11 @@ class Simulation:
         self.config = config
         self.engine = GroupCoordinator(config, self.image)
         self.classic = ClassicGroupCoordinator(self.engine)
+        self.prng = random.Random(seed * 7_368_787 + 5)
+        """Pod-local liveness decisions: their own stream (with the knob at 0 nothing is
+        drawn from it, so the other seeds replay as before)."""
+        self.sent_epochs: dict[str, tuple[str, int]] = {}
+        """By client: the member id and epoch of its last request, as its sidecar saw it."""
         self.frng = random.Random(seed * 1_000_003 + 29)
         """Failover decisions and write delays: their own stream, so turning failovers on does
         not change what the rest of a seed draws until the first failover."""
@@ -666,6 +677,8 @@ class Simulation:
             self.at(paused, self.ev_heartbeat, client, token)
             return
         request = client.build_request()
+        if client.member_id:
+            self.sent_epochs[client.name] = (client.member_id, client.epoch)
         seq = self.req_seq.get(client.name, 0) + 1
         self.req_seq[client.name] = seq
         if self.first_unanswered.get(client.name) is None:
@@ -914,6 +927,12 @@ class Simulation:
             self.stats["crashes"] += 1
             self.note("crash", client.name)
             client.crash()
+            if (k.pod_local_rate and client.instance_id is None
+                    and client.name in self.sent_epochs
+                    and self.prng.random() < k.pod_local_rate):
+                member_id, epoch = self.sent_epochs[client.name]
+                self.at(self.now + k.pod_local_grace_ms, self.ev_pod_local, client.name,
+                        member_id, epoch)
             if client.instance_id is not None or self.rng.random() < 0.5:
                 self.at(
                     self.now + self.rng.randint(500, 8000), self.ev_new_client, client.instance_id
@@ -949,6 +968,17 @@ class Simulation:
             self.note("pause", client.name, pause)
             self.paused_until[client.name] = self.now + pause
         self.at(self.now + int(self.rng.expovariate(1 / k.event_interval_ms)) + 1, self.ev_chaos)
+
+    def ev_pod_local(self, name: str, member_id: str, epoch: int) -> None:
+        """The sidecar of a crashed client tells the coordinator its member is gone."""
+        if self.down:
+            self.stats["pod-local-dropped"] += 1
+            return
+        error, effects = self.engine.fence_member(GROUP_ID, member_id, epoch, "pod-local",
+                                                  self.engine_now())
+        self.stats[f"pod-local-{error.name}"] += 1
+        self.note("pod-local", name, (error.name, effects))
+        self.after_engine(effects)
 
     def change_topics(self) -> None:
         topics = dict(self.image.by_name)

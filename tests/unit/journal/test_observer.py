@@ -112,6 +112,19 @@ def test_basic_case_study() -> None:
     assert j.heartbeat(hb(G, "B", 2, {FOO: [2]}), 60) == []
 
 
+def test_a_member_fenced_pod_local_is_journaled_with_its_reason() -> None:
+    assignor = ScriptedAssignor()
+    j = Journaled(make_engine(image(foo=(FOO, 2)), assignor, session_timeout_ms=60_000))
+    assignor.next = target(A={FOO: [0, 1]})
+    j.heartbeat(join(G, "A"), 0)
+    error, effects = j.engine.fence_member(G, "A", 1, "pod-local", 100)
+    assert error == 0
+    events = j.observe(effects, T0 + 100)
+    fenced = one(events, EventType.MEMBER_FENCED)
+    assert (fenced["member"], fenced["reason"], fenced["released"]) == \
+        ("A", "pod-local", {"foo": [0, 1]})
+
+
 def test_fenced_member_and_group_expiry() -> None:
     assignor = ScriptedAssignor()
     j = Journaled(make_engine(image(foo=(FOO, 2)), assignor, session_timeout_ms=1_000,

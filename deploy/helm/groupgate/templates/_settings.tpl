@@ -22,6 +22,9 @@ coordinate-groups
 classic-translation
 classic-quiet-advance
 classic-sync-hold-ms
+pod-local-liveness
+liveness-window-ms
+liveness-grace-ms
 broker-session-timeout-ms
 group-session-timeout-ms
 group-heartbeat-interval-ms

@@ -1,0 +1,77 @@
+"""Pod-local liveness on real sidecars and clients (docs/decisions/0020-pod-local-liveness.md):
+pods (network namespaces) with a sidecar each, members of both protocols behind both.
+
+Member sessions are 60 s, longer than the whole run after the first kill, so no member can be
+fenced by its session timeout during the test: a SIGKILLed member's partitions reach the others
+only if its sidecar saw its process go and the group's holder fenced it with reason
+``pod-local``, here or over the fleet listener. Live members whose connections the proxy
+closes (a broker restart passed on) are never fenced that way. The soak's checks run as well
+(no partition owned twice, every record consumed, no committed offset moving backwards).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.benchmarks.soak import run as soak
+from tests.testbed import pods
+
+pytestmark = pytest.mark.broker
+
+SESSION_MS = 60_000
+MEMBERS = ("eager:confluent/consumer/async@1", "eager:confluent/classic/async@1",
+           "eager:confluent/consumer/async@2", "eager:confluent/classic/async@2")
+FENCED = re.compile(r"MemberFenced\(group_id='[^']*', member_id='[^']*', reason='([a-z-]+)'\)")
+
+
+@pytest.fixture(autouse=True)
+def _pods_available() -> None:
+    ok, why = pods.available()
+    if not ok:
+        pytest.skip(why)
+
+
+def run_soak(tmp_path: Path, **settings: Any) -> tuple[dict[str, Any], str]:
+    """The soak's result, checked, and every sidecar's log."""
+    result = soak.Soak(soak.Settings(
+        pods=2, groups=("eager",), events=(), initial=MEMBERS, session_timeout_ms=SESSION_MS,
+        max_poll_interval_ms=2 * SESSION_MS, **settings), tmp_path).run()
+    (tmp_path / "result.json").write_text(json.dumps(result, indent=1, default=str))
+    print(soak.summary(result))
+    assert result["caught_up"], f"logs in {tmp_path}"
+    assert result["violations"] == [], f"{result['violations']}; logs in {tmp_path}"
+    logs = "\n".join(path.read_text(errors="replace")
+                     for path in sorted(tmp_path.glob("groupgate-*.log")))
+    return result, logs
+
+
+def test_sigkilled_members_are_fenced_pod_local_behind_either_sidecar(tmp_path: Path) -> None:
+    """Three of the four members SIGKILLed one after the other (librdkafka KIP-848 and classic:
+    at least one of each, and at least one behind the sidecar that does not hold the group):
+    each is fenced pod-local, and the last member ends up with every partition."""
+    result, logs = run_soak(tmp_path, duration_s=32.0, seed=5,
+                            script=("8:kill:eager", "15:kill:eager", "22:kill:eager"))
+    killed = [e["member"] for e in result["events"] if e["event"] == "kill"]
+    assert len(killed) == 3, result["events"]
+    reasons = FENCED.findall(logs)
+    assert reasons.count("session-timeout") == 0, reasons
+    assert reasons.count("pod-local") == 3, (reasons, f"logs in {tmp_path}")
+    # one of them was reported by the follower sidecar, over the fleet listener
+    assert re.search(r"fenced \(pod-local\): the sidecar next to it \(the sidecar at ", logs), \
+        f"logs in {tmp_path}"
+    assert "told" in logs and "which answered NONE" in logs, f"logs in {tmp_path}"
+
+
+def test_live_members_whose_connections_the_proxy_closed_are_not_fenced(tmp_path: Path
+                                                                        ) -> None:
+    """A broker restart: every sidecar passes the closes of the broker's connections on to
+    its clients; they reconnect. Nobody is declared gone, nobody fenced."""
+    result, logs = run_soak(tmp_path, duration_s=30.0, seed=7, script=("10:broker-restart",))
+    assert [e["event"] for e in result["events"]] == ["broker-restart"], result["events"]
+    assert FENCED.findall(logs) == [], f"logs in {tmp_path}"
+    assert "is gone (" not in logs and "fenced (pod-local)" not in logs, f"logs in {tmp_path}"
