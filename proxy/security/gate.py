@@ -81,6 +81,12 @@ class SaslGate:
     def inner(self) -> Router:
         return self._inner
 
+    def attach(self, send: Any) -> None:
+        """Hand the connection's probes to the router inside (see ``Connection.probe``)."""
+        attach = getattr(self._inner, "attach", None)
+        if attach is not None:
+            attach(send)
+
     async def aclose(self) -> None:
         closer = getattr(self._inner, "aclose", None)
         if closer is not None:
