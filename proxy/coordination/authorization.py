@@ -105,8 +105,10 @@ class AuthorizationStage:
             return service.classic is not None  # the engine may take any join
         if key in (ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP):
             return service.serves_classic(group_id, member_id)
+        # commits: the engine's, a takeover's, or a stale retry the proxy would acknowledge
         return (service.claims(group_id) or service.to_let_go(group_id, member_id)
-                or service.may_load(group_id, member_id))
+                or service.may_load(group_id, member_id)
+                or service.commit_retries.knows(group_id, member_id))
 
     # -- what it needs to know ----------------------------------------------------------------
 

@@ -48,6 +48,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import trio
+
 from proxy import metrics
 from proxy.codec import messages
 from proxy.codec.api_keys import ApiKey
@@ -349,6 +351,12 @@ class CoordinatingRouter(ForwardingRouter):
             log.info("authorizing api key %d: %s", request.api_key, exc)
         except Unanswerable as exc:
             error = exc.error
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            raise  # the connection is going: it closes as for any failed send
+        except Exception:  # an answer the proxy cannot read: refused, never let through
+            log.exception("authorizing api key %d v%d failed", request.api_key,
+                          request.api_version)
+            error = UNKNOWN_SERVER_ERROR
         if learnt is None:
             return Local(self._encode(handler, group_request,
                                       handler.failure(group_request, error)))

@@ -182,9 +182,13 @@ class Rights:
                                                              needs.cluster, client_id, learnt))
         if failures:
             raise failures[0]
-        for fact, allowed in learnt.items():
-            self._facts[fact] = allowed
+        self.note(learnt)
         return learnt
+
+    def note(self, facts: Mapping[Fact, bool]) -> None:
+        """Keep ``facts`` for the answers' lifetime."""
+        for fact, allowed in facts.items():
+            self._facts[fact] = allowed
 
     async def _exchange(self, api_key: int, version: int, value: dict[str, Any],
                         client_id: str | None) -> dict[str, Any]:

@@ -416,8 +416,7 @@ async def test_a_follower_relays_nothing_for_a_client_the_broker_would_refuse(
 
 def test_rights_are_bounded_per_connection() -> None:
     rights = Rights(None, ttl=5.0, maxsize=8, timer=Clock())
-    for i in range(100):
-        rights._facts[("group", f"g{i}", READ)] = True
+    rights.note({("group", f"g{i}", READ): True for i in range(100)})
     assert len(rights) <= 8
 
 
@@ -434,3 +433,27 @@ def _group_request(key: int, version: int, value: dict[str, Any]) -> Any:
     from proxy.coordination.handler import GroupRequest
 
     return GroupRequest(ApiKey(key), version, 1, "c", "/h", 1, b"", value)
+
+
+async def test_a_stale_retry_is_not_acknowledged_to_a_client_without_read() -> None:
+    """A commit retry that a newer commit of the member overtook is acknowledged without being
+    written (commit_retries), only for a client that may commit at all: Kafka checks READ on
+    the group before anything, so a client whose READ was removed gets
+    GROUP_AUTHORIZATION_FAILED, for a group of the broker's own too."""
+    service = make_service()
+    acls = Acls(groups={"broker-group": {READ}}, topics={TOPIC: {READ}})
+    newer = commit("broker-group", member="m", epoch=5)
+    newer["topics"][0]["partitions"][0]["committed_offset"] = 78
+    first = await exchange(authorizing_router(service, acls), request(8, 9, newer),
+                           lambda k, v, sent: {"topics": [{"name": TOPIC, "partitions": [
+                               {"partition_index": 0, "error_code": 0}]}]})
+    # a broker's group: forwarded; what the client was told is noted by this sidecar
+    assert first.action in ("forward", "rewrite")
+    service.commit_retries.observe("broker-group", "m", newer, {"topics": [
+        {"name": TOPIC, "partitions": [{"partition_index": 0, "error_code": 0}]}]})
+    retry = commit("broker-group", member="m", epoch=5)  # offset 1 < 78: a stale retry
+    acls.groups["broker-group"] = set()
+    result = await exchange(authorizing_router(service, acls), request(8, 9, retry))
+    assert result.response is not None
+    assert partition_errors(result.response) == {TOPIC: {GROUP_AUTH}}
+    assert service.commit_retries.acknowledged == 0
