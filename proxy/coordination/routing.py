@@ -249,12 +249,9 @@ class CoordinatingRouter(ForwardingRouter):
             if fleet is not None and not fleet.inbound:
                 route = route or fleet.routes.route(groups)
                 if route.kind == LOOKUP:
-                    # ask the broker first; the decoded request is kept meanwhile only if the
-                    # authorization stage changed it
-                    return Prepare(self._after_lookup(
-                        handler, request, groups,
-                        group_request if group_request.completion is not None else None,
-                        authorized))
+                    # ask the broker first; the decoded request is not kept meanwhile (it is
+                    # decoded and authorized again after, from the answers kept)
+                    return Prepare(self._after_lookup(handler, request, groups))
             if (group_request.api_key == ApiKey.OFFSET_COMMIT and self._client_facing
                     and isinstance(handler, offsets.OffsetCommitHandler)):
                 # the engine first: a commit it refuses gets its error, never a stale-retry
@@ -342,10 +339,9 @@ class CoordinatingRouter(ForwardingRouter):
         request's frame is still valid: the connection reads nothing else meanwhile)."""
         stage = self._authorization
         assert stage is not None
-        group_request = self._decode(handler, request)
         learnt: dict[Fact, bool] | None = None
         error = COORDINATOR_NOT_AVAILABLE
-        try:
+        try:  # the decoded request is not kept while the broker is asked (a large commit)
             learnt = await stage.rights.ask(needs, client_id)
         except ProbeFailed as exc:
             log.info("authorizing api key %d: %s", request.api_key, exc)
@@ -357,6 +353,7 @@ class CoordinatingRouter(ForwardingRouter):
             log.exception("authorizing api key %d v%d failed", request.api_key,
                           request.api_version)
             error = UNKNOWN_SERVER_ERROR
+        group_request = self._decode(handler, request)
         if learnt is None:
             return Local(self._encode(handler, group_request,
                                       handler.failure(group_request, error)))
@@ -365,8 +362,9 @@ class CoordinatingRouter(ForwardingRouter):
         if not isinstance(checked, GroupRequest):
             assert not isinstance(checked, Prepare)
             return checked
-        return await self._settled(self._decide(handler, request, checked, route,
-                                                authorized=True))
+        decision = self._decide(handler, request, checked, route, authorized=True)
+        del group_request, checked  # not kept while a lookup is waited for
+        return await self._settled(decision)
 
     @staticmethod
     async def _settled(decision: Decision) -> int | Rewrite | Local:
@@ -387,18 +385,16 @@ class CoordinatingRouter(ForwardingRouter):
     # -- other sidecars -----------------------------------------------------------------------
 
     async def _after_lookup(self, handler: ApiHandler, request: RequestInfo,
-                            groups: tuple[str, ...], kept: GroupRequest | None,
-                            authorized: bool) -> int | Rewrite | Local:
+                            groups: tuple[str, ...]) -> int | Rewrite | Local:
         """Where the request's groups are coordinated was not known: ask the broker, then
         decide the request again (its frame is still valid: the connection reads nothing
-        else meanwhile; ``kept``: the request as the authorization stage left it)."""
+        else meanwhile); the authorization stage decides it again too, from the answers the
+        connection keeps (or asks again if they expired meanwhile; the route is known now, so
+        nothing is looked up twice)."""
         assert self._fleet is not None
         route = await self._fleet.routes.lookup(groups)
-        decision = self._decide(handler, request,
-                                kept if kept is not None else self._decode(handler, request),
-                                route, authorized)
-        assert not isinstance(decision, Prepare)  # the route is known now
-        return decision
+        return await self._settled(self._decide(handler, request,
+                                                self._decode(handler, request), route))
 
     async def _relay(self, handler: ApiHandler, request: GroupRequest,
                      groups: tuple[str, ...], route: Route) -> bytes:
