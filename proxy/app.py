@@ -16,8 +16,10 @@ from collections.abc import Callable
 
 import trio
 
+from proxy.codec.api_keys import ApiKey
 from proxy.config import ProxyConfig, resolve_fleet
 from proxy.connection import ListenerError, Router
+from proxy.coordination.authorization import AuthorizationStage
 from proxy.coordination.peers import ConnectionLinks, FleetSide
 from proxy.coordination.pod_liveness import FleetControlRouter, PodLiveness
 from proxy.coordination.routing import CoordinatingRouter, handler_table
@@ -27,6 +29,13 @@ from proxy.logs import LIFECYCLE
 from proxy.metrics import RequestCounters
 from proxy.router import ForwardingRouter, parse_table
 from proxy.security.policy import Security
+from proxy.security.rights import (
+    DESCRIBE_ACLS_VERSION,
+    NOTHING_FILTER,
+    AuthorizerCheck,
+    Rights,
+    authorization_mode,
+)
 from proxy.security.session import Session
 from proxy.server import FLEET_NODE, ProxyServer, RouterFactory, node_label
 from proxy.upstream import UpstreamError, fetch_brokers
@@ -80,6 +89,13 @@ def make_router_factory(config: ProxyConfig, service: CoordinatorService | None 
     (:mod:`proxy.coordination.pod_liveness`)."""
     accepted = parse_table(fetch_node_endpoints=config.fetch_node_endpoints)
     handlers = handler_table(service) if service is not None else {}
+    mode = authorization_mode(config)
+    authorizer: AuthorizerCheck | None = None
+    if service is not None and mode == "auto":
+        pool, first = service.pool, config.upstream[0]
+        authorizer = AuthorizerCheck(lambda: pool.link(first).request(
+            ApiKey.DESCRIBE_ACLS, DESCRIBE_ACLS_VERSION, NOTHING_FILTER))
+    ttl = config.authorization_ttl_ms / 1000
 
     def factory(server: ProxyServer, node_id: int | None, client_host: str,
                 session: Session) -> Router:
@@ -92,10 +108,13 @@ def make_router_factory(config: ProxyConfig, service: CoordinatorService | None 
             fleet = FleetSide(service.routes,
                               ConnectionLinks(service.pool, service.routes.problems), inbound,
                               service.broker_of)
+            stage = (AuthorizationStage(Rights(None, ttl=ttl), service)
+                     if mode != "off" and not inbound else None)
             router = CoordinatingRouter(server, counters, accepted, handlers,
                                         None if inbound else node_id, client_host,
                                         claims=service.claims, fleet=fleet,
-                                        software=service.software, session=session)
+                                        software=service.software, session=session,
+                                        authorization=stage, authorizer=authorizer)
             if inbound:
                 return FleetControlRouter(router, liveness, session, client_host)
             if liveness is not None:

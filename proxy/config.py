@@ -451,6 +451,17 @@ SETTINGS: tuple[Setting, ...] = (
             "SASL identity, checked by the broker, and its user must be one of fleet-users), "
             "'none' (anyone who reaches the port; refused on a SASL cluster). 'auto': mtls "
             "when fleet-tls-ca-file is set, else sasl on a SASL cluster, else none."),
+    Setting("authorize-clients", _choice("auto", "on", "off"), "auto",
+            "Authorize the group requests the proxy answers or relays itself as Kafka would, "
+            "as each client's own principal, asking the broker on the client's connection. "
+            "'auto': when clients act as principals other than the proxy's (SASL_*, or SSL "
+            "with tls-cert-file and tls-cert-for-clients off) and the brokers have an "
+            "authorizer; 'on': always; 'off': never (every authenticated client may use every "
+            "group the proxy coordinates)."),
+    Setting("authorization-ttl-ms", _positive_int, "5000",
+            "How long the broker's answer about what a client may do is trusted on its "
+            "connection: a right removed while a member is in a group is refused at the "
+            "member's first request after this."),
     Setting("fleet-users", str, "",
             "With fleet-auth sasl: the SASL user names other sidecars authenticate as, comma "
             "separated (default: this sidecar's own sasl-username)."),
@@ -527,6 +538,8 @@ class ProxyConfig:
     listener_tls_key_file: str = ""
     listener_tls_ca_file: str = ""
     fleet_auth: str = "auto"
+    authorize_clients: str = "auto"
+    authorization_ttl_ms: int = 5_000
     fleet_users: str = ""
     fleet_tls_cert_file: str = ""
     fleet_tls_key_file: str = ""

@@ -26,6 +26,15 @@ earlier answer the proxy gives on this connection is complete, and whatever it s
 on the client's behalf goes on this connection's own upstream socket, in request order. Frames
 that are only forwarded are not held back by an answer in progress.
 
+Probes. To authorize what it answers itself as the client would be authorized, the proxy asks
+the broker on the client's own connection (:mod:`proxy.security.rights`): :meth:`Connection.probe`
+writes a request of the proxy's own (correlation ids of its own, counting down from -1) and
+returns the broker's answer. The orderer keeps it in wire order with the client's requests but
+out of the client's queue, so the client never sees it. Probes are sent only where no answer of
+the proxy is being prepared at the head of the queue (a router's :class:`Prepare`, or an answer
+that holds the requests after it), and a probe's answer is always read even while responses
+are held, so waiting for one cannot block the pump that brings it.
+
 Frames that need no change are never copied into new objects: they are forwarded as slices of
 the buffer they arrived in. A large response that needs no change and is next in line is
 streamed through as it arrives (cut-through) rather than stored whole and then sent, which
@@ -69,6 +78,10 @@ MiB. A listener without TLS refuses such a connection with a log line; a listene
 terminates it before the connection starts (:mod:`proxy.server`)."""
 
 Payload = bytes | bytearray | memoryview
+
+
+class ProbeFailed(Exception):
+    """The connection ended, or the broker did not answer, before a probe's answer came."""
 
 
 class ListenerError(Exception):
@@ -231,6 +244,11 @@ class Connection:
         self._pipes: list[Pipe | None] | None = None
         self.bad_input = False
         """Set when the client sent something that broke the protocol."""
+        self._probe_id = 0
+        """The last correlation id of the proxy's own probes (counting down from -1)."""
+        attach = getattr(router, "attach", None)
+        if attach is not None:  # the router may ask the broker on this connection
+            attach(self.probe)
 
     @property
     def draining(self) -> bool:
@@ -520,6 +538,32 @@ class Connection:
         finally:
             lock.release()
 
+    async def probe(self, api_key: int, api_version: int, encode: Callable[[int], Payload],
+                    timeout: float) -> bytes:
+        """Send the proxy's own request (``encode(correlation_id)``: header and body, without
+        the length prefix) on this connection's broker socket and return the broker's answer
+        payload; the client never sees it. Raises :class:`ProbeFailed` when the connection
+        ends first or no answer comes within ``timeout`` (the late answer is still read and
+        dropped, so the connection's order holds)."""
+        self._probe_id = self._probe_id - 1 if self._probe_id > -(1 << 31) else -1
+        correlation_id = self._probe_id
+        answer: list[bytes] = []
+        done = trio.Event()
+
+        def on_response(payload: memoryview) -> None:
+            answer.append(bytes(payload))
+            done.set()
+
+        data = encode_frame(encode(correlation_id))
+        async with self._upstream_lock:
+            self.orderer.probe(correlation_id, api_key, api_version, on_response, done.set)
+            await self.upstream.send_all(data)
+        with trio.move_on_after(timeout):
+            await done.wait()
+        if not answer:
+            raise ProbeFailed(f"no answer to the proxy's api key {api_key} on {self.name}")
+        return answer[0]
+
     # -- upstream -> client -------------------------------------------------------------------
 
     async def _pump_responses(self) -> None:
@@ -542,6 +586,10 @@ class Connection:
             for start, end in spans:
                 (correlation_id,) = _CORRELATION.unpack_from(blob, start)
                 slot = orderer.upstream_response(correlation_id)
+                if slot.probe:  # the proxy's own request: its answer is the proxy's
+                    assert slot.on_response is not None
+                    slot.on_response(view[start:end])
+                    continue
                 rewrite = slot.on_response or router.response_rewriter(slot.api_key,
                                                                        slot.api_version)
                 if rewrite is None:
@@ -563,7 +611,7 @@ class Connection:
         wait), so waiting cannot block it."""
         orderer = self.orderer
         shared = orderer.shared
-        while orderer.answering_head and (
+        while orderer.answering_head and not orderer.probe_next and (
                 orderer.held_bytes + coming > self.max_held_response_bytes
                 or shared.used + coming > shared.limit):
             await trio.sleep(HOLD_POLL_SECONDS)

@@ -8,6 +8,12 @@ slot per request that expects a response, in arrival order; a slot is filled eit
 (a local answer) or when the upstream broker's response arrives, and only the filled prefix of
 the queue is released to the client. Produce with ``acks=0`` gets no slot: no response comes.
 
+Probes. The proxy also sends requests of its own on a client's broker connection (asking the
+broker what the client may do, :mod:`proxy.security.rights`): a probe is a slot that waits
+for the broker like any other, in wire order, but is never part of the client's queue. Its
+answer goes to ``on_response`` (the proxy) and nothing of it is released to the client, so
+the client sees exactly its own responses, in its own order.
+
 It is sans-I/O: the connection task calls it and writes what :meth:`take_ready` returns.
 """
 
@@ -30,10 +36,14 @@ class Slot:
     """One request awaiting its response."""
 
     __slots__ = ("api_key", "api_version", "correlation_id", "data", "on_abandon",
-                 "on_response", "sent")
+                 "on_response", "probe", "sent")
 
-    def __init__(self, correlation_id: int, api_key: int, api_version: int) -> None:
+    def __init__(self, correlation_id: int, api_key: int, api_version: int,
+                 probe: bool = False) -> None:
         self.correlation_id = correlation_id
+        self.probe = probe
+        """The proxy's own request (:meth:`ResponseOrderer.probe`): its answer goes to
+        ``on_response`` only, never to the client."""
         self.api_key = api_key
         self.api_version = api_version
         self.data: Payload | None = None
@@ -86,6 +96,24 @@ class ResponseOrderer:
         slot.sent = True
         self._upstream.append(slot)
 
+    def probe(self, correlation_id: int, api_key: int, api_version: int,
+              on_response: ResponseFilter, on_abandon: Callable[[], None]) -> Slot:
+        """A probe just written to the broker: it waits in wire order with the client's
+        requests, takes no place in the client's queue, and its answer is handed to
+        ``on_response`` by the response pump (``on_abandon`` if the connection ends first)."""
+        slot = Slot(correlation_id, api_key, api_version, probe=True)
+        slot.on_response = on_response
+        slot.on_abandon = on_abandon
+        slot.sent = True
+        self._upstream.append(slot)
+        return slot
+
+    @property
+    def probe_next(self) -> bool:
+        """The next response from the broker answers a probe (it is never held for the
+        client, so reading it is always allowed)."""
+        return bool(self._upstream) and self._upstream[0].probe
+
     def expect_upstream(self, correlation_id: int, api_key: int, api_version: int) -> Slot:
         """Reserve a slot for a request forwarded right away."""
         slot = self.reserve(correlation_id, api_key, api_version)
@@ -114,7 +142,8 @@ class ResponseOrderer:
             raise OrderingError(f"response with correlation id {correlation_id}, "
                                 f"expected {slot.correlation_id}")
         self._upstream.popleft()
-        slot.on_abandon = None  # its answer has come
+        if not slot.probe:  # a probe's waiter is told by on_response
+            slot.on_abandon = None  # its answer has come
         return slot
 
     def is_next(self, slot: Slot) -> bool:
@@ -137,11 +166,13 @@ class ResponseOrderer:
         self.shared.used += len(data)
 
     def abandon(self) -> None:
-        """The connection ended: tell the slots still waiting for the broker."""
-        slots, self._slots, self._upstream = self._slots, deque(), deque()
+        """The connection ended: tell the slots still waiting for the broker (probes
+        included)."""
+        slots, self._slots, upstream, self._upstream = (self._slots, deque(), self._upstream,
+                                                        deque())
         self.shared.used -= self.held_bytes
         self.held_bytes = 0
-        for slot in slots:
+        for slot in (*slots, *(s for s in upstream if s.probe)):
             if slot.on_abandon is not None:
                 on_abandon, slot.on_abandon = slot.on_abandon, None
                 on_abandon()

@@ -108,6 +108,11 @@ class CommitRetries:
         self._members[key] = member  # (re)starts its time to live
         return member
 
+    def knows(self, group_id: str, member_id: str) -> bool:
+        """Whether a commit of this member may be acknowledged as a stale retry (it committed
+        through this sidecar lately): such a commit is authorized by the proxy first."""
+        return bool(member_id) and (group_id, member_id) in self._members
+
     def stale(self, group_id: str, member_id: str, partition: Partition, offset: int,
               epoch: int | None = None) -> bool:
         """Whether a commit of ``offset`` is a retry that a newer commit has overtaken;

@@ -426,7 +426,7 @@ def consumer_group_heartbeat_response(response: ConsumerGroupHeartbeatResponse
     }
 
 
-def consumer_group_heartbeat_error(error_code: int, message: str) -> dict[str, Any]:
+def consumer_group_heartbeat_error(error_code: int, message: str | None) -> dict[str, Any]:
     return consumer_group_heartbeat_response(
         ConsumerGroupHeartbeatResponse(error_code=error_code, error_message=message))
 

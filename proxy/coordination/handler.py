@@ -50,7 +50,25 @@ class GroupRequest:
     principal: str | None = None
     """The principal the application authenticated as (``User:name``), when the proxy can know
     it: from its SASL exchange on this connection, or from the mark of a relay that another
-    sidecar sent (docs/security.md). Carried for authorizing what the proxy answers itself."""
+    sidecar sent (docs/security.md). Carried for the logs; the authorization itself asks the
+    broker (:mod:`proxy.coordination.authorization`)."""
+    completion: Completion | None = None
+    """What the authorization stage refused of the request (the request is what remains), to
+    be put back into its answer."""
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """The parts of a request the authorization stage refused, put back into the answer
+    (:mod:`proxy.coordination.authorization`)."""
+
+    merge: Callable[[Value], Value]
+    """The answer to what remained -> the answer to the whole request."""
+    recheck: Callable[[Value], Awaitable[Value]] | None = None
+    """Checks that need the answer first (the topics it reveals), asking the broker on the
+    client's connection; run on answers that did not come from the broker on that connection:
+    relayed ones always, this sidecar's own when ``recheck_here``."""
+    recheck_here: bool = False
 
 
 class Pass:

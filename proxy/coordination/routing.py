@@ -30,6 +30,15 @@ the application (client id, host, listener, software, principal) is believed onl
 connection that proved it comes from a sidecar (the connection's
 :class:`~proxy.security.session.Session`, ``fleet_peer``); anywhere else a client id that
 looks like a mark is just a client id.
+
+Authorization (:mod:`.authorization`): a request the proxy will answer or relay, in part or
+whole, first passes the authorization stage, before the fleet route and the handler, so that
+nothing the proxy does as itself (a lookup, a takeover, a relay, a commit it sends for another
+sidecar's client) is started by a client that may not use the group. The stage asks the broker
+on this connection what the client may do (:mod:`proxy.security.rights`, cached per
+connection) and lets through only the authorized part; what it refused is put back into the
+answer when it is encoded (:meth:`CoordinatingRouter._encode`). Relayed requests arriving on
+the fleet listener were authorized by the sidecar their client is connected to.
 """
 
 from __future__ import annotations
@@ -38,6 +47,8 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
+
+import trio
 
 from proxy import metrics
 from proxy.codec import messages
@@ -50,11 +61,13 @@ from proxy.connection import (
     Decision,
     Local,
     Prepare,
+    ProbeFailed,
     RejectRequest,
     RequestInfo,
     Rewrite,
 )
 from proxy.coordination import classic, commit_retries, consumer_group, listing, offsets
+from proxy.coordination.authorization import AuthorizationStage
 from proxy.coordination.fleet import mark_forwarded, unmark
 from proxy.coordination.handler import (
     ApiHandler,
@@ -72,6 +85,7 @@ from proxy.journal.clients import ClientSoftwareDirectory
 from proxy.metrics import RequestCounters
 from proxy.rewrite import AddressMap
 from proxy.router import ForwardingRouter, body_offset
+from proxy.security.rights import AuthorizerCheck, Fact, Needs, ProbeSend, Unanswerable
 from proxy.security.session import Session
 from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode
@@ -113,8 +127,9 @@ def served_versions(handlers: dict[int, ApiHandler]) -> dict[int, tuple[int, int
 class CoordinatingRouter(ForwardingRouter):
     """Per-connection routing with the coordinator service behind it."""
 
-    __slots__ = ("_claims", "_client_host", "_committers", "_fleet", "_handlers", "_node_id",
-                 "_session", "_software", "_stale_acknowledged", "liveness")
+    __slots__ = ("_authorization", "_authorizer", "_claims", "_client_host", "_committers",
+                 "_fleet", "_handlers", "_node_id", "_session", "_software",
+                 "_stale_acknowledged", "liveness")
 
     def __init__(self, address_map: AddressMap, counters: RequestCounters,
                  accepted: dict[int, tuple[int, int]], handlers: dict[int, ApiHandler],
@@ -122,7 +137,12 @@ class CoordinatingRouter(ForwardingRouter):
                  claims: Callable[[str], bool] = lambda _group_id: True,
                  fleet: FleetSide | None = None,
                  software: ClientSoftwareDirectory | None = None,
-                 session: Session | None = None) -> None:
+                 session: Session | None = None,
+                 authorization: AuthorizationStage | None = None,
+                 authorizer: AuthorizerCheck | None = None) -> None:
+        """``authorization``: the authorization stage of this connection (None: requests are
+        not authorized by the proxy); ``authorizer``: whether the brokers have an authorizer
+        (None: assume so)."""
         super().__init__(address_map, counters, accepted, served_versions(handlers))
         self._handlers = handlers
         self._node_id = node_id
@@ -143,6 +163,14 @@ class CoordinatingRouter(ForwardingRouter):
         self.liveness: ConnectionWatch | None = None
         """Pod-local liveness hook (:mod:`.pod_liveness`): told the connection's ApiVersions
         and group requests; set by the router factory on client-facing connections."""
+        inbound = fleet is not None and fleet.inbound
+        self._authorization = None if inbound else authorization
+        self._authorizer = authorizer
+
+    def attach(self, send: ProbeSend) -> None:
+        """The connection's way to ask the broker on the client's own connection."""
+        if self._authorization is not None:
+            self._authorization.rights.attach(send)
 
     async def aclose(self) -> None:
         """The client's connection closed: its commits still on their way are retried by the
@@ -213,17 +241,27 @@ class CoordinatingRouter(ForwardingRouter):
                             principal)
 
     def _decide(self, handler: ApiHandler, request: RequestInfo, group_request: GroupRequest,
-                route: Route | None) -> Decision:
-        """Decide ``group_request``; ``route``: where its groups go, when a lookup found out."""
-        if self.liveness is not None and route is None:  # pod-local liveness hook
-            self.liveness.group_request(group_request)
+                route: Route | None, authorized: bool = False) -> Decision:
+        """Decide ``group_request``; ``route``: where its groups go, when a lookup found out;
+        ``authorized``: it passed the authorization stage (and is what the stage let through)."""
+        if self.liveness is not None and route is None and not authorized:
+            self.liveness.group_request(group_request)  # pod-local liveness hook
         try:
             fleet = self._fleet
             groups = handler.group_ids(group_request) if fleet is not None else ()
+            if not authorized and self._authorization is not None:
+                checked = self._authorize(handler, request, group_request, groups, route)
+                if not isinstance(checked, GroupRequest):
+                    return checked
+                if checked is not group_request:
+                    group_request = checked
+                    groups = handler.group_ids(group_request) if fleet is not None else ()
+                authorized = True
             if fleet is not None and not fleet.inbound:
                 route = route or fleet.routes.route(groups)
                 if route.kind == LOOKUP:
-                    # ask the broker first; the decoded request is not kept meanwhile
+                    # ask the broker first; the decoded request is not kept meanwhile (it is
+                    # decoded and authorized again after, from the answers kept)
                     return Prepare(self._after_lookup(handler, request, groups))
             if (group_request.api_key == ApiKey.OFFSET_COMMIT and self._client_facing
                     and isinstance(handler, offsets.OffsetCommitHandler)):
@@ -265,18 +303,109 @@ class CoordinatingRouter(ForwardingRouter):
             return Local(self._encode(handler, group_request,
                                       handler.failure(group_request, UNKNOWN_SERVER_ERROR)))
 
+    # -- authorization ------------------------------------------------------------------------
+
+    def _authorize(self, handler: ApiHandler, request: RequestInfo, group_request: GroupRequest,
+                   groups: tuple[str, ...], route: Route | None) -> GroupRequest | Decision:
+        """The authorization stage: the request to go on with (what the client may do of
+        it), or the decision answering it; a :class:`Prepare` when the broker must be asked
+        first."""
+        stage = self._authorization
+        assert stage is not None
+        fleet = self._fleet
+        if fleet is not None and route is None:
+            route = fleet.routes.route(groups)
+        if not stage.applies(group_request, route is not None and route.kind != LOCAL):
+            return group_request
+        authorizer = self._authorizer
+        if authorizer is not None:
+            if authorizer.due():
+                return Prepare(self._after_authorizer_check(handler, request, route))
+            if not authorizer.in_force:
+                return group_request
+        needs = stage.missing(group_request)
+        if needs:
+            return Prepare(self._after_asking(handler, request, needs, route,
+                                              group_request.client_id))
+        return self._authorized(handler, group_request, stage.decide(
+            handler, group_request, stage.known()))
+
+    def _authorized(self, handler: ApiHandler, group_request: GroupRequest,
+                    outcome: GroupRequest | Value) -> GroupRequest | Decision:
+        if isinstance(outcome, GroupRequest):
+            return outcome
+        return Local(self._encode(handler, group_request, outcome))
+
+    async def _after_authorizer_check(self, handler: ApiHandler, request: RequestInfo,
+                                      route: Route | None) -> int | Rewrite | Local:
+        assert self._authorizer is not None
+        await self._authorizer.check()
+        return await self._settled(self._decide(handler, request, self._decode(handler, request),
+                                                route))
+
+    async def _after_asking(self, handler: ApiHandler, request: RequestInfo, needs: Needs,
+                            route: Route | None, client_id: str | None
+                            ) -> int | Rewrite | Local:
+        """Ask the broker on this connection what the client may do, then decide (the
+        request's frame is still valid: the connection reads nothing else meanwhile)."""
+        stage = self._authorization
+        assert stage is not None
+        learnt: dict[Fact, bool] | None = None
+        error = COORDINATOR_NOT_AVAILABLE
+        try:  # the decoded request is not kept while the broker is asked (a large commit)
+            learnt = await stage.rights.ask(needs, client_id)
+        except ProbeFailed as exc:
+            log.info("authorizing api key %d: %s", request.api_key, exc)
+        except Unanswerable as exc:
+            error = exc.error
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            raise  # the connection is going: it closes as for any failed send
+        except Exception:  # an answer the proxy cannot read: refused, never let through
+            log.exception("authorizing api key %d v%d failed", request.api_key,
+                          request.api_version)
+            error = UNKNOWN_SERVER_ERROR
+        group_request = self._decode(handler, request)
+        if learnt is None:
+            return Local(self._encode(handler, group_request,
+                                      handler.failure(group_request, error)))
+        checked = self._authorized(handler, group_request, stage.decide(
+            handler, group_request, stage.known(learnt)))
+        if not isinstance(checked, GroupRequest):
+            assert not isinstance(checked, Prepare)
+            return checked
+        decision = self._decide(handler, request, checked, route, authorized=True)
+        del group_request, checked  # not kept while a lookup is waited for
+        return await self._settled(decision)
+
+    @staticmethod
+    async def _settled(decision: Decision) -> int | Rewrite | Local:
+        return await decision.decision if isinstance(decision, Prepare) else decision
+
+    async def _recheck(self, handler: ApiHandler, request: GroupRequest, value: Value) -> Value:
+        """The checks of the authorization stage that need the answer (the topics it shows)."""
+        completion = request.completion
+        if completion is None or completion.recheck is None:
+            return value
+        try:
+            return await completion.recheck(value)
+        except (ProbeFailed, Unanswerable) as exc:
+            log.info("authorizing the answer to api key %d: %s", request.api_key, exc)
+            return handler.failure(dataclasses.replace(request, completion=None),
+                                   COORDINATOR_NOT_AVAILABLE)
+
     # -- other sidecars -----------------------------------------------------------------------
 
     async def _after_lookup(self, handler: ApiHandler, request: RequestInfo,
                             groups: tuple[str, ...]) -> int | Rewrite | Local:
         """Where the request's groups are coordinated was not known: ask the broker, then
         decide the request again (its frame is still valid: the connection reads nothing
-        else meanwhile)."""
+        else meanwhile); the authorization stage decides it again too, from the answers the
+        connection keeps (or asks again if they expired meanwhile; the route is known now, so
+        nothing is looked up twice)."""
         assert self._fleet is not None
         route = await self._fleet.routes.lookup(groups)
-        decision = self._decide(handler, request, self._decode(handler, request), route)
-        assert not isinstance(decision, Prepare)  # the route is known now
-        return decision
+        return await self._settled(self._decide(handler, request,
+                                                self._decode(handler, request), route))
 
     async def _relay(self, handler: ApiHandler, request: GroupRequest,
                      groups: tuple[str, ...], route: Route) -> bytes:
@@ -301,6 +430,7 @@ class CoordinatingRouter(ForwardingRouter):
             if value.get("error_code") in _MOVED:
                 self._fleet.routes.forget(groups)
             metrics.FLEET_RELAYS.labels("answered").inc()
+            value = await self._recheck(handler, request, value)
         return self._encode(handler, request, value)
 
     async def _upstream_via_link(self, handler: ApiHandler, request: GroupRequest,
@@ -347,10 +477,15 @@ class CoordinatingRouter(ForwardingRouter):
                              holds_later=True)
             return self._rewrite(handler, request, outcome)
         answer = outcome.value
+        completion = request.completion
+        rechecked = (completion is not None and completion.recheck is not None
+                     and completion.recheck_here)
         if isinstance(answer, dict):
+            if rechecked:  # asks the broker: nothing may pass it meanwhile
+                return Local(self._later(handler, request, _ready(answer)), holds_later=True)
             return Local(self._encode(handler, request, answer))
         return Local(self._later(handler, request, answer),
-                     holds_later=handler.answers_upstream_later)
+                     holds_later=handler.answers_upstream_later or rechecked)
 
     async def _later(self, handler: ApiHandler, request: GroupRequest,
                      answer: Awaitable[Value | Upstream]) -> bytes | Rewrite:
@@ -360,6 +495,9 @@ class CoordinatingRouter(ForwardingRouter):
                 if self._fleet is not None and self._fleet.inbound:
                     return await self._upstream_via_link(handler, request, result)
                 return self._rewrite(handler, request, result)
+            completion = request.completion
+            if completion is not None and completion.recheck_here:
+                result = await self._recheck(handler, request, result)
         except Exception:  # answer with an error rather than leave the client waiting
             log.exception("answering api key %d v%d failed", request.api_key, request.version)
             result = handler.failure(request, UNKNOWN_SERVER_ERROR)
@@ -451,7 +589,10 @@ class CoordinatingRouter(ForwardingRouter):
 
     def _encode(self, handler: ApiHandler, request: GroupRequest, value: Value) -> bytes:
         """The response payload for ``value``, or the API's failure if it cannot be encoded
-        (e.g. a value too long for the client's version)."""
+        (e.g. a value too long for the client's version). What the authorization stage refused
+        of the request is put back into the answer here."""
+        if request.completion is not None:
+            value = request.completion.merge(value)
         if request.api_key == ApiKey.OFFSET_COMMIT and self._client_facing:
             value = self._observe_commit(handler, request, value)
         key, version = request.api_key, request.version
@@ -484,6 +625,10 @@ def _refusal(value: Value) -> int:
 def _topic_names(topic: Value) -> dict[str, Any]:
     """The fields naming a request topic (its name, or its id from v10 on)."""
     return {k: topic[k] for k in ("name", "topic_id") if k in topic}
+
+
+async def _ready(value: Value) -> Value:
+    return value
 
 
 def _is_join(request: GroupRequest) -> bool:

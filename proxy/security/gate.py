@@ -50,6 +50,18 @@ _HANDSHAKE, _AUTHENTICATE, _API_VERSIONS = (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_A
                                             ApiKey.API_VERSIONS)
 SCRAM_STEPS = 2
 """SCRAM's exchange: client-first/server-first, client-final/server-final."""
+KNOWN_MECHANISMS = frozenset({"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER",
+                              "GSSAPI"})
+"""Mechanisms named as themselves in metric labels; any other name (a client may send any
+string before it authenticated) is counted as ``other``, so nothing a client sends becomes
+an unbounded set of label values."""
+
+
+def mechanism_label(mechanism: str | None) -> str:
+    """The ``mechanism`` label of a SaslHandshake's mechanism name."""
+    if mechanism is None:
+        return "-"
+    return mechanism if mechanism in KNOWN_MECHANISMS else "other"
 
 
 class SaslGate:
@@ -80,6 +92,12 @@ class SaslGate:
     @property
     def inner(self) -> Router:
         return self._inner
+
+    def attach(self, send: Any) -> None:
+        """Hand the connection's probes to the router inside (see ``Connection.probe``)."""
+        attach = getattr(self._inner, "attach", None)
+        if attach is not None:
+            attach(send)
 
     async def aclose(self) -> None:
         closer = getattr(self._inner, "aclose", None)
@@ -158,8 +176,8 @@ class SaslGate:
         error = value.get("error_code") or 0
         if error:
             offered = ", ".join(value.get("mechanisms") or []) or "none"
-            self._fail(f"SaslHandshake error {error}: mechanism {self._mechanism} is not "
-                       f"enabled (the broker offers {offered})")
+            self._fail(f"SaslHandshake error {error}: mechanism {self._mechanism!r:.80} is "
+                       f"not enabled (the broker offers {offered})")
         else:
             self._accepted = True
         return None
@@ -194,7 +212,7 @@ class SaslGate:
         session.expires_at = (self._sent_at + lifetime_ms / 1000) if lifetime_ms > 0 else None
         if again:
             session.reauthentications += 1
-        CLIENT_AUTHENTICATIONS.labels(session.listener, mechanism,
+        CLIENT_AUTHENTICATIONS.labels(session.listener, mechanism_label(mechanism),
                                       "reauthenticated" if again else "ok").inc()
         if self._is_fleet_user is not None:
             session.fleet_peer = self._is_fleet_user(session.user)
@@ -205,8 +223,8 @@ class SaslGate:
     def _fail(self, reason: str) -> None:
         if self.session.failed is None:
             self.session.failed = reason
-            CLIENT_AUTHENTICATIONS.labels(self.session.listener, self._mechanism or "-",
-                                          "failed").inc()
+            CLIENT_AUTHENTICATIONS.labels(self.session.listener,
+                                          mechanism_label(self._mechanism), "failed").inc()
             log.info("%s: the broker refused the client's authentication: %s", self.name, reason)
 
 

@@ -4,7 +4,11 @@ Times the coordinating router the way a connection drives it (``classify``, then
 for the APIs it examines), with no socket and no broker: a forwarded Produce (classified only),
 an OffsetCommit and a classic Heartbeat of a group the proxy does not coordinate (decoded,
 handed to their handler, passed to the broker), a ListGroups (decoded, its handler rewrites
-it), and the construction of a router (once per client connection). Prints microseconds per
+it), a ConsumerGroupHeartbeat (decoded, answered by the engine) without and with the
+authorization stage (the client's rights already known on the connection: what a member's
+heartbeat costs within ``authorization-ttl-ms``; the broker's answer when it is not known is
+one round trip on the client's connection, measured by ``dev/bench passthrough``'s ``rtt``
+figures), and the construction of a router (once per client connection). Prints microseconds per
 call, median of ``--repeat`` runs; ``--json`` writes them with the machine.
 """
 
@@ -13,12 +17,21 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import time
 import timeit
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from proxy.commands import machine
+from proxy.connection import Local
+from proxy.coordination.authorization import AuthorizationStage
+from proxy.coordination.routing import CoordinatingRouter, handler_table
+from proxy.metrics import RequestCounters
+from proxy.rewrite import DictAddressMap
+from proxy.router import parse_table
+from proxy.security.rights import DESCRIBE, READ, Rights
+from proxy.security.session import Session
 from tests.unit.coordination.helpers import make_service, request, router
 
 
@@ -42,6 +55,25 @@ def cases() -> dict[str, Callable[[], object]]:
     heartbeat = request(12, 4, {"group_id": "broker-group", "generation_id": 3,
                                 "member_id": "m", "group_instance_id": None})
     listing = request(16, 4, {"states_filter": []})
+    beat = request(68, 0, {"group_id": "kip848", "member_id": "m", "member_epoch": 3,
+                           "rebalance_timeout_ms": -1, "subscribed_topic_names": None,
+                           "topic_partitions": None})
+    # the facts a member's heartbeats need, already known on the connection
+    rights = Rights(None, ttl=1e9, timer=time.monotonic)
+    rights.note({("group", "kip848", READ): True, ("topic", "orders", DESCRIBE): True})
+    authorized = CoordinatingRouter(
+        DictAddressMap({}), RequestCounters("test"), parse_table(), handler_table(service), 1,
+        "/10.0.0.7", claims=service.claims, session=Session("test"),
+        authorization=AuthorizationStage(rights, service))
+
+    def answered(on: Any, info: Any) -> Callable[[], object]:
+        def call() -> object:
+            on.classify(info)
+            decision = on.decide(info)
+            assert isinstance(decision, Local)
+            decision.answer.close()  # type: ignore[union-attr]  # the engine's part: not timed
+            return decision
+        return call
 
     def routed(info: Any) -> Callable[[], object]:
         def call() -> object:
@@ -54,6 +86,8 @@ def cases() -> dict[str, Callable[[], object]]:
         "OffsetCommit of a broker group (classify + decide)": routed(commit),
         "classic Heartbeat of a broker group (classify + decide)": routed(heartbeat),
         "ListGroups (classify + decide, rewritten)": routed(listing),
+        "ConsumerGroupHeartbeat (classify + decide)": answered(r, beat),
+        "ConsumerGroupHeartbeat, authorized, rights known": answered(authorized, beat),
         "router for a new connection": lambda: router(service),
     }
 

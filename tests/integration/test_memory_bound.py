@@ -12,7 +12,11 @@ What the connections do (all at the same time, against a Kafka 3.9 broker):
   ``examined-read-timeout``; shortened here so the test does not wait 30 s);
 * KIP-848 joins, each creating a group with a distinct 4 KiB subscription regex (a broker
   membership per group, a compiled regex per member);
-* a heartbeat-style request the proxy answers, with a fetch behind it whose response is held.
+* a heartbeat-style request the proxy answers, with a fetch behind it whose response is held;
+* with the authorization of clients forced on (``authorize-clients on``; the broker has no
+  authorizer, so every probe is answered "allowed"): every group request above is authorized
+  by probes on the client's connection, and connections describe thousands of distinct group
+  ids, each asked of the broker and kept in the connection's bounded cache of answers.
 
 The figure is the kernel's high-water mark of the proxy's RSS (``VmHWM``).
 """
@@ -61,7 +65,8 @@ def high_water_mib(pid: int) -> float:
 
 def test_peak_memory_stays_under_the_documented_bound(kafka39: KafkaBroker,
                                                       start_proxy: StartProxy) -> None:
-    proxy: ProxyProcess = start_proxy(kafka39, "--examined-read-timeout", "5")
+    proxy: ProxyProcess = start_proxy(kafka39, "--examined-read-timeout", "5",
+                                      "--authorize-clients", "on")
     topic = f"worst-{uuid.uuid4().hex[:6]}"
     kafka39.create_topic(topic, 1, 1)
     near = commit("near-the-bound", topic, 71_000, 1)  # just under 1 MiB
@@ -108,8 +113,17 @@ def test_peak_memory_stays_under_the_documented_bound(kafka39: KafkaBroker,
                 "server_assignor": None, "topic_partitions": []}))
             read_response(sock)
 
+    def describe_many() -> None:
+        with connect() as sock:
+            for round_ in range(6):  # 6 x 200 distinct group ids: past the 1024 answers kept
+                ids = [f"{uuid.uuid4().hex}-{round_}-" + "d" * 80 for _ in range(200)]
+                sock.sendall(frame(69, 0, round_ + 1, {"group_ids": ids,
+                                                       "include_authorized_operations": True}))
+                answer, _ = messages.decode_response(69, 0, read_response(sock), 5)
+                assert len(answer["groups"]) == len(ids)
+
     work: list[tuple[Callable[[], None], int]] = [
-        (near_bound, 20), (over_bound, 40), (stall, 40), (join, 100)]
+        (near_bound, 20), (over_bound, 40), (stall, 40), (join, 100), (describe_many, 40)]
     jobs = [fn for fn, count in work for _ in range(count)]
     lock = threading.Lock()
 

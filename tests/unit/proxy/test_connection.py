@@ -343,3 +343,104 @@ async def test_a_client_gone_with_requests_at_the_broker_resets_the_broker_conne
         assert await peer.receive_some(10) == b""
 
     await run_with_peer(EchoRouter(), answered)
+
+
+class ProbingRouter(EchoRouter):
+    """Examines api key 68: asks the broker something first (a probe on this connection),
+    then answers the request itself with what the broker said."""
+
+    def __init__(self) -> None:
+        self.probe: Callable[..., Awaitable[bytes]] | None = None
+
+    def attach(self, send: Callable[..., Awaitable[bytes]]) -> None:
+        self.probe = send
+
+    def classify(self, request: RequestInfo) -> int:
+        return connection_module.EXAMINE if request.api_key == 68 else FORWARD
+
+    def decide(self, request: RequestInfo) -> connection_module.Decision:
+        async def later() -> connection_module.Local:
+            assert self.probe is not None
+            answer = await self.probe(
+                12, 4, lambda cid: struct.pack(">hhih", 12, 4, cid, 1) + b"p", 10.0)
+            return connection_module.Local(struct.pack(">i", request.correlation_id)
+                                           + b"answered after " + answer[4:])
+        return connection_module.Prepare(later())
+
+
+async def test_a_probe_goes_to_the_broker_in_order_and_its_answer_never_to_the_client() -> None:
+    """A fetch, then a request the proxy answers after asking the broker, then another fetch:
+    the broker sees fetch, probe (a correlation id of the proxy's own), fetch; the client gets
+    exactly its three responses, in its order, the middle one built from the probe's answer."""
+    router = ProbingRouter()
+
+    async def script(client: trio.SocketStream, peer: trio.SocketStream) -> None:
+        await client.send_all(request(1, 12, 1, b"f1") + request(68, 0, 2, b"hb")
+                              + request(1, 12, 3, b"f2"))
+        first, probe = await read_frames(peer, 2)
+        assert struct.unpack_from(">hhi", first, 0) == (1, 12, 1)
+        api_key, version, probe_id = struct.unpack_from(">hhi", probe, 0)
+        assert (api_key, version) == (12, 4) and probe_id < 0
+        with trio.move_on_after(0.2):  # the fetch after it waits for the decision
+            await peer.receive_some(1 << 16)
+            raise AssertionError("the request after the examined one passed it")
+        # answers in wire order; the fetch's response is released while the probe is out
+        await peer.send_all(encode_frame(struct.pack(">i", 1) + b"fetch-1"))
+        assert await read_frames(client, 1) == [struct.pack(">i", 1) + b"fetch-1"]
+        await peer.send_all(encode_frame(struct.pack(">i", probe_id) + b"READ ok"))
+        (last,) = await read_frames(peer, 1)
+        assert struct.unpack_from(">hhi", last, 0) == (1, 12, 3)
+        await peer.send_all(encode_frame(struct.pack(">i", 3) + b"fetch-2"))
+        assert await read_frames(client, 2) == [
+            struct.pack(">i", 2) + b"answered after READ ok", struct.pack(">i", 3) + b"fetch-2"]
+
+    await run_with_peer(router, script)
+
+
+async def test_a_probe_answer_is_read_even_while_the_answer_waiting_for_it_holds_responses(
+        ) -> None:
+    """While the proxy prepares the answer at the head of the queue, what the broker sends is
+    held up to max-held-response-bytes, then the broker is no longer read. An answer that
+    asks the broker first (holding the requests after it) must still get the probe's answer,
+    however large, or it would wait forever."""
+    class AskingRouter(ProbingRouter):
+        def decide(self, request: RequestInfo) -> connection_module.Decision:
+            async def answer() -> bytes:
+                assert self.probe is not None
+                got = await self.probe(
+                    3, 10, lambda cid: struct.pack(">hhih", 3, 10, cid, 1) + b"m", 10.0)
+                return struct.pack(">i", request.correlation_id) + b"%d" % len(got)
+            return connection_module.Local(answer(), holds_later=True)
+
+    router = AskingRouter()
+
+    async def script(client: trio.SocketStream, peer: trio.SocketStream) -> None:
+        await client.send_all(request(68, 0, 1, b"hb"))
+        (probe,) = await read_frames(peer, 1)
+        probe_id = struct.unpack_from(">hhi", probe, 0)[2]
+        big = encode_frame(struct.pack(">i", probe_id) + b"M" * 65536)  # > 1024 held bytes
+        await peer.send_all(big[:3000])
+        await trio.testing.wait_all_tasks_blocked()
+        await peer.send_all(big[3000:])
+        assert await read_frames(client, 1) == [struct.pack(">i", 1) + b"65540"]
+
+    async with trio.open_nursery() as nursery:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        port = listeners[0].socket.getsockname()[1]
+        proxy_listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        proxy_port = proxy_listeners[0].socket.getsockname()[1]
+
+        async def serve_one() -> None:
+            client_side = await proxy_listeners[0].accept()
+            upstream = await trio.open_tcp_stream("127.0.0.1", port)
+            conn = Connection(client_side, upstream, router,  # type: ignore[arg-type]
+                              max_frame_bytes=1 << 26, max_in_flight=16, name="test",
+                              max_held_response_bytes=1024, splice=False)
+            await conn.run()
+
+        nursery.start_soon(serve_one)
+        client = await trio.open_tcp_stream("127.0.0.1", proxy_port)
+        peer = await listeners[0].accept()
+        with trio.fail_after(30):
+            await script(client, peer)
+        nursery.cancel_scope.cancel()

@@ -73,3 +73,87 @@ def test_cut_through_takes_the_head_slot_or_pushes_it_back() -> None:
     assert orderer.upstream_response(2) is big and orderer.is_next(big)
     orderer.release_next(big)
     assert len(orderer) == 0 and orderer.awaiting_upstream == 0
+
+
+# -- probes: the proxy's own requests on the client's connection ------------------------------
+
+
+def test_a_probe_answer_goes_to_the_proxy_and_never_to_the_client() -> None:
+    orderer = ResponseOrderer()
+    got: list[bytes] = []
+    abandoned: list[int] = []
+    orderer.expect_upstream(1, 1, 12)  # a fetch before the probe
+    orderer.probe(-1, 12, 4, lambda payload: got.append(bytes(payload)),
+                  lambda: abandoned.append(-1))
+    local = orderer.reserve(2, 68, 0)  # the request the probe was for, answered locally
+    assert len(orderer) == 2  # the probe is not in the client's queue
+    assert orderer.answering_head is False and not orderer.probe_next
+    orderer.fill(orderer.upstream_response(1), b"fetch")
+    assert orderer.probe_next
+    probe = orderer.upstream_response(-1)
+    assert probe.probe and probe.on_response is not None
+    probe.on_response(memoryview(b"probe answer"))
+    orderer.fill(local, b"heartbeat")
+    assert orderer.take_ready() == [b"fetch", b"heartbeat"]
+    assert got == [b"probe answer"] and not abandoned
+    assert orderer.awaiting_upstream == 0 and len(orderer) == 0
+
+
+def test_a_probe_waiting_when_the_connection_ends_is_told() -> None:
+    orderer = ResponseOrderer()
+    told: list[str] = []
+    orderer.expect_upstream(1, 1, 12)
+    orderer.probe(-1, 3, 10, lambda payload: None, lambda: told.append("probe"))
+    orderer.abandon()
+    assert told == ["probe"] and orderer.awaiting_upstream == 0
+
+
+def test_a_probe_answered_out_of_wire_order_is_an_error() -> None:
+    orderer = ResponseOrderer()
+    orderer.probe(-1, 3, 10, lambda payload: None, lambda: None)
+    orderer.expect_upstream(5, 1, 12)
+    with pytest.raises(OrderingError, match="expected -1"):
+        orderer.upstream_response(5)
+
+
+@given(st.lists(st.sampled_from(["local", "upstream", "probe"]), min_size=1, max_size=40),
+       st.randoms())
+def test_probes_anywhere_leave_the_clients_order_and_bytes_unchanged(kinds: list[str], rnd) -> None:  # type: ignore[no-untyped-def]
+    """Whatever probes are interleaved with a client's requests on the wire, the client gets
+    exactly its own responses in its own order, and each probe exactly its own answer."""
+    orderer = ResponseOrderer()
+    probe_answers: dict[int, bytes] = {}
+    wire: list[int] = []  # correlation ids in the order they went to the broker
+    local: list[object] = []
+    client_ids: list[int] = []
+    for index, kind in enumerate(kinds):
+        if kind == "probe":
+            cid = -1 - index
+            orderer.probe(cid, 3, 10, lambda p, c=cid: probe_answers.__setitem__(c, bytes(p)),
+                          lambda: None)
+            wire.append(cid)
+        elif kind == "upstream":
+            orderer.expect_upstream(index, 0, 0)
+            wire.append(index)
+            client_ids.append(index)
+        else:
+            local.append(orderer.reserve(index, 0, 0))
+            client_ids.append(index)
+    rnd.shuffle(local)
+    released: list[bytes] = []
+    while wire or local:
+        if wire and (not local or rnd.random() < 0.5):
+            cid = wire.pop(0)
+            slot = orderer.upstream_response(cid)
+            if slot.probe:
+                assert slot.on_response is not None
+                slot.on_response(memoryview(f"p{cid}".encode()))
+            else:
+                orderer.fill(slot, str(cid).encode())
+        else:
+            slot = local.pop()
+            orderer.fill(slot, str(slot.correlation_id).encode())  # type: ignore[attr-defined]
+        released.extend(bytes(r) for r in orderer.take_ready())
+    assert released == [str(c).encode() for c in client_ids]
+    assert probe_answers == {-1 - i: f"p{-1 - i}".encode()
+                             for i, k in enumerate(kinds) if k == "probe"}

@@ -192,3 +192,26 @@ async def test_fleet_listener_refuses_users_that_are_not_sidecars() -> None:
 ])
 def test_user_of(mechanism: str, token: bytes, expected: tuple[str | None, bool]) -> None:
     assert user_of(mechanism, token) == expected
+
+
+async def test_no_mechanism_name_a_client_sends_becomes_a_label_value() -> None:
+    """Before authenticating, a client may name any mechanism; the broker refuses it, and the
+    refusal is counted under ``other``, never under the client's string (every distinct label
+    value is a new time series kept for the life of the process)."""
+    from proxy.metrics import REGISTRY
+
+    def series() -> set[tuple[str, ...]]:
+        return {tuple(sorted(s.labels.items())) for m in REGISTRY.collect()
+                if m.name == "groupgate_client_authentications" for s in m.samples}
+
+    before = series()
+    for i in range(50):
+        g = gate()
+        g.classify(request(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": f"MADE-UP-{i}"}))
+        handshake = g.response_rewriter(ApiKey.SASL_HANDSHAKE, 1)
+        assert handshake is not None
+        handshake(response(ApiKey.SASL_HANDSHAKE, 1, {"error_code": 33,
+                                                      "mechanisms": ["SCRAM-SHA-512"]}))
+    added = series() - before
+    assert all(dict(labels)["mechanism"] == "other" for labels in added)
+    assert len({dict(labels)["mechanism"] for labels in series()}) <= 7

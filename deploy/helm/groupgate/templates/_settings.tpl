@@ -71,6 +71,8 @@ listener-tls-cert-file
 listener-tls-key-file
 listener-tls-ca-file
 fleet-auth
+authorize-clients
+authorization-ttl-ms
 fleet-users
 fleet-tls-cert-file
 fleet-tls-key-file
