@@ -119,14 +119,7 @@ class UpstreamClient:
         correlation_id = self._correlation
         payload = (encode_request_header(api_key, version, correlation_id, client_id)
                    + messages.encode_request(api_key, version, value))
-        try:
-            await self._stream.send_all(struct.pack(">i", len(payload)) + payload)
-            frame = await self._read_frame()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, FrameError) as exc:
-            raise UpstreamError(f"request {api_key} v{version} failed: {exc!r}") from exc
-        (got,) = struct.unpack_from(">i", frame, 0)
-        if got != correlation_id:
-            raise UpstreamError(f"correlation id {got}, expected {correlation_id}")
+        frame = await self._round_trip(api_key, version, correlation_id, payload)
         header = 4 if messages.response_header_version(api_key, version) == 0 else 5
         try:
             value_out, _ = messages.decode_response(api_key, version, frame, header)
@@ -142,6 +135,12 @@ class UpstreamClient:
         correlation_id = self._correlation
         payload = encode_request_header(api_key, version, correlation_id, client_id,
                                         flexible=False) + body
+        frame = await self._round_trip(api_key, version, correlation_id, payload)
+        return frame[4:]
+
+    async def _round_trip(self, api_key: int, version: int, correlation_id: int,
+                          payload: bytes) -> bytes:
+        """Send one framed request and read its response frame (checked correlation id)."""
         try:
             await self._stream.send_all(struct.pack(">i", len(payload)) + payload)
             frame = await self._read_frame()
@@ -150,7 +149,7 @@ class UpstreamClient:
         (got,) = struct.unpack_from(">i", frame, 0)
         if got != correlation_id:
             raise UpstreamError(f"correlation id {got}, expected {correlation_id}")
-        return frame[4:]
+        return frame
 
     async def _read_frame(self) -> bytes:
         while not self._pending:

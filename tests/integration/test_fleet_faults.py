@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from tests.benchmarks.soak import run as soak
+from tests.integration.test_fleet import run_soak
 from tests.testbed import pods
 
 pytestmark = pytest.mark.broker
@@ -44,17 +45,6 @@ def _pods_available() -> None:
     ok, why = pods.available()
     if not ok:
         pytest.skip(why)
-
-
-def run_soak(tmp_path: Path, **settings: Any) -> dict[str, Any]:
-    result = soak.Soak(soak.Settings(**settings), tmp_path).run()
-    (tmp_path / "result.json").write_text(json.dumps(result, indent=1, default=str))
-    print(soak.summary(result))
-    assert result["caught_up"], f"logs in {tmp_path}"
-    assert result["violations"] == [], f"{result['violations']}; logs in {tmp_path}"
-    for name, group in result["groups"].items():
-        assert group["produced"] > 300 and group["commits_ok"] > 0, name
-    return result
 
 
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
