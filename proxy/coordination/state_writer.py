@@ -24,8 +24,10 @@ Errors, by what they mean for the writer:
   and epoch again, which would fence a newer writer: only the caller, holding the group's
   lease, opens a new one.
 * retried within ``write_timeout``: CONCURRENT_TRANSACTIONS and COORDINATOR_LOAD_IN_PROGRESS
-  (same request after a backoff), NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE,
-  TRANSACTION_COORDINATOR_FENCED (find the coordinator again), NOT_LEADER_OR_FOLLOWER,
+  (same request after a backoff; for AddPartitionsToTxn and EndTxn also the metadata errors
+  below, which a coordinator answers while its metadata lags a leader change),
+  NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, TRANSACTION_COORDINATOR_FENCED (find the
+  coordinator again), NOT_LEADER_OR_FOLLOWER,
   LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION, FENCED/UNKNOWN_LEADER_EPOCH,
   KAFKA_STORAGE_ERROR (find the leader again), NOT_ENOUGH_REPLICAS(_AFTER_APPEND),
   REQUEST_TIMED_OUT, NETWORK_EXCEPTION and lost connections (the same batch with the same
@@ -95,6 +97,10 @@ COORDINATOR_BUSY = frozenset({ErrorCode.CONCURRENT_TRANSACTIONS,
 LEADER_MOVED = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
                           ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.FENCED_LEADER_EPOCH,
                           ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.KAFKA_STORAGE_ERROR})
+COORDINATOR_RETRY = COORDINATOR_BUSY | LEADER_MOVED
+"""Errors a transaction coordinator answers that the same request retried fixes: besides a busy
+coordinator, AddPartitionsToTxn answers UNKNOWN_TOPIC_OR_PARTITION (and other metadata errors)
+while the coordinator's metadata lags a leader change, as when a broker stops."""
 PRODUCE_RETRY = frozenset({ErrorCode.NOT_ENOUGH_REPLICAS,
                            ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
                            ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NETWORK_EXCEPTION})
@@ -304,7 +310,7 @@ class Writer:
                 raise Fenced(f"{self.transactional_id}: {what}: {error_name(error)}")
             if error in COORDINATOR_MOVED:
                 self._coordinator = None
-            elif error not in COORDINATOR_BUSY:
+            elif error not in COORDINATOR_RETRY:
                 raise Refused(what, error)
             await backoff.wait(error_name(error))
 
