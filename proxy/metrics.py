@@ -96,6 +96,20 @@ BROKER_GROUP_JOINS = Counter(
     "(taking a group over) or rejoin (a group it holds: new topics, a lost generation)",
     ["reason"], registry=REGISTRY)
 
+BRIDGED_MEMBERS = Counter(
+    "groupgate_bridged_members",
+    "Bridged members (the classic member this sidecar runs in a broker group for a KIP-848 "
+    "client while the group has members connected straight to the broker), by event: "
+    "started, left (the client left), expired (the client stopped heartbeating), failed (the "
+    "group cannot take one, or its task failed), stopped (the proxy stopped)",
+    ["event"], registry=REGISTRY)
+BRIDGED_ACTIVE = Gauge("groupgate_bridged_members_active",
+                       "Bridged members this sidecar runs now", registry=REGISTRY)
+BROKER_PHASE_GROUPS = Counter(
+    "groupgate_broker_phase_entered",
+    "Times a group's KIP-848 members were bridged into the broker's group because it has "
+    "members connected straight to the broker", registry=REGISTRY)
+
 JOURNAL_WRITTEN = Counter("groupgate_journal_events_written",
                           "Group events written to the journal topic", registry=REGISTRY)
 JOURNAL_DROPPED = Counter("groupgate_journal_events_dropped",

@@ -114,6 +114,11 @@ class MembershipRefused(Exception):
     """The broker's group cannot be joined (e.g. it has members of another protocol)."""
 
 
+class DirectMembers(MembershipRefused):
+    """The broker's group has members of another protocol (INCONSISTENT_GROUP_PROTOCOL):
+    clients connected straight to the broker hold it (the group's broker phase)."""
+
+
 class ElectionLost(MembershipRefused):
     """Another sidecar holds the broker's group (it joined first): this one follows it."""
 
@@ -218,6 +223,9 @@ class BrokerMembership:
         which the directory tells apart), ``refused`` (the broker refused the membership,
         e.g. its group has members of another protocol) or ``unavailable`` (the broker could
         not be reached or had no coordinator: worth trying again)."""
+        self.direct_members = False
+        """The first attempt was refused because the broker's group has members of another
+        protocol (:class:`DirectMembers`)."""
         self.left = False
         self._rejoin = trio.Event()
         self._link: BrokerLink | None = None
@@ -438,6 +446,7 @@ class BrokerMembership:
                         self.failure = str(exc)
                         self.failure_kind = ("refused" if isinstance(exc, MembershipRefused)
                                              else "unavailable")
+                        self.direct_members = isinstance(exc, DirectMembers)
                         self.settled.set()
                         return
                     log.warning("group %s: broker-side membership lost, rejoining: %s",
@@ -544,7 +553,7 @@ class BrokerMembership:
                             self.session_timeout_ms)
                 continue
             if error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL:
-                raise MembershipRefused(
+                raise DirectMembers(
                     f"the broker's group {self.group_id} has members connected straight to the "
                     "broker with another protocol")
             if error != ErrorCode.NONE:
