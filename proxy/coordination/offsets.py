@@ -139,6 +139,8 @@ class OffsetCommitHandler(ApiHandler):
             # the group's lease was cut off: the member must let go (told by its next
             # heartbeat; its commits fail meanwhile, as a fenced member's would)
             return Answer(commit_error(request.value, int(ErrorCode.UNKNOWN_MEMBER_ID)))
+        if (bridged := self._bridged(request)) is not None:
+            return bridged
         membership = self.service.membership(group_id)
         _trace("commit", request, offsets=_offsets(request.value["topics"]),
                held=membership is not None,
@@ -162,6 +164,42 @@ class OffsetCommitHandler(ApiHandler):
 
     def failure(self, request: GroupRequest, error: int) -> Value:
         return commit_error(request.value, error)
+
+    def _bridged(self, request: GroupRequest) -> Outcome | None:
+        """A commit of a bridged KIP-848 client (:mod:`.bridged`): stamped once with its
+        bridged member's broker member id and generation, or failed (STALE_MEMBER_EPOCH when
+        its epoch or partitions are not the member's now); None: not a bridged member's."""
+        value = request.value
+        group_id, member_id = value["group_id"], value.get("member_id") or ""
+        if not member_id or request.version < self.member_fields_from:
+            return None
+        bridges = self.service.bridges
+        target = bridges.commit_target(
+            group_id, member_id, value.get("generation_id_or_member_epoch", -1),
+            [(t.get("name"), t.get("topic_id"), p["partition_index"])
+             for t in value["topics"] for p in t["partitions"]])
+        if target is None:
+            return None
+        if isinstance(target, ErrorCode):
+            _trace("bridged commit refused", request, error=target)
+            return Answer(commit_error(value, int(target)))
+        broker_member_id, generation = target
+        stamped = dict(value, member_id=broker_member_id,
+                       generation_id_or_member_epoch=generation)
+        _trace("bridged commit stamped", request, generation=generation)
+
+        def on_response(response: Value) -> Value:
+            if _partition_errors(response) & MEMBERSHIP_LOST:
+                # the broker's group moved on (or dropped the member): the client retries
+                # once its heartbeat told it where its member is now
+                bridges.commit_refused(group_id, member_id, generation)
+                for t in response["topics"]:
+                    for p in t["partitions"]:
+                        if p["error_code"] in MEMBERSHIP_LOST:
+                            p["error_code"] = int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+            return response
+
+        return Upstream(stamped, on_response)
 
     def verdict(self, request: GroupRequest) -> ErrorCode | None:
         """What :meth:`decide` would answer of the commit's member right now: NONE (accepted
@@ -287,6 +325,18 @@ def fetch_member_error(service: CoordinatorService, group_id: str, member_id: st
     return ErrorCode.NONE
 
 
+def _fetch_check(service: CoordinatorService, group: Value) -> ErrorCode | None:
+    """The member check of one OffsetFetch group: the group is coordinated here, or its
+    member is a bridged one (:mod:`.bridged`); None: neither (forwarded untouched)."""
+    group_id, member_id = group["group_id"], group.get("member_id")
+    epoch = group.get("member_epoch", -1)
+    if service.coordinates(group_id):
+        return fetch_member_error(service, group_id, member_id, epoch)
+    if member_id and epoch >= 0:
+        return service.bridges.fetch_error(group_id, member_id, epoch)
+    return None
+
+
 def merge_in_order(requested: list[str], answered: Iterable[Value], local: dict[int, Value],
                    key: str) -> list[Value]:
     """Entries for ``requested`` in request order: ``local[index]`` where the proxy answered,
@@ -322,16 +372,16 @@ class OffsetFetchHandler(ApiHandler):
             return PASS  # no member fields; the broker holds the offsets
         service = self.service
         groups: list[Value] = value["groups"]
-        if not any(service.coordinates(g["group_id"]) for g in groups):
+        errors = [_fetch_check(service, g) for g in groups]
+        if all(e is None for e in errors):
             return PASS
         failed: dict[int, Value] = {}
         forwarded: list[Value] = []
         for index, group in enumerate(groups):
-            if not service.coordinates(group["group_id"]):
+            error = errors[index]
+            if error is None:
                 forwarded.append(group)
                 continue
-            error = fetch_member_error(service, group["group_id"], group.get("member_id"),
-                                       group.get("member_epoch", -1))
             if error != ErrorCode.NONE:
                 failed[index] = {"group_id": group["group_id"], "topics": [],
                                  "error_code": int(error)}

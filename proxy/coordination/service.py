@@ -55,6 +55,7 @@ from cachetools import TTLCache
 
 from proxy import __version__, metrics
 from proxy.config import ProxyConfig
+from proxy.coordination.bridged import Bridges, BridgeSettings
 from proxy.coordination.commit_retries import CommitRetries
 from proxy.coordination.durability import Durability
 from proxy.coordination.fleet import Card, StateLogSettingsId
@@ -150,6 +151,9 @@ class NotTaken:
 
     reason: str
     kind: str = "refused"
+    direct: bool = False
+    """Refused because clients connected straight to the broker hold its group: the group is
+    in the broker phase here (its KIP-848 members are bridged, :mod:`.bridged`)."""
     """``lost-election``, ``refused`` or ``unavailable`` (:attr:`BrokerMembership.failure_kind`),
     or ``nothing-loaded`` (a takeover to load a member's group found no members in the state
     log and gave the broker's group back): only a refusal leaves the group to the broker's own
@@ -294,6 +298,16 @@ class CoordinatorService:
             self.durability = Durability(state_log, self.engine, wall_ms, self.now_ms,
                                          self._refresh_for_load)
             self.durability.lost = self._state_lost
+        fleet_address = config.advertised_fleet_address
+        self.bridges = Bridges(BridgeSettings(
+            fleet_address=f"{fleet_address[0]}:{fleet_address[1]}" if fleet_address else "-",
+            session_timeout_ms=config.broker_session_timeout_ms,
+            client_session_ms=config.group_session_timeout_ms,
+            metadata_refresh_s=config.group_metadata_refresh_ms / 1000,
+            connect_timeout=config.connect_timeout, max_members=config.max_members),
+            lambda: self.pool, config.upstream)
+        """KIP-848 members of groups in the broker phase: bridged into the broker's group
+        (:mod:`.bridged`)."""
         self.software = ClientSoftwareDirectory()
         """What clients said they are in ApiVersions (KIP-511), for the journal."""
         self.commit_retries = CommitRetries(trio.current_time)
@@ -330,6 +344,7 @@ class CoordinatorService:
         """Run the timer task and (unless ``watch_topics`` is off) the topic watcher."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            await nursery.start(self.bridges.run)
             nursery.start_soon(self._supervised, "timer task", self._timers)
             if watch_topics:
                 nursery.start_soon(self._supervised, "topic watcher", self.topics.run)
@@ -376,10 +391,26 @@ class CoordinatorService:
         them and nobody is disturbed. Without it: make every member drop its partitions
         before the groups are given up: from now on each member's next request is answered
         UNKNOWN_MEMBER_ID (:mod:`.handoff`); waits until all have been told or ``timeout_s``
-        has passed."""
-        if self.durability is not None:
-            await self._step_down(timeout_s)
+        has passed. Bridged members' clients are told to let go either way (their broker
+        membership ends with the proxy), meanwhile (:meth:`.bridged.Bridges.let_go`)."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._let_bridged_go, timeout_s)
+            if self.durability is not None:
+                await self._step_down(timeout_s)
+            else:
+                await self._hand_off(timeout_s)
+
+    async def _let_bridged_go(self, timeout_s: float) -> None:
+        members = len(self.bridges.members)
+        if not members:
+            self.bridges.stopping = True
             return
+        untold = await self.bridges.let_go(timeout_s)
+        log.info("stopping: %d of %d bridged member(s) told to let go of their partitions%s",
+                 members - untold, members,
+                 f"; {untold} not heard from within {timeout_s:.1f}s" if untold else "")
+
+    async def _hand_off(self, timeout_s: float) -> None:
         self.hand_off.start(self.engine)
         for key, held in list(self.held_joins.items()):
             held.resolve(JoinGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID),
@@ -439,6 +470,7 @@ class CoordinatorService:
                 for membership in list(self.memberships.values()):
                     nursery.start_soon(membership.leave)
             self.memberships.clear()
+            await self.bridges.aclose()
             await self.pool.aclose()
             if self.durability is not None:
                 await self.durability.aclose()
@@ -465,10 +497,11 @@ class CoordinatorService:
 
     def claims(self, group_id: str) -> bool:
         """Whether the proxy coordinates ``group_id``, is taking it over, still has it in
-        its engine, or still tells its members to let go (a request for it must be decoded,
-        never passed to the broker as it is, nor relayed)."""
+        its engine, still tells its members to let go, or runs bridged members in the
+        broker's group of that id (a request for it must be decoded, never passed to the
+        broker as it is, nor relayed)."""
         return (group_id in self.memberships or group_id in self.engine.groups
-                or self.hand_off.telling(group_id))
+                or self.hand_off.telling(group_id) or self.bridges.has_group(group_id))
 
     def coordinates(self, group_id: str) -> bool:
         membership = self.memberships.get(group_id)
@@ -496,6 +529,9 @@ class CoordinatorService:
     async def heartbeat(self, request: ConsumerGroupHeartbeatRequest
                         ) -> ConsumerGroupHeartbeatResponse:
         group_id = request.group_id
+        arrived = trio.current_time()
+        if (bridged := await self._bridged_heartbeat(request)) is not None:
+            return bridged
         if self._handing_off(group_id, request.member_id):
             if request.member_epoch == 0:
                 return ConsumerGroupHeartbeatResponse(
@@ -526,6 +562,8 @@ class CoordinatorService:
                     error_message=f"groupgate is still joining the broker's group {group_id}")
             if failure is not None:
                 self._not_taken(group_id, failure)
+                if failure.direct and not request.subscribed_topic_regex:
+                    return await self._bridge(request, arrived)
                 return ConsumerGroupHeartbeatResponse(
                     error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                     error_message=f"groupgate cannot coordinate group {group_id}: {failure}")
@@ -582,6 +620,41 @@ class CoordinatorService:
                               "while answering")
         return response
 
+    async def _bridged_heartbeat(self, request: ConsumerGroupHeartbeatRequest
+                                 ) -> ConsumerGroupHeartbeatResponse | None:
+        """A heartbeat of a bridged member, or a KIP-848 join of a group that is in the broker
+        phase here (it has bridged members already); None: neither (:mod:`.bridged`).
+        Members subscribing by regex are not bridged (their joins wait, as before)."""
+        answer = await self.bridges.heartbeat(request, self.heartbeat_wait_s)
+        if answer is not None:
+            return answer
+        group_id = request.group_id
+        if (request.member_epoch != 0 or not self.bridges.has_group(group_id)
+                or request.subscribed_topic_regex or group_id in self.memberships):
+            return None
+        refused: list[Effect] = []
+        try:
+            self.engine.check_heartbeat(request, refused)
+        except GroupError as exc:
+            self.apply(refused)
+            return ConsumerGroupHeartbeatResponse(error_code=int(exc.code),
+                                                  error_message=exc.message)
+        return await self._bridge(request, trio.current_time())
+
+    async def _bridge(self, request: ConsumerGroupHeartbeatRequest, arrived: float
+                      ) -> ConsumerGroupHeartbeatResponse:
+        """A KIP-848 member joining a group whose broker group has members connected straight
+        to the broker: it gets a bridged member there (decision record 0018); the heartbeat
+        waits for its first assignment until :attr:`heartbeat_wait_s` after it ``arrived``."""
+        group_id = request.group_id
+        if not self.bridges.has_group(group_id):
+            metrics.BROKER_PHASE_GROUPS.inc()
+            log.warning("group %s: in the broker phase here: clients connected straight to the "
+                        "broker hold its group; KIP-848 members join it as bridged classic "
+                        "members until they are gone", group_id)
+        wait_s = max(0.0, arrived + self.heartbeat_wait_s - trio.current_time())
+        return await self.bridges.join(request, wait_s)
+
     def _not_taken(self, group_id: str, failure: NotTaken) -> None:
         """A takeover failed: if another sidecar holds the group, the members of a cut-off
         lease still to be told are routed to it from now on, and it decides (it knows them
@@ -631,7 +704,7 @@ class CoordinatorService:
             self.directory.forget(group_id)
             kind = ("nothing-loaded" if membership in self._nothing_loaded
                     else membership.failure_kind or "unavailable")
-            return NotTaken(membership.failure, kind)
+            return NotTaken(membership.failure, kind, membership.direct_members)
         return None
 
     async def _established(self, membership: BrokerMembership, to_load: bool = False) -> None:
