@@ -39,7 +39,7 @@ class ConfigError(ValueError):
 FLEET_WAIT_MS = 7_000
 """Longest a member's request waits at a follower sidecar before it reaches the coordinating
 sidecar: a lookup of the group's holder (``proxy.coordination.peers.LOOKUP_SECONDS``) and a
-connect to its fleet listener (``proxy.coordination.links.PEER_CONNECT_SECONDS``). At the
+connect to its fleet listener (``proxy.kafka_client.links.PEER_CONNECT_SECONDS``). At the
 coordinating sidecar a member's session does not run while its request is inside
 (``proxy.coordination.inside``)."""
 SESSION_MARGIN_MS = 1_000

@@ -1,7 +1,7 @@
 """The state log's own connections to the cluster and what it knows of it.
 
 :class:`StateCluster` keeps, apart from the proxy's other broker links, up to
-``connections_per_broker`` :class:`~proxy.coordination.links.BrokerLink` per broker address
+``connections_per_broker`` :class:`~proxy.kafka_client.links.BrokerLink` per broker address
 (a link carries one request at a time and a broker handles one connection's requests in
 order, so writers of different groups spread over several), the broker addresses and
 partition leaders from Metadata, and finds transaction coordinators (FindCoordinator,
@@ -22,8 +22,8 @@ from typing import Any
 import trio
 
 from proxy.codec.api_keys import ApiKey
-from proxy.coordination.links import Address, BrokerLink
 from proxy.coordination.state_errors import Unavailable
+from proxy.kafka_client.links import Address, BrokerLink
 from proxy.security.policy import Security
 from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode

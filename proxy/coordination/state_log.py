@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from proxy.coordination.links import Address
 from proxy.coordination.state_cluster import StateCluster
 from proxy.coordination.state_errors import (
     Fenced,
@@ -47,6 +46,7 @@ from proxy.coordination.state_topic import (
     ensure_topic,
 )
 from proxy.coordination.state_writer import KeyValue, Writer, WriterConfig, open_writer
+from proxy.kafka_client.links import Address
 from proxy.records import max_record_bytes
 from proxy.security.policy import Security
 

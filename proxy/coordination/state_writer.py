@@ -59,7 +59,6 @@ from typing import Any
 import trio
 
 from proxy.codec.api_keys import ApiKey
-from proxy.coordination.links import Address
 from proxy.coordination.state_cluster import Backoff, StateCluster, error_name
 from proxy.coordination.state_errors import (
     Fenced,
@@ -68,6 +67,7 @@ from proxy.coordination.state_errors import (
     WriteFailed,
 )
 from proxy.coordination.state_ids import partition_for, transactional_id
+from proxy.kafka_client.links import Address
 from proxy.records import Record, encode_batch, split
 from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode

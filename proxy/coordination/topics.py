@@ -21,7 +21,7 @@ from typing import Any
 import trio
 
 from proxy.codec.api_keys import ApiKey
-from proxy.coordination.links import Address, LinkPool
+from proxy.kafka_client.links import Address, LinkPool
 from proxy.upstream import UpstreamError
 from translation.topics import TopicMetadata, TopicsImage
 

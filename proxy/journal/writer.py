@@ -38,8 +38,8 @@ from typing import Any
 import trio
 
 from proxy.codec.api_keys import ApiKey
-from proxy.coordination.links import Address, BrokerLink, LinkPool
 from proxy.coordination.topics import ZERO_UUID
+from proxy.kafka_client.links import Address, BrokerLink, LinkPool
 from proxy.metrics import (
     JOURNAL_BUFFERED,
     JOURNAL_DROPPED,

@@ -15,11 +15,11 @@ from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from proxy.codec import messages
 from proxy.codec.api_keys import ApiKey
-from proxy.coordination.links import LinkPool
 from proxy.journal.observer import JournalObserver
 from proxy.journal.schema import Event, EventType, decode
 from proxy.journal.settings import JournalSettings
 from proxy.journal.writer import JournalWriter, murmur2, partition_for, run_snapshots
+from proxy.kafka_client.links import LinkPool
 from proxy.metrics import REGISTRY
 from proxy.records import Compression, batches
 from proxy.upstream import UpstreamError

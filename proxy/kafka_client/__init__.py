@@ -1,0 +1,10 @@
+"""The proxy's own Kafka client: the requests it sends for itself, not for a client.
+
+Everything the proxy asks a broker on its own behalf (the coordinator service, the state log,
+the journal) goes through here; requests it forwards or rewrites for a client do not. It
+depends on the codec, the record batches and the upstream connection only, never on the
+packages that use it (``tests/unit/test_package_layering.py``).
+
+* :mod:`proxy.kafka_client.links`: request/response connections to brokers and to other
+  sidecars' fleet listeners, opened lazily as the proxy's own identity, one request at a time.
+"""
