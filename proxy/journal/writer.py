@@ -10,8 +10,9 @@ connections, so a slow Produce never holds up the coordination tasks' requests):
    addresses. A missing topic is created (CreateTopics v5 to the controller) with the
    settings of :mod:`proxy.journal.settings`; a topic that exists is used as it is.
 2. Events are taken in order, encoded (:meth:`~proxy.journal.schema.Event.encode`), and
-   routed by key like Kafka's default partitioner (murmur2 of the group id), so a group's
-   events stay in one partition, in order; one record batch per partition
+   routed by key like Kafka's default partitioner (murmur2 of the group id,
+   :mod:`proxy.kafka_client.partitioner`), so a group's events stay in one partition, in
+   order; one record batch per partition
    (:mod:`proxy.records`, gzip by default), one Produce v9 per leader, ``acks`` all by
    default. A batch is sent only after the previous one was acknowledged.
 3. Retriable errors (leader moved, topic not yet known, not enough replicas, timeouts,
@@ -40,6 +41,7 @@ import trio
 from proxy.codec.api_keys import ApiKey
 from proxy.coordination.topics import ZERO_UUID
 from proxy.kafka_client.links import Address, BrokerLink, LinkPool
+from proxy.kafka_client.partitioner import partition_for
 from proxy.metrics import (
     JOURNAL_BUFFERED,
     JOURNAL_DROPPED,
@@ -88,38 +90,6 @@ def wall_ms() -> int:
 
 class JournalError(Exception):
     """The journal topic cannot be written right now (retried)."""
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's ``Utils.murmur2`` (a signed 32-bit int), which its default partitioner uses."""
-    mask = 0xFFFFFFFF
-    m = 0x5BD1E995
-    length = len(data)
-    h = (0x9747B28C ^ length) & mask
-    whole = length - length % 4
-    for i in range(0, whole, 4):
-        k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
-        k = (k * m) & mask
-        k ^= k >> 24
-        k = (k * m) & mask
-        h = ((h * m) & mask) ^ k
-    rest = length % 4
-    if rest == 3:
-        h ^= data[whole + 2] << 16
-    if rest >= 2:
-        h ^= data[whole + 1] << 8
-    if rest >= 1:
-        h ^= data[whole]
-        h = (h * m) & mask
-    h ^= h >> 13
-    h = (h * m) & mask
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def partition_for(key: bytes, partitions: int) -> int:
-    """The partition Kafka's default partitioner picks for a keyed record."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 @dataclass(slots=True)

@@ -6,5 +6,6 @@ depends on the codec, the record batches and the upstream connection only, never
 packages that use it (``tests/unit/test_package_layering.py``).
 
 * :mod:`proxy.kafka_client.links`: request/response connections to brokers and to other
-  sidecars' fleet listeners, opened lazily as the proxy's own identity, one request at a time.
+  sidecars' fleet listeners, opened lazily as the proxy's own identity, one request at a time;
+* :mod:`proxy.kafka_client.partitioner`: Kafka's default partitioner (murmur2 of the key).
 """
