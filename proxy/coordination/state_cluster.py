@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -24,16 +23,21 @@ import trio
 from proxy.codec.api_keys import ApiKey
 from proxy.coordination.state_errors import Unavailable
 from proxy.kafka_client.links import Address, BrokerLink
+from proxy.kafka_client.metadata import (
+    FIND_COORDINATOR_VERSION,
+    METADATA_VERSION,
+    TRANSACTION_KEY,
+    TopicInfo,
+    brokers,
+    find_coordinator_request,
+    metadata_request,
+    topic_info,
+)
 from proxy.security.policy import Security
 from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode
 
 log = logging.getLogger("groupgate.state_log")
-
-METADATA_VERSION = 12
-FIND_COORDINATOR_VERSION = 3
-TRANSACTION_KEY = 1
-"""FindCoordinator key type of a transactional id (0 is a group)."""
 
 RETRY_FIRST = 0.005
 RETRY_MAX = 0.25
@@ -59,15 +63,6 @@ class Backoff:
             raise Unavailable(f"{self.what}: {reason}")
         await trio.sleep(self._next)
         self._next = min(self._next * 2, RETRY_MAX)
-
-
-@dataclass(frozen=True, slots=True)
-class TopicInfo:
-    error_code: int
-    partitions: int
-    replication_factor: int
-    leaders: dict[int, int]
-    """partition -> leader node id (-1: none right now)."""
 
 
 def error_name(code: int) -> str:
@@ -125,21 +120,13 @@ class StateCluster:
     async def topic(self, name: str) -> TopicInfo:
         """Metadata of topic ``name`` (error_code UNKNOWN_TOPIC_OR_PARTITION when missing);
         remembers broker addresses and partition leaders."""
-        response = await self.any_broker(ApiKey.METADATA, METADATA_VERSION, {
-            "topics": [{"name": name}], "allow_auto_topic_creation": False,
-            "include_topic_authorized_operations": False})
-        for broker in response["brokers"]:
-            self.nodes[broker["node_id"]] = (broker["host"], broker["port"])
-        for t in response["topics"]:
-            if t["name"] != name:
-                continue
-            leaders = {p["partition_index"]: (p["leader_id"] if p["error_code"] == 0 else -1)
-                       for p in t["partitions"]}
-            for partition, leader in leaders.items():
-                self._leaders[(name, partition)] = leader
-            rf = max((len(p["replica_nodes"]) for p in t["partitions"]), default=0)
-            return TopicInfo(t["error_code"], len(t["partitions"]), rf, leaders)
-        return TopicInfo(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 0, 0, {})
+        response = await self.any_broker(ApiKey.METADATA, METADATA_VERSION,
+                                         metadata_request([name]))
+        self.nodes.update(brokers(response))
+        info = topic_info(response, name)
+        for partition, leader in info.leaders.items():
+            self._leaders[(name, partition)] = leader
+        return info
 
     def forget_leader(self, topic: str, partition: int) -> None:
         self._leaders.pop((topic, partition), None)
@@ -169,7 +156,7 @@ class StateCluster:
             try:
                 response = await self.any_broker(
                     ApiKey.FIND_COORDINATOR, FIND_COORDINATOR_VERSION,
-                    {"key": transactional_id, "key_type": TRANSACTION_KEY})
+                    find_coordinator_request(transactional_id, TRANSACTION_KEY))
             except UpstreamError as exc:
                 await backoff.wait(str(exc))
                 continue

@@ -39,8 +39,8 @@ from typing import Any
 import trio
 
 from proxy.codec.api_keys import ApiKey
-from proxy.coordination.topics import ZERO_UUID
 from proxy.kafka_client.links import Address, BrokerLink, LinkPool
+from proxy.kafka_client.metadata import METADATA_VERSION, brokers, metadata_request, topic_info
 from proxy.kafka_client.partitioner import partition_for
 from proxy.metrics import (
     JOURNAL_BUFFERED,
@@ -58,7 +58,6 @@ from .settings import JournalSettings
 
 log = logging.getLogger("groupgate.journal")
 
-METADATA_VERSION = 12
 PRODUCE_VERSION = 9
 CREATE_TOPICS_VERSION = 5
 LINGER_S = 0.05
@@ -234,29 +233,22 @@ class JournalWriter:
     async def _metadata_now(self) -> _Metadata:
         if self._metadata is None:
             response, address = await self._ask_metadata()
-            topic = self._topic_of(response)
-            if topic is None or topic["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-                brokers = _brokers(response)
-                await self._create_topic(brokers.get(response["controller_id"], address))
+            topic = topic_info(response, self.topic)
+            if topic.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                await self._create_topic(brokers(response).get(response["controller_id"],
+                                                               address))
                 response, _ = await self._ask_metadata()
-                topic = self._topic_of(response)
-            if topic is None or topic["error_code"] != ErrorCode.NONE:
-                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if topic is None \
-                    else topic["error_code"]
-                raise JournalError(f"metadata: {_code_name(code)}")
-            leaders = [-1] * len(topic["partitions"])
-            for p in topic["partitions"]:
-                if 0 <= p["partition_index"] < len(leaders) and p["error_code"] == 0:
-                    leaders[p["partition_index"]] = p["leader_id"]
+                topic = topic_info(response, self.topic)
+            if topic.error_code != ErrorCode.NONE:
+                raise JournalError(f"metadata: {_code_name(topic.error_code)}")
+            leaders = [topic.leaders.get(p, -1) for p in range(topic.partitions)]
             if not leaders:
                 raise JournalError("metadata: the topic has no partitions")
-            self._metadata = _Metadata(leaders, _brokers(response))
+            self._metadata = _Metadata(leaders, brokers(response))
         return self._metadata
 
     async def _ask_metadata(self) -> tuple[dict[str, Any], Address]:
-        request = {"topics": [{"topic_id": ZERO_UUID, "name": self.topic}],
-                   "allow_auto_topic_creation": False,
-                   "include_topic_authorized_operations": False}
+        request = metadata_request([self.topic])
         failures = []
         for address in self._bootstrap:
             try:
@@ -265,9 +257,6 @@ class JournalWriter:
             except UpstreamError as exc:
                 failures.append(str(exc))
         raise JournalError(f"metadata: no bootstrap broker answered ({'; '.join(failures)})")
-
-    def _topic_of(self, response: dict[str, Any]) -> dict[str, Any] | None:
-        return next((t for t in response["topics"] if t["name"] == self.topic), None)
 
     async def _create_topic(self, address: Address) -> None:
         """CreateTopics for the journal topic, at the controller (``address``)."""
@@ -381,10 +370,6 @@ def _code_name(code: int) -> str:
         return ErrorCode(code).name
     except ValueError:
         return f"error {code}"
-
-
-def _brokers(response: dict[str, Any]) -> dict[int, Address]:
-    return {b["node_id"]: (b["host"], b["port"]) for b in response["brokers"]}
 
 
 def _or_default(value: int) -> str:

@@ -7,5 +7,7 @@ packages that use it (``tests/unit/test_package_layering.py``).
 
 * :mod:`proxy.kafka_client.links`: request/response connections to brokers and to other
   sidecars' fleet listeners, opened lazily as the proxy's own identity, one request at a time;
+* :mod:`proxy.kafka_client.metadata`: Metadata and FindCoordinator requests and answers
+  (topic partitions, leaders and ids; brokers; coordinators), the broker list for readiness;
 * :mod:`proxy.kafka_client.partitioner`: Kafka's default partitioner (murmur2 of the key).
 """
