@@ -7,7 +7,7 @@ full, drops the event and counts it (``groupgate_journal_events_dropped_total{re
 connections, so a slow Produce never holds up the coordination tasks' requests):
 
 1. Metadata v12 for the topic from a bootstrap broker: partition leaders and broker
-   addresses. A missing topic is created (CreateTopics v5 to the controller) with the
+   addresses. A missing topic is created (CreateTopics v7 to the controller) with the
    settings of :mod:`proxy.journal.settings`; a topic that exists is used as it is.
 2. Events are taken in order, encoded (:meth:`~proxy.journal.schema.Event.encode`), and
    routed by key like Kafka's default partitioner (murmur2 of the group id,
@@ -39,6 +39,11 @@ from typing import Any
 import trio
 
 from proxy.codec.api_keys import ApiKey
+from proxy.kafka_client.create_topic import (
+    CREATE_TOPICS_VERSION,
+    create_topic_error,
+    create_topic_request,
+)
 from proxy.kafka_client.links import Address, BrokerLink, LinkPool
 from proxy.kafka_client.metadata import METADATA_VERSION, brokers, metadata_request, topic_info
 from proxy.kafka_client.partitioner import partition_for
@@ -59,7 +64,6 @@ from .settings import JournalSettings
 log = logging.getLogger("groupgate.journal")
 
 PRODUCE_VERSION = 9
-CREATE_TOPICS_VERSION = 5
 LINGER_S = 0.05
 """How long the task waits after the first event of a batch for more to come."""
 MAX_BATCH_BYTES = 900_000
@@ -261,23 +265,19 @@ class JournalWriter:
     async def _create_topic(self, address: Address) -> None:
         """CreateTopics for the journal topic, at the controller (``address``)."""
         s = self.settings
-        configs = [{"name": "cleanup.policy", "value": "delete"},
-                   {"name": "retention.ms", "value": str(s.retention_ms)}]
-        request = {"topics": [{"name": self.topic, "num_partitions": s.partitions,
-                               "replication_factor": s.replication_factor, "assignments": [],
-                               "configs": configs}],
-                   "timeout_ms": int(self._request_timeout_s * 1000), "validate_only": False}
+        request = create_topic_request(
+            self.topic, partitions=s.partitions, replication_factor=s.replication_factor,
+            configs={"cleanup.policy": "delete", "retention.ms": str(s.retention_ms)},
+            timeout_ms=int(self._request_timeout_s * 1000))
         response = await self._request(address, ApiKey.CREATE_TOPICS, CREATE_TOPICS_VERSION,
                                        request)
-        result = response["topics"][0] if response["topics"] else {"error_code": -1}
-        code = result["error_code"]
+        code, detail = create_topic_error(response)
         if code == ErrorCode.NONE:
             self.stats.topic_created = True
             log.info("journal topic %s created (partitions %s, replication factor %s, "
                      "retention.ms %d)", self.topic, _or_default(s.partitions),
                      _or_default(s.replication_factor), s.retention_ms)
         elif code != ErrorCode.TOPIC_ALREADY_EXISTS:
-            detail = result.get("error_message") or ""
             raise JournalError(f"creating the topic: {_code_name(code)} {detail}".rstrip())
 
     # ------------------------------------------------------------------ writing

@@ -9,5 +9,6 @@ packages that use it (``tests/unit/test_package_layering.py``).
   sidecars' fleet listeners, opened lazily as the proxy's own identity, one request at a time;
 * :mod:`proxy.kafka_client.metadata`: Metadata and FindCoordinator requests and answers
   (topic partitions, leaders and ids; brokers; coordinators), the broker list for readiness;
+* :mod:`proxy.kafka_client.create_topic`: CreateTopics for one topic and its answer;
 * :mod:`proxy.kafka_client.partitioner`: Kafka's default partitioner (murmur2 of the key).
 """
