@@ -68,13 +68,18 @@ from proxy.coordination.state_errors import (
 )
 from proxy.coordination.state_ids import partition_for, transactional_id
 from proxy.kafka_client.links import Address
+from proxy.kafka_client.produce import (
+    NOT_ANSWERED,
+    PRODUCE_VERSION,
+    partition_results,
+    produce_request,
+)
 from proxy.records import Record, encode_batch, split
 from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode
 
 log = logging.getLogger("groupgate.state_log")
 
-PRODUCE_VERSION = 9
 INIT_PRODUCER_ID_VERSION = 4
 ADD_PARTITIONS_VERSION = 3
 END_TXN_VERSION = 3
@@ -342,17 +347,16 @@ class Writer:
             remaining = _remaining(deadline)
             try:
                 response = await self._cluster.link(leader, self.group_id).request(
-                    ApiKey.PRODUCE, PRODUCE_VERSION, {
-                        "transactional_id": self.transactional_id, "acks": -1,
-                        "timeout_ms": int(remaining * 1000),
-                        "topic_data": [{"name": topic, "partition_data": [
-                            {"index": self.partition, "records": batch}]}]},
+                    ApiKey.PRODUCE, PRODUCE_VERSION, produce_request(
+                        topic, {self.partition: batch}, acks=-1,
+                        timeout_ms=int(remaining * 1000),
+                        transactional_id=self.transactional_id),
                     timeout=remaining)
             except UpstreamError as exc:
                 self._cluster.forget_leader(topic, self.partition)
                 await backoff.wait(str(exc))
                 continue
-            (result,) = [p for t in response["responses"] for p in t["partition_responses"]]
+            result = partition_results(response, topic).get(self.partition, NOT_ANSWERED)
             error = result["error_code"]
             if error in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
                 self._sequence = (self._sequence + len(records)) % SEQUENCE_MODULUS

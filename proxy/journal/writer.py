@@ -47,6 +47,12 @@ from proxy.kafka_client.create_topic import (
 from proxy.kafka_client.links import Address, BrokerLink, LinkPool
 from proxy.kafka_client.metadata import METADATA_VERSION, brokers, metadata_request, topic_info
 from proxy.kafka_client.partitioner import partition_for
+from proxy.kafka_client.produce import (
+    NOT_ANSWERED,
+    PRODUCE_VERSION,
+    partition_results,
+    produce_request,
+)
 from proxy.metrics import (
     JOURNAL_BUFFERED,
     JOURNAL_DROPPED,
@@ -63,7 +69,6 @@ from .settings import JournalSettings
 
 log = logging.getLogger("groupgate.journal")
 
-PRODUCE_VERSION = 9
 LINGER_S = 0.05
 """How long the task waits after the first event of a batch for more to come."""
 MAX_BATCH_BYTES = 900_000
@@ -332,23 +337,18 @@ class JournalWriter:
                        by_partition: dict[int, list[int]], done: set[int], rejected: set[int],
                        retry: list[str]) -> None:
         pending = self._pending
-        data = [{"index": p, "records": encode_batch(
+        batches = {p: encode_batch(
             [Record(pending[i].key, pending[i].value, pending[i].ts) for i in by_partition[p]],
-            compression=self.settings.compression)} for p in partitions]
-        request = {"transactional_id": None, "acks": self.settings.acks,
-                   "timeout_ms": int(self._request_timeout_s * 1000),
-                   "topic_data": [{"name": self.topic, "partition_data": data}]}
+            compression=self.settings.compression) for p in partitions}
+        request = produce_request(self.topic, batches, acks=self.settings.acks,
+                                  timeout_ms=int(self._request_timeout_s * 1000))
         self.stats.produce_requests += 1
         response = await self._request(address, ApiKey.PRODUCE, PRODUCE_VERSION, request)
-        answered: dict[int, dict[str, Any]] = {}
-        for topic in response["responses"]:
-            if topic["name"] == self.topic:
-                for p in topic["partition_responses"]:
-                    answered[p["index"]] = p
+        answered = partition_results(response, self.topic)
         for partition in partitions:
             ids = by_partition[partition]
-            result = answered.get(partition)
-            code = ErrorCode.NETWORK_EXCEPTION if result is None else result["error_code"]
+            result = answered.get(partition, NOT_ANSWERED)
+            code = result["error_code"]
             if code == ErrorCode.NONE:
                 done.update(ids)
             elif code in TOO_LARGE and len(ids) > 1:
@@ -358,7 +358,7 @@ class JournalWriter:
                 retry.append(f"partition {partition}: {_code_name(code)}")
             else:
                 rejected.update(ids)
-                message = f"{_code_name(code)} {(result or {}).get('error_message') or ''}"
+                message = f"{_code_name(code)} {result.get('error_message') or ''}"
                 if message != self._last_refusal:
                     self._last_refusal = message
                     log.warning("journal %s partition %d refused %d events: %s", self.topic,

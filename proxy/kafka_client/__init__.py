@@ -10,5 +10,7 @@ packages that use it (``tests/unit/test_package_layering.py``).
 * :mod:`proxy.kafka_client.metadata`: Metadata and FindCoordinator requests and answers
   (topic partitions, leaders and ids; brokers; coordinators), the broker list for readiness;
 * :mod:`proxy.kafka_client.create_topic`: CreateTopics for one topic and its answer;
-* :mod:`proxy.kafka_client.partitioner`: Kafka's default partitioner (murmur2 of the key).
+* :mod:`proxy.kafka_client.partitioner`: Kafka's default partitioner (murmur2 of the key);
+* :mod:`proxy.kafka_client.produce`: Produce of encoded record batches, plain or
+  transactional, and the answer per partition.
 """
