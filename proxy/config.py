@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from proxy.coordination.state_ids import check_prefix
 from proxy.journal.settings import SETTINGS as JOURNAL_SETTINGS
 from proxy.journal.settings import (
     JournalSettings,
@@ -30,6 +29,7 @@ from proxy.journal.settings import (
     parse_topic,
 )
 from proxy.records import Compression
+from proxy.state_log.ids import check_prefix
 
 
 class ConfigError(ValueError):

@@ -2,7 +2,8 @@
 
 The sans-I/O engine (:mod:`translation.coordinator`) decides everything about a group; this
 package gives it time, topic metadata and a network (the proxy's own requests to brokers go
-through :mod:`proxy.kafka_client`):
+through :mod:`proxy.kafka_client`; durable group state is :mod:`proxy.state_log`, used through
+:mod:`proxy.coordination.durability`):
 
 * :mod:`proxy.coordination.service` owns the one :class:`~translation.coordinator.GroupCoordinator`
   of the process, its timer task and the per-group state;

@@ -10,14 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
-from proxy.coordination.state_ids import (
+from proxy.state_log.ids import (
     DIGEST_HEX,
     MAX_TRANSACTIONAL_ID,
     check_prefix,
     partition_for,
     transactional_id,
 )
-from proxy.coordination.state_log import StateLogSettings
+from proxy.state_log.log import StateLogSettings
 
 # -- partitioning --------------------------------------------------------------------------
 

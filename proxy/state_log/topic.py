@@ -43,13 +43,13 @@ from dataclasses import dataclass, field
 import trio
 
 from proxy.codec.api_keys import ApiKey
-from proxy.coordination.state_cluster import Backoff, StateCluster, error_name
-from proxy.coordination.state_errors import StateTopicError
 from proxy.kafka_client.create_topic import (
     CREATE_TOPICS_VERSION,
     create_topic_error,
     create_topic_request,
 )
+from proxy.state_log.cluster import Backoff, StateCluster, error_name
+from proxy.state_log.errors import StateTopicError
 from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode
 

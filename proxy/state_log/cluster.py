@@ -21,7 +21,6 @@ from typing import Any
 import trio
 
 from proxy.codec.api_keys import ApiKey
-from proxy.coordination.state_errors import Unavailable
 from proxy.kafka_client.links import Address, BrokerLink
 from proxy.kafka_client.metadata import (
     FIND_COORDINATOR_VERSION,
@@ -34,6 +33,7 @@ from proxy.kafka_client.metadata import (
     topic_info,
 )
 from proxy.security.policy import Security
+from proxy.state_log.errors import Unavailable
 from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode
 
