@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import zlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -32,10 +32,12 @@ from proxy.kafka_client.metadata import (
     metadata_request,
     topic_info,
 )
-from proxy.security.policy import Security
 from proxy.state_log.errors import Unavailable
 from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from proxy.security.policy import Security
 
 log = logging.getLogger("groupgate.state_log")
 

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from proxy.kafka_client.links import Address
 from proxy.records import max_record_bytes
-from proxy.security.policy import Security
 from proxy.state_log.cluster import StateCluster
 from proxy.state_log.errors import (
     Fenced,
@@ -49,6 +49,9 @@ from proxy.state_log.topic import (
     ensure_topic,
 )
 from proxy.state_log.writer import KeyValue, Writer, WriterConfig, open_writer
+
+if TYPE_CHECKING:
+    from proxy.security.policy import Security
 
 __all__ = ["Fenced", "KeyValue", "LoadFailed", "LoadedGroup", "StateLog", "StateLogError",
            "StateLogSettings", "StateTopicError", "Unavailable", "WriteFailed", "Writer"]
