@@ -2,8 +2,9 @@
 
 Everything the proxy asks a broker on its own behalf (the coordinator service, the state log,
 the journal) goes through here; requests it forwards or rewrites for a client do not. It
-depends on the codec, the record batches and the upstream connection only, never on the
-packages that use it (``tests/unit/test_package_layering.py``).
+depends on the codec, the upstream connection (TLS and SASL with it) and Kafka's error codes
+(:mod:`translation.errors`) only, never on the packages that use it
+(``tests/unit/test_package_layering.py``); its callers encode their record batches.
 
 * :mod:`proxy.kafka_client.links`: request/response connections to brokers and to other
   sidecars' fleet listeners, opened lazily as the proxy's own identity, one request at a time;
