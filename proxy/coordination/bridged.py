@@ -34,13 +34,14 @@ from proxy import metrics
 from proxy.codec import messages
 from proxy.codec.api_keys import ApiKey
 from proxy.coordination.convert import encode_assignment, parse_assignment, parse_subscription
-from proxy.coordination.links import Address, BrokerLink, LinkPool
 from proxy.coordination.membership import (
     COORDINATOR_MOVED,
     CoordinatorUnavailable,
     find_coordinator,
 )
-from proxy.coordination.topics import METADATA_VERSION, image_from_metadata, metadata_request
+from proxy.coordination.topics import image_from_metadata
+from proxy.kafka_client.links import Address, BrokerLink, LinkPool
+from proxy.kafka_client.metadata import METADATA_VERSION, metadata_request
 from proxy.upstream import UpstreamError
 from translation.bridge import (
     BridgedMember,
@@ -372,7 +373,7 @@ class Bridge:
             try:
                 with trio.fail_after(self.settings.connect_timeout + 5):
                     response = await self._pool.link(address).request(
-                        ApiKey.METADATA, METADATA_VERSION, metadata_request(wanted, False))
+                        ApiKey.METADATA, METADATA_VERSION, metadata_request(sorted(wanted)))
             except (UpstreamError, trio.TooSlowError) as exc:
                 log.info("group %s: topic metadata from %s:%d failed: %s", self.group_id,
                          *address, exc)
