@@ -551,7 +551,8 @@ class Bridges:
             bridge.leave("groupgate is stopping")
             return _error(ErrorCode.UNKNOWN_MEMBER_ID, "groupgate is stopping; rejoin",
                           bridge.member_id)
-        bridge.last_seen = trio.current_time()
+        if machine.state not in (BridgeState.LEAVING, BridgeState.LEFT):
+            bridge.last_seen = trio.current_time()
         owned = (None if request.topic_partitions is None
                  else bridge.partitions_by_name(request.topic_partitions))
         names = request.subscribed_topic_names
