@@ -132,6 +132,7 @@ class Bridge:
         self.coordinator: Address | None = None
         self._control: BrokerLink | None = None
         self._heartbeats: BrokerLink | None = None
+        self._links_lock = trio.Lock()
         self._counts: dict[str, int] = {}
         self._next_refresh = 0.0
         self.sent: tuple[int, Partitions] | None = None
@@ -268,6 +269,10 @@ class Bridge:
             self._wake.set()
 
     async def _links(self) -> tuple[BrokerLink, BrokerLink]:
+        async with self._links_lock:  # the heartbeat and the control request may both ask
+            return await self._links_now()
+
+    async def _links_now(self) -> tuple[BrokerLink, BrokerLink]:
         if self.coordinator is None or self._control is None or self._heartbeats is None:
             deadline = trio.current_time() + self.settings.connect_timeout
             _node, address = await find_coordinator(self._pool, self._bootstrap, self.group_id,
