@@ -12,6 +12,9 @@ What the connections do (all at the same time, against a Kafka 3.9 broker):
   ``examined-read-timeout``; shortened here so the test does not wait 30 s);
 * KIP-848 joins, each creating a group with a distinct 4 KiB subscription regex (a broker
   membership per group, a compiled regex per member);
+* KIP-848 joins, each a new member, into a group whose broker group has a member straight at the
+  broker: each gets a bridged member in the broker's group (two broker connections and a
+  state machine each, kept until the client's session passes without a heartbeat);
 * a heartbeat-style request the proxy answers, with a fetch behind it whose response is held;
 * with the authorization of clients forced on (``authorize-clients on``; the broker has no
   authorizer, so every probe is answered "allowed"): every group request above is authorized
@@ -29,6 +32,8 @@ import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+
+from confluent_kafka import Consumer
 
 from proxy.codec import messages
 from proxy.codec.header import encode_request_header
@@ -113,6 +118,34 @@ def test_peak_memory_stays_under_the_documented_bound(kafka39: KafkaBroker,
                 "server_assignor": None, "topic_partitions": []}))
             read_response(sock)
 
+    mixed = f"mixed-{topic}"
+    direct = Consumer({"bootstrap.servers": kafka39.bootstrap, "group.id": mixed,
+                       "group.protocol": "classic", "session.timeout.ms": 30_000})
+    direct.subscribe([topic])
+    held = threading.Event()
+    done = threading.Event()
+
+    def hold_the_group() -> None:  # a classic member straight at the broker, polling
+        while not done.is_set():
+            direct.poll(0.2)
+            if direct.assignment():
+                held.set()
+
+    holder = threading.Thread(target=hold_the_group, daemon=True)
+    holder.start()
+    assert held.wait(60), "the direct member never got its partition"
+
+    def bridged_join() -> None:
+        with connect() as sock:
+            sock.sendall(frame(68, 1, 1, {
+                "group_id": mixed, "member_id": str(uuid.uuid4()), "member_epoch": 0,
+                "instance_id": None, "rack_id": None, "rebalance_timeout_ms": 30_000,
+                "subscribed_topic_names": [topic], "subscribed_topic_regex": None,
+                "server_assignor": None, "topic_partitions": []}))
+            answer, _ = messages.decode_response(68, 1, read_response(sock), 5)
+            # bridged: assigned, or still joining the broker's group (never refused)
+            assert answer["error_code"] in (0, 14), answer
+
     def describe_many() -> None:
         with connect() as sock:
             for round_ in range(6):  # 6 x 200 distinct group ids: past the 1024 answers kept
@@ -123,7 +156,8 @@ def test_peak_memory_stays_under_the_documented_bound(kafka39: KafkaBroker,
                 assert len(answer["groups"]) == len(ids)
 
     work: list[tuple[Callable[[], None], int]] = [
-        (near_bound, 20), (over_bound, 40), (stall, 40), (join, 100), (describe_many, 40)]
+        (near_bound, 20), (over_bound, 40), (stall, 40), (join, 100), (describe_many, 40),
+        (bridged_join, 40)]
     jobs = [fn for fn, count in work for _ in range(count)]
     lock = threading.Lock()
 
@@ -134,8 +168,13 @@ def test_peak_memory_stays_under_the_documented_bound(kafka39: KafkaBroker,
             with lock:
                 errors.append(f"{fn.__name__}: {exc!r}")
 
-    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-        list(pool.map(run, jobs))
+    try:
+        with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+            list(pool.map(run, jobs))
+    finally:
+        done.set()
+        holder.join(10)
+        direct.close()
     assert proxy.process is not None
     peak = high_water_mib(proxy.process.pid)
     print(f"proxy peak RSS {peak:.1f} MiB under {len(jobs)} connections")
