@@ -19,6 +19,13 @@ handles one connection's requests in order, and pipelined asynchronous commits d
 * OffsetDelete: partitions of topics the group subscribes to are refused with
   GROUP_SUBSCRIBED_TO_TOPIC; the rest is deleted at the broker.
 
+Bridged members (:mod:`.bridged`, groups in the broker phase): a KIP-848 client's commit is
+stamped once with its bridged member's broker member id and generation, after checking that
+its epoch is the member's and that generation, and that its partitions are the member's
+(else STALE_MEMBER_EPOCH, or the retriable COORDINATOR_LOAD_IN_PROGRESS while the member
+rejoins); a broker refusal of the stamped generation becomes COORDINATOR_LOAD_IN_PROGRESS.
+OffsetFetch v9+ of a bridged member checks its epoch and strips the member fields.
+
 Requests for groups the proxy does not coordinate pass untouched.
 """
 

@@ -15,8 +15,9 @@ network:
   does not coordinate yet starts a :class:`~proxy.coordination.membership.BrokerMembership`;
   only once the proxy holds the broker's classic group of that id does the engine see the
   heartbeat. If the broker's group has members connected straight to the broker, the takeover
-  fails and the heartbeat gets COORDINATOR_NOT_AVAILABLE (retriable: the client keeps trying
-  until the direct members are gone);
+  fails (INCONSISTENT_GROUP_PROTOCOL): the group is in the broker phase here, and the member
+  gets a bridged member in the broker's group (:mod:`.bridged`; a member subscribing by regex
+  gets the retriable COORDINATOR_NOT_AVAILABLE until the direct members are gone);
 * topics: a :class:`~proxy.coordination.topics.TopicWatcher` feeds topic metadata into
   ``update_topics``; a joining member naming a topic the image does not know (or bringing a
   new regex) waits for one refresh first, so its first assignment already covers the topic;

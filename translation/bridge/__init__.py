@@ -2,7 +2,7 @@
 client while the group is still the broker's (decision record 0018, "Members behind sidecars
 in the broker phase").
 
-Not wired into the proxy yet: the online-upgrade work drives it. Sans-I/O like the rest of
+The proxy drives it (``proxy/coordination/bridged.py``). Sans-I/O like the rest of
 the engine: the client's ConsumerGroupHeartbeat, the broker's answers and the time go in;
 the broker requests to send and the heartbeat answer to give the client come out.
 

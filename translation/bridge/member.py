@@ -1,7 +1,7 @@
 """The bridged member: the classic member a sidecar runs in the broker's group on behalf of one
 KIP-848 client (decision record 0018, "Members behind sidecars in the broker phase").
 
-Not wired into the proxy yet: the online-upgrade work feeds it. It joins with the *member
+The proxy feeds it (``proxy/coordination/bridged.py``). It joins with the *member
 mark* as client id (``gg3|<fleet address>|<KIP-848 member id>|<client id>``), offers the
 group's current protocol first and then ``cooperative-sticky``, ``range``, ``roundrobin``,
 ``sticky`` (so that its vote never changes the protocol the broker selects), puts the

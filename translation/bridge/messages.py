@@ -4,7 +4,8 @@ In: the KIP-848 client's heartbeat (:class:`ClientHeartbeat`), the broker's Join
 (:class:`BrokerJoinAnswer`, its members' subscriptions decoded), and the broker's SyncGroup,
 Heartbeat and LeaveGroup answers as :mod:`translation.classic.messages` decodes them. Out: the
 requests to send to the broker (:data:`BrokerRequest`) and the client's answer
-(:class:`ClientAnswer`). Not wired into the proxy yet (the online-upgrade work does).
+(:class:`ClientAnswer`). The proxy's driver (``proxy/coordination/bridged.py``) encodes and
+decodes them.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The classic client-side assignors a bridged member runs when the broker elects it leader.
 
-Not wired into the proxy yet: the online-upgrade work (decision record 0018, "Members behind
-sidecars in the broker phase") drives it from :mod:`translation.bridge`. Sans-I/O and pure:
+:mod:`translation.bridge` runs it (decision record 0018, "Members behind sidecars in the broker
+phase"), driven in the proxy by ``proxy/coordination/bridged.py``. Sans-I/O and pure:
 the JoinGroup answer's members (member id, group instance id, decoded subscription) and the
 subscribed topics' partition counts in, an assignment per member out (topic name ->
 partitions). Topics without a partition count (unknown to the leader's metadata) are skipped,
