@@ -46,7 +46,7 @@ import logging
 import time
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -310,6 +310,8 @@ class CoordinatorService:
             self.journal = JournalWriter(journal_settings, self.pool, config.upstream)
         metrics.GROUPS_HELD.set_function(
             lambda: sum(1 for m in self.memberships.values() if m.established and not m.left))
+        metrics.watch_coordination(metrics.CoordinationView(self._group_shapes,
+                                                            self.routes.followed))
         self.stepping_down = False
         """The proxy is stopping with the state log on: it answers no group request."""
         self.heartbeat_wait_s = min(TAKEOVER_WAIT_SECONDS, HEARTBEAT_WAIT_FRACTION
@@ -1216,6 +1218,8 @@ class CoordinatorService:
             if isinstance(effect, TimerArmed):
                 self._timer_wake.set()
             elif isinstance(effect, GroupEpochBumped | GroupLoaded):
+                if isinstance(effect, GroupEpochBumped):
+                    metrics.REBALANCES.labels(metrics.rebalance_reason(effect.reason)).inc()
                 # the group's topics may have changed (or were just loaded, after a JoinGroup
                 # that could not name them yet): the broker keeps only the offsets of topics
                 # its member advertises (KIP-211)
@@ -1250,9 +1254,19 @@ class CoordinatorService:
                             effect.member_id or "(new)", effect.api, effect.record_bytes,
                             effect.limit)
                 metrics.STATE_MEMBERS_TOO_LARGE.labels(effect.api).inc()
-            elif isinstance(effect, GroupCreated | MemberJoined | MemberLeft | MemberFenced
+            elif isinstance(effect, MemberFenced):
+                metrics.MEMBERS_FENCED.labels(metrics.fence_reason(effect.reason)).inc()
+                log.info("%s", effect)
+            elif isinstance(effect, GroupCreated | MemberJoined | MemberLeft
                             | TargetAssignmentComputed | TargetAssignmentFailed):
                 log.info("%s", effect)
+
+    def _group_shapes(self) -> Iterator[tuple[str, Iterator[str]]]:
+        """State and member protocols of every group the engine coordinates (read when
+        Prometheus scrapes)."""
+        for group in list(self.engine.groups.values()):
+            yield (group.state.value.lower(),
+                   (member.protocol.value for member in group.members.values()))
 
     def _answer_held(self, group_id: str, error: ErrorCode) -> None:
         """Answer every held JoinGroup / SyncGroup of ``group_id`` with ``error``."""
