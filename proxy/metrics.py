@@ -21,6 +21,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from typing import Final
 
+import trio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -257,6 +258,20 @@ def watch_coordination(view: CoordinationView) -> None:
     _COORDINATION[:] = [view]
 
 
+def unwatch_coordination(view: CoordinationView) -> None:
+    """Stop publishing ``view`` (its service stopped); the gauges read zero."""
+    if view in _COORDINATION:
+        _COORDINATION.remove(view)
+
+
+def _inside_trio() -> bool:
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        return False
+    return True
+
+
 _REQUEST_COUNTS: dict[str, dict[int, int]] = {}
 """node label -> api key -> requests received."""
 
@@ -333,7 +348,9 @@ class _CoordinationCollector(Collector):
         by_state = dict.fromkeys(GROUP_STATES, 0)
         by_protocol = dict.fromkeys(MEMBER_PROTOCOLS, 0)
         following = 0
-        for view in _COORDINATION:
+        # the coordinator's state belongs to its trio run (the health server scrapes from
+        # inside it); a scrape from outside any run reads nothing of it
+        for view in _COORDINATION if _inside_trio() else ():
             for state, protocols in view.groups():
                 if state in by_state:
                     by_state[state] += 1

@@ -310,8 +310,8 @@ class CoordinatorService:
             self.journal = JournalWriter(journal_settings, self.pool, config.upstream)
         metrics.GROUPS_HELD.set_function(
             lambda: sum(1 for m in self.memberships.values() if m.established and not m.left))
-        metrics.watch_coordination(metrics.CoordinationView(self._group_shapes,
-                                                            self.routes.followed))
+        self._metrics_view = metrics.CoordinationView(self._group_shapes, self.routes.followed)
+        metrics.watch_coordination(self._metrics_view)
         self.stepping_down = False
         """The proxy is stopping with the state log on: it answers no group request."""
         self.heartbeat_wait_s = min(TAKEOVER_WAIT_SECONDS, HEARTBEAT_WAIT_FRACTION
@@ -441,6 +441,7 @@ class CoordinatorService:
                 for membership in list(self.memberships.values()):
                     nursery.start_soon(membership.leave)
             self.memberships.clear()
+            metrics.unwatch_coordination(self._metrics_view)
             await self.pool.aclose()
             if self.durability is not None:
                 await self.durability.aclose()

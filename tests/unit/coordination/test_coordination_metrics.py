@@ -119,3 +119,23 @@ def test_every_reason_the_engine_gives_has_its_own_label() -> None:
     # fence) become epoch-bump reasons with spaces
     for reason in metrics.FENCE_REASONS - {"join-timeout", "sync-timeout"}:
         assert reason.replace("-", " ") in metrics.REBALANCE_REASONS
+
+
+def test_a_scrape_outside_the_service_s_trio_run_reads_nothing_of_it() -> None:
+    make_service()  # its fleet directory keeps time with trio's clock
+    assert sample("groupgate_groups_followed") == 0  # no error: the scrape still works
+    assert sample("groupgate_coordinated_members", protocol="consumer") == 0
+
+
+async def test_a_stopped_service_is_no_longer_published(
+        autojump_clock: trio.testing.MockClock) -> None:
+    service = make_service()
+    coordinate(service, "g")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lambda task_status: service.run(watch_topics=False,
+                                                            task_status=task_status))
+        assert (await service.heartbeat(_hb("m1", 0))).error_code == 0
+        assert sample("groupgate_coordinated_members", protocol="consumer") == 1
+        await service.aclose()
+        assert sample("groupgate_coordinated_members", protocol="consumer") == 0
+        nursery.cancel_scope.cancel()
