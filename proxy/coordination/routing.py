@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from proxy import metrics
+from proxy import apiversions, metrics
 from proxy.codec import messages
 from proxy.codec.api_keys import ApiKey
 from proxy.codec.errors import CodecError
@@ -143,7 +143,8 @@ class CoordinatingRouter(ForwardingRouter):
         """``authorization``: the authorization stage of this connection (None: requests are
         not authorized by the proxy); ``authorizer``: whether the brokers have an authorizer
         (None: assume so)."""
-        super().__init__(address_map, counters, accepted, served_versions(handlers))
+        super().__init__(address_map, counters, accepted, served_versions(handlers),
+                         {k: v for k, v in apiversions.BRIDGED.items() if k in handlers})
         self._handlers = handlers
         self._node_id = node_id
         self._client_host = client_host
@@ -215,7 +216,26 @@ class CoordinatingRouter(ForwardingRouter):
         handler = self._handlers.get(request.api_key)
         if handler is None:
             return super().decide(request)  # ApiVersions newer than the proxy knows
-        return self._decide(handler, request, self._decode(handler, request), None)
+        return self._bridge(request, self._decide(handler, request,
+                                                  self._decode(handler, request), None))
+
+    def _bridge(self, request: RequestInfo, decision: Decision) -> Decision:
+        """A request passed to the broker as the client sent it, at a bridged version this
+        connection's broker lacks (:data:`~proxy.apiversions.BRIDGED`), goes as the older
+        version: the same bytes relabelled, its answer unchanged."""
+        if isinstance(decision, Prepare):
+            return Prepare(self._bridge_later(request, decision.decision))
+        if decision == FORWARD:
+            version = self.broker_version(request.api_key, request.api_version)
+            if version != request.api_version:
+                return Rewrite(apiversions.downgraded(request.frame, version), _unchanged_bytes)
+        return decision
+
+    async def _bridge_later(self, request: RequestInfo,
+                            decision: Awaitable[int | Rewrite | Local]) -> int | Rewrite | Local:
+        bridged = self._bridge(request, await decision)
+        assert not isinstance(bridged, Prepare)
+        return bridged
 
     def _decode(self, handler: ApiHandler, request: RequestInfo) -> GroupRequest:
         key, version = request.api_key, request.api_version
@@ -448,8 +468,9 @@ class CoordinatingRouter(ForwardingRouter):
             else:
                 try:
                     response = await self._fleet.links.request(
-                        address, request.api_key, request.version, upstream.value,
-                        request.client_id or "")
+                        address, request.api_key,
+                        request.version if upstream.version is None else upstream.version,
+                        upstream.value, request.client_id or "")
                 except UpstreamError as exc:
                     log.info("api key %d to the group's broker %s:%d failed: %s",
                              request.api_key, *address, exc)
@@ -505,8 +526,12 @@ class CoordinatingRouter(ForwardingRouter):
 
     def _rewrite(self, handler: ApiHandler, request: GroupRequest, upstream: Upstream
                  ) -> Rewrite:
-        key, version = request.api_key, request.version
-        payload = request.header + messages.encode_request(key, version, upstream.value)
+        key = request.api_key
+        version = (upstream.version if upstream.version is not None
+                   else self.broker_version(key, request.version))
+        header = (request.header if version == request.version
+                  else apiversions.downgraded(request.header, version))
+        payload = header + messages.encode_request(key, version, upstream.value)
         header_version = messages.response_header_version(key, version)
 
         def on_response(response: memoryview) -> bytes:
@@ -629,6 +654,11 @@ def _topic_names(topic: Value) -> dict[str, Any]:
 
 async def _ready(value: Value) -> Value:
     return value
+
+
+def _unchanged_bytes(_response: memoryview) -> None:
+    """A response filter passing the broker's answer on as it is."""
+    return None
 
 
 def _is_join(request: GroupRequest) -> bool:
