@@ -33,8 +33,8 @@ from proxy.coordination.fleet import (
     Holder,
     read_holder,
 )
-from proxy.coordination.links import BrokerLink, LinkPool
 from proxy.coordination.membership import CoordinatorUnavailable, find_coordinator
+from proxy.kafka_client.links import BrokerLink, LinkPool
 from proxy.upstream import UpstreamError
 
 log = logging.getLogger("groupgate.coordination")

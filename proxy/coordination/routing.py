@@ -31,6 +31,11 @@ connection that proved it comes from a sidecar (the connection's
 :class:`~proxy.security.session.Session`, ``fleet_peer``); anywhere else a client id that
 looks like a mark is just a client id.
 
+A KIP-848 client whose heartbeats queued up behind a slow coordinator and whose answers it
+did not read (they timed out on its side) sends the epoch it had: on its own connection, the
+heartbeat goes on with the epoch the client was last given (:mod:`.heartbeat_answers`), so the
+coordinator does not fence a member that was never gone.
+
 Authorization (:mod:`.authorization`): a request the proxy will answer or relay, in part or
 whole, first passes the authorization stage, before the fleet route and the handler, so that
 nothing the proxy does as itself (a lookup, a takeover, a relay, a commit it sends for another
@@ -77,6 +82,7 @@ from proxy.coordination.handler import (
     Upstream,
     Value,
 )
+from proxy.coordination.heartbeat_answers import HeartbeatAnswers
 from proxy.coordination.inside import held_while_inside
 from proxy.coordination.peek import group_id_of
 from proxy.coordination.peers import LOCAL, LOOKUP, RELAY, FleetSide, Route
@@ -127,9 +133,9 @@ def served_versions(handlers: dict[int, ApiHandler]) -> dict[int, tuple[int, int
 class CoordinatingRouter(ForwardingRouter):
     """Per-connection routing with the coordinator service behind it."""
 
-    __slots__ = ("_authorization", "_authorizer", "_claims", "_client_host", "_committers",
-                 "_fleet", "_handlers", "_node_id", "_session", "_software",
-                 "_stale_acknowledged", "liveness")
+    __slots__ = ("_authorization", "_authorizer", "_caught_up", "_claims", "_client_host",
+                 "_committers", "_fleet", "_handlers", "_heartbeat_answers", "_node_id",
+                 "_session", "_software", "_stale_acknowledged", "liveness")
 
     def __init__(self, address_map: AddressMap, counters: RequestCounters,
                  accepted: dict[int, tuple[int, int]], handlers: dict[int, ApiHandler],
@@ -161,6 +167,12 @@ class CoordinatingRouter(ForwardingRouter):
         self._stale_acknowledged: dict[int, list[Value]] = {}
         """By correlation id: partitions of a commit acknowledged as stale retries
         (:mod:`.commit_retries`), added to its answer."""
+        self._heartbeat_answers = HeartbeatAnswers()
+        """The epochs this connection's KIP-848 members were last given
+        (:mod:`.heartbeat_answers`)."""
+        self._caught_up: dict[int, int] = {}
+        """By correlation id: the epoch a heartbeat carried as its client sent it, where it
+        goes on with the epoch the client was last given; dropped when it is answered."""
         self.liveness: ConnectionWatch | None = None
         """Pod-local liveness hook (:mod:`.pod_liveness`): told the connection's ApiVersions
         and group requests; set by the router factory on client-facing connections."""
@@ -256,6 +268,14 @@ class CoordinatingRouter(ForwardingRouter):
                 relayed.client_id, relayed.client_host, relayed.node_id, relayed.principal)
             if relayed.software is not None and self._software is not None:
                 self._software.note(client_host, client_id, *relayed.software)
+        if key == ApiKey.CONSUMER_GROUP_HEARTBEAT and self._client_facing:
+            given = self._heartbeat_answers.catch_up(value)
+            if given is not None:
+                log.debug("member %s carries epoch %d whose answer it has not read: it goes "
+                          "on with epoch %d", value.get("member_id"), value["member_epoch"],
+                          given)
+                self._caught_up[request.correlation_id] = value["member_epoch"]
+                value = dict(value, member_epoch=given)
         return GroupRequest(handler.api_key, version, request.correlation_id, client_id,
                             client_host, node_id, bytes(frame[:header.header_length]), value,
                             principal)
@@ -620,6 +640,10 @@ class CoordinatingRouter(ForwardingRouter):
             value = request.completion.merge(value)
         if request.api_key == ApiKey.OFFSET_COMMIT and self._client_facing:
             value = self._observe_commit(handler, request, value)
+        elif request.api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT and self._client_facing:
+            carried = self._caught_up.pop(request.correlation_id,
+                                          request.value.get("member_epoch", 0))
+            self._heartbeat_answers.answered(carried, request.value, value)
         key, version = request.api_key, request.version
         header = response_header_for(key, version, request.correlation_id)
         try:

@@ -59,15 +59,15 @@ from proxy.coordination.commit_retries import CommitRetries
 from proxy.coordination.durability import Durability
 from proxy.coordination.fleet import Card, StateLogSettingsId
 from proxy.coordination.handoff import HandOff
-from proxy.coordination.links import Address, LinkPool
 from proxy.coordination.membership import BrokerMembership
 from proxy.coordination.peers import Directory, Routes
-from proxy.coordination.state_log import StateLog, StateLogSettings
 from proxy.coordination.topics import TopicWatcher
 from proxy.journal.clients import ClientSoftwareDirectory
 from proxy.journal.observer import JournalObserver
 from proxy.journal.writer import JournalWriter, run_snapshots
+from proxy.kafka_client.links import Address, LinkPool
 from proxy.security.policy import Security
+from proxy.state_log.log import StateLog, StateLogSettings
 from translation.assignors import BUILTIN_ASSIGNORS
 from translation.classic.coordinator import ClassicGroupCoordinator
 from translation.classic.messages import (

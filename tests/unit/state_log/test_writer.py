@@ -15,10 +15,10 @@ import pytest
 import trio
 
 from proxy.codec.api_keys import ApiKey
-from proxy.coordination.links import Address
-from proxy.coordination.state_errors import WriteFailed
-from proxy.coordination.state_writer import Writer, WriterConfig
+from proxy.kafka_client.links import Address
 from proxy.metrics import REGISTRY
+from proxy.state_log.errors import WriteFailed
+from proxy.state_log.writer import Writer, WriterConfig
 from translation.errors import ErrorCode
 
 COORDINATOR: Address = ("broker-1", 9092)
