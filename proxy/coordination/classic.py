@@ -55,6 +55,15 @@ class ClassicHandler(ApiHandler):
 class JoinGroupHandler(ClassicHandler):
     api_key = ApiKey.JOIN_GROUP
 
+    def decide(self, request: GroupRequest) -> Outcome:
+        service = self.service
+        if service.classic is None:
+            return PASS
+        if self.is_local(request):
+            return Answer(self.answer(request))
+        # to the broker's group, with the member mark (online upgrade, :mod:`.upgrade`)
+        return service.upgrades.forward_join(request)
+
     def is_local(self, request: GroupRequest) -> bool:
         try:
             join = join_request(request)
