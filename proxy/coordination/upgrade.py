@@ -15,7 +15,7 @@ member is gone, without calling anybody back:
 * **Detection.** The JoinGroup answer of the broker group's *leader* lists every member id;
   only the sidecar that forwarded the leader's join sees it, so there is one candidate per
   generation and no election (:meth:`Upgrades.observe_join`). A group whose members are all
-  marked becomes a *candidate* (bounded, expiring: :data:`CANDIDATES_MAX`,
+  marked *by this sidecar* becomes a *candidate* (bounded, expiring: :data:`CANDIDATES_MAX`,
   :data:`CANDIDATE_SECONDS`). Every :data:`POLL_SECONDS` the sidecar describes each candidate
   at the broker; one seen Stable with the same marked members on two polls at least
   :data:`POLL_SECONDS` apart, at the generation of the last leader answer, is converted.
@@ -37,9 +37,10 @@ member is gone, without calling anybody back:
 The conversion needs ``classic-translation`` (the engine serves the members afterwards) and a
 ``migration-policy`` that allows upgrades (``bidirectional`` or ``upgrade``). A refused or
 failed attempt is journalled (``conversion_aborted``) and tried again after
-:data:`RETRY_SECONDS`. What this does not cover yet (a fleet, where the leader's sidecar must
-announce the conversion to the other sidecars with members in the group before it empties the
-group) is listed in decision record 0018 ("What is built").
+:data:`RETRY_SECONDS`. A group with members behind other sidecars is not converted: the
+leader's sidecar would first have to announce the conversion to them (FleetControl
+``GroupConverting``, decision record 0018, step 1), which is not built; such a group stays
+the broker's (decision record 0018, "What is built").
 """
 
 from __future__ import annotations
@@ -147,12 +148,13 @@ def read_mark(client_id: str | None) -> MemberMark | None:
     return MemberMark(address, None if member == NO_MEMBER else member, rest)
 
 
-def all_marked(ids: Iterable[str]) -> bool:
-    """Whether every id (client ids, or member ids built from them) carries a mark; False for
-    none at all."""
+def all_marked(ids: Iterable[str], address: str | None = None) -> bool:
+    """Whether every id (client ids, or member ids built from them) carries a mark (naming the
+    sidecar at ``address``, when given); False for none at all."""
     seen = False
     for x in ids:
-        if read_mark(x) is None:
+        mark = read_mark(x)
+        if mark is None or (address is not None and mark.address != address):
             return False
         seen = True
     return seen
@@ -245,7 +247,8 @@ class Upgrades:
                  default_session_ms: int = 45_000) -> None:
         self.policy = policy
         self.mark_address = mark_address
-        """The fleet address (``host:port``) this sidecar's marks carry."""
+        """The fleet address (``host:port``) this sidecar's marks carry; without a fleet
+        listener, its client listener's address."""
         self.default_session_ms = default_session_ms
         # Fed by client requests: bounded, entries expire (docs/decisions/0008).
         self.joins: TTLCache[tuple[str, str], JoinSeen] = TTLCache(
@@ -308,7 +311,9 @@ class Upgrades:
         if response.get("leader") != member_id:
             return
         member_ids = frozenset(m["member_id"] for m in response.get("members") or ())
-        if not self.policy.upgrade_enabled or not all_marked(member_ids):
+        if not self.policy.upgrade_enabled or not all_marked(member_ids, self.mark_address):
+            # a direct member, or members behind other sidecars: the conversion would have to
+            # be announced to them first (not built), so the group stays the broker's
             self.candidates.pop(group_id, None)
             return
         previous = self.candidates.get(group_id)
@@ -438,7 +443,7 @@ class Upgrades:
             return False
         members = described.get("members") or []
         return (frozenset(m["member_id"] for m in members) == candidate.member_ids
-                and all_marked(m.get("client_id") or "" for m in members))
+                and all_marked((m.get("client_id") or "" for m in members), self.mark_address))
 
     async def _describe(self, service: CoordinatorService, group_id: str) -> Value:
         deadline = trio.current_time() + service.config.connect_timeout

@@ -31,6 +31,7 @@ GENERATION = 5
 A = member_mark("127.0.0.1:9092", "app-a") + "-1b4e28ba-2fa1-11d2-883f-0016d3cca427"
 B = member_mark("127.0.0.1:9092", "app-b") + "-6fa459ea-ee8a-3ca4-894e-db77e160355e"
 DIRECT = "app-c-1b4e28ba-2fa1-11d2-883f-b9a761bde3fb"
+ELSEWHERE = member_mark("10.0.0.9:9095", "app-d") + "-0f8fad5b-d9cb-469f-a165-70867728950e"
 OWNED = {A: (0, 1), B: (2, 3)}
 
 
@@ -146,6 +147,8 @@ def test_marks_are_read_back_from_client_ids_and_member_ids() -> None:
     assert read_mark(DIRECT) is None
     assert read_mark("groupgate-fleet3|1|h|s|p|a|v|c") is None  # a relay mark, not a member's
     assert all_marked([A, B]) and not all_marked([A, DIRECT]) and not all_marked([])
+    assert all_marked([A, B], "127.0.0.1:9092") and not all_marked([A, ELSEWHERE],
+                                                                    "127.0.0.1:9092")
 
 
 async def test_other_protocol_types_are_forwarded_untouched() -> None:
@@ -168,10 +171,13 @@ async def test_the_leaders_answer_with_only_marked_members_makes_a_candidate() -
     assert (seen.session_timeout_ms, seen.rebalance_timeout_ms) == (10_000, 20_000)
 
 
-async def test_a_direct_member_or_a_policy_without_upgrades_makes_none() -> None:
+async def test_a_direct_member_another_sidecars_member_or_the_policy_makes_none() -> None:
     service = _service()
     await _forward_join(service, A, A, [A, B])
     await _forward_join(service, A, A, [A, B, DIRECT])  # a direct member joined since
+    assert GROUP not in service.upgrades.candidates
+    # a member behind another sidecar: it would have to be told first (not built)
+    await _forward_join(service, A, A, [A, B, ELSEWHERE])
     assert GROUP not in service.upgrades.candidates
     disabled = _service(migration_policy="disabled")
     await _forward_join(disabled, A, A, [A, B])
