@@ -995,7 +995,8 @@ class CoordinatorService:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE if failure is not None else None
 
     def takes_join(self, request: JoinGroupRequest) -> bool:
-        """Whether the engine takes this classic JoinGroup (else it is forwarded untouched)."""
+        """Whether the engine takes this classic JoinGroup (else it is forwarded to the broker,
+        with the member mark: :mod:`.upgrade`)."""
         if self.classic is None:
             return False
         group_id = request.group_id
