@@ -25,6 +25,7 @@ from proxy.coordination.pod_liveness import FleetControlRouter, PodLiveness
 from proxy.coordination.routing import CoordinatingRouter, handler_table
 from proxy.coordination.service import CoordinatorService
 from proxy.health import serve_health
+from proxy.kafka_client.metadata import fetch_brokers
 from proxy.logs import LIFECYCLE
 from proxy.metrics import RequestCounters
 from proxy.router import ForwardingRouter, parse_table
@@ -38,7 +39,7 @@ from proxy.security.rights import (
 )
 from proxy.security.session import Session
 from proxy.server import FLEET_NODE, ProxyServer, RouterFactory, node_label
-from proxy.upstream import UpstreamError, fetch_brokers
+from proxy.upstream import UpstreamError
 
 log = logging.getLogger("groupgate")
 lifecycle = logging.getLogger(LIFECYCLE)

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from proxy.coordination.state_ids import check_prefix
 from proxy.journal.settings import SETTINGS as JOURNAL_SETTINGS
 from proxy.journal.settings import (
     JournalSettings,
@@ -30,6 +29,7 @@ from proxy.journal.settings import (
     parse_topic,
 )
 from proxy.records import Compression
+from proxy.state_log.ids import check_prefix
 
 
 class ConfigError(ValueError):
@@ -39,7 +39,7 @@ class ConfigError(ValueError):
 FLEET_WAIT_MS = 7_000
 """Longest a member's request waits at a follower sidecar before it reaches the coordinating
 sidecar: a lookup of the group's holder (``proxy.coordination.peers.LOOKUP_SECONDS``) and a
-connect to its fleet listener (``proxy.coordination.links.PEER_CONNECT_SECONDS``). At the
+connect to its fleet listener (``proxy.kafka_client.links.PEER_CONNECT_SECONDS``). At the
 coordinating sidecar a member's session does not run while its request is inside
 (``proxy.coordination.inside``)."""
 SESSION_MARGIN_MS = 1_000

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from proxy.codec import messages
-from proxy.codec.api_keys import ApiKey
 from proxy.codec.errors import CodecError
 from proxy.codec.header import encode_request_header
 from proxy.frames import FrameError, FrameSplitter
@@ -159,22 +158,6 @@ class UpstreamClient:
             blob, spans = self._splitter.feed(data)
             self._pending.extend(bytes(blob[a:b]) for a, b in spans)
         return self._pending.pop(0)
-
-
-async def fetch_brokers(address: tuple[str, int], *, timeout: float, max_frame_bytes: int,
-                        security: Security | None = None) -> list[tuple[int, str, int]]:
-    """(node_id, host, port) of every broker, from a Metadata request for no topics."""
-    client = await UpstreamClient.connect(address, timeout=timeout,
-                                          max_frame_bytes=max_frame_bytes, security=security)
-    try:
-        with trio.fail_after(timeout):
-            response = await client.request(ApiKey.METADATA, 4, {"topics": [],
-                                                          "allow_auto_topic_creation": False})
-    except trio.TooSlowError as exc:
-        raise UpstreamError(f"{address[0]}:{address[1]}: Metadata timed out") from exc
-    finally:
-        await client.aclose()
-    return [(b["node_id"], b["host"], b["port"]) for b in response["brokers"]]
 
 
 def reset_on_close(stream: trio.abc.Stream) -> None:

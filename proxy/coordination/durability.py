@@ -4,7 +4,7 @@ loads it first.
 
 With ``state-log`` on, the engine tracks what each call changed (``GroupConfig.durable_state``)
 and the service drains it after every call (:meth:`Durability.submit`). Each coordinated group
-has one :class:`GroupWrites`: its transactional writer (:mod:`proxy.coordination.state_writer`,
+has one :class:`GroupWrites`: its transactional writer (:mod:`proxy.state_log.writer`,
 fenced by the group's transactional id), the records waiting, and two counters, units submitted
 and units acknowledged. One task per group writes what is waiting as one transaction at a time
 (what arrives meanwhile goes into the next one), in order.
@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 import trio
 
 from proxy import metrics
-from proxy.coordination.state_log import StateLog, StateLogError, Writer
+from proxy.state_log.log import StateLog, StateLogError, Writer
 from translation.coordinator import GroupCoordinator
 from translation.durable import StateLoadError
 from translation.effects import Effect

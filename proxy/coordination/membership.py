@@ -62,7 +62,7 @@ from proxy.coordination.fleet import (
     card_of,
     subscription_metadata,
 )
-from proxy.coordination.links import Address, BrokerLink, LinkPool
+from proxy.kafka_client.links import Address, BrokerLink, LinkPool
 from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode
 

@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from proxy.apiversions import BRIDGED
 from proxy.codec.api_keys import ApiKey
 from proxy.coordination.handler import (
     PASS,
@@ -241,7 +242,11 @@ class OffsetCommitHandler(ApiHandler):
             _check_membership(response, membership, generation)
             return response
 
-        return Upstream(stamped, on_response, release)
+        # v9 is v8 on the wire, and the stamped commit is the proxy's classic member's: sent
+        # as v8, which every broker serves (apiversions.BRIDGED)
+        older = BRIDGED.get(self.api_key)
+        version = older if older is not None and request.version == older + 1 else None
+        return Upstream(stamped, on_response, release, version)
 
 
 class TxnOffsetCommitHandler(OffsetCommitHandler):

@@ -31,6 +31,11 @@ connection that proved it comes from a sidecar (the connection's
 :class:`~proxy.security.session.Session`, ``fleet_peer``); anywhere else a client id that
 looks like a mark is just a client id.
 
+A KIP-848 client whose heartbeats queued up behind a slow coordinator and whose answers it
+did not read (they timed out on its side) sends the epoch it had: on its own connection, the
+heartbeat goes on with the epoch the client was last given (:mod:`.heartbeat_answers`), so the
+coordinator does not fence a member that was never gone.
+
 Authorization (:mod:`.authorization`): a request the proxy will answer or relay, in part or
 whole, first passes the authorization stage, before the fleet route and the handler, so that
 nothing the proxy does as itself (a lookup, a takeover, a relay, a commit it sends for another
@@ -50,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from proxy import metrics
+from proxy import apiversions, metrics
 from proxy.codec import messages
 from proxy.codec.api_keys import ApiKey
 from proxy.codec.errors import CodecError
@@ -84,6 +89,7 @@ from proxy.coordination.handler import (
     Upstream,
     Value,
 )
+from proxy.coordination.heartbeat_answers import HeartbeatAnswers
 from proxy.coordination.inside import held_while_inside
 from proxy.coordination.peek import group_id_of
 from proxy.coordination.peers import LOCAL, LOOKUP, RELAY, FleetSide, Route
@@ -134,9 +140,9 @@ def served_versions(handlers: dict[int, ApiHandler]) -> dict[int, tuple[int, int
 class CoordinatingRouter(ForwardingRouter):
     """Per-connection routing with the coordinator service behind it."""
 
-    __slots__ = ("_authorization", "_authorizer", "_claims", "_client_host", "_committers",
-                 "_fleet", "_handlers", "_node_id", "_session", "_software",
-                 "_stale_acknowledged", "liveness")
+    __slots__ = ("_authorization", "_authorizer", "_caught_up", "_claims", "_client_host",
+                 "_committers", "_fleet", "_handlers", "_heartbeat_answers", "_node_id",
+                 "_session", "_software", "_stale_acknowledged", "liveness")
 
     def __init__(self, address_map: AddressMap, counters: RequestCounters,
                  accepted: dict[int, tuple[int, int]], handlers: dict[int, ApiHandler],
@@ -150,7 +156,8 @@ class CoordinatingRouter(ForwardingRouter):
         """``authorization``: the authorization stage of this connection (None: requests are
         not authorized by the proxy); ``authorizer``: whether the brokers have an authorizer
         (None: assume so)."""
-        super().__init__(address_map, counters, accepted, served_versions(handlers))
+        super().__init__(address_map, counters, accepted, served_versions(handlers),
+                         {k: v for k, v in apiversions.BRIDGED.items() if k in handlers})
         self._handlers = handlers
         self._node_id = node_id
         self._client_host = client_host
@@ -167,6 +174,12 @@ class CoordinatingRouter(ForwardingRouter):
         self._stale_acknowledged: dict[int, list[Value]] = {}
         """By correlation id: partitions of a commit acknowledged as stale retries
         (:mod:`.commit_retries`), added to its answer."""
+        self._heartbeat_answers = HeartbeatAnswers()
+        """The epochs this connection's KIP-848 members were last given
+        (:mod:`.heartbeat_answers`)."""
+        self._caught_up: dict[int, int] = {}
+        """By correlation id: the epoch a heartbeat carried as its client sent it, where it
+        goes on with the epoch the client was last given; dropped when it is answered."""
         self.liveness: ConnectionWatch | None = None
         """Pod-local liveness hook (:mod:`.pod_liveness`): told the connection's ApiVersions
         and group requests; set by the router factory on client-facing connections."""
@@ -222,7 +235,26 @@ class CoordinatingRouter(ForwardingRouter):
         handler = self._handlers.get(request.api_key)
         if handler is None:
             return super().decide(request)  # ApiVersions newer than the proxy knows
-        return self._decide(handler, request, self._decode(handler, request), None)
+        return self._bridge(request, self._decide(handler, request,
+                                                  self._decode(handler, request), None))
+
+    def _bridge(self, request: RequestInfo, decision: Decision) -> Decision:
+        """A request passed to the broker as the client sent it, at a bridged version this
+        connection's broker lacks (:data:`~proxy.apiversions.BRIDGED`), goes as the older
+        version: the same bytes relabelled, its answer unchanged."""
+        if isinstance(decision, Prepare):
+            return Prepare(self._bridge_later(request, decision.decision))
+        if decision == FORWARD:
+            version = self.broker_version(request.api_key, request.api_version)
+            if version != request.api_version:
+                return Rewrite(apiversions.downgraded(request.frame, version), _unchanged_bytes)
+        return decision
+
+    async def _bridge_later(self, request: RequestInfo,
+                            decision: Awaitable[int | Rewrite | Local]) -> int | Rewrite | Local:
+        bridged = self._bridge(request, await decision)
+        assert not isinstance(bridged, Prepare)
+        return bridged
 
     def _decode(self, handler: ApiHandler, request: RequestInfo) -> GroupRequest:
         key, version = request.api_key, request.api_version
@@ -243,6 +275,14 @@ class CoordinatingRouter(ForwardingRouter):
                 relayed.client_id, relayed.client_host, relayed.node_id, relayed.principal)
             if relayed.software is not None and self._software is not None:
                 self._software.note(client_host, client_id, *relayed.software)
+        if key == ApiKey.CONSUMER_GROUP_HEARTBEAT and self._client_facing:
+            given = self._heartbeat_answers.catch_up(value)
+            if given is not None:
+                log.debug("member %s carries epoch %d whose answer it has not read: it goes "
+                          "on with epoch %d", value.get("member_id"), value["member_epoch"],
+                          given)
+                self._caught_up[request.correlation_id] = value["member_epoch"]
+                value = dict(value, member_epoch=given)
         return GroupRequest(handler.api_key, version, request.correlation_id, client_id,
                             client_host, node_id, bytes(frame[:header.header_length]), value,
                             principal)
@@ -470,8 +510,9 @@ class CoordinatingRouter(ForwardingRouter):
             else:
                 try:
                     response = await self._fleet.links.request(
-                        address, request.api_key, request.version, upstream.value,
-                        request.client_id or "")
+                        address, request.api_key,
+                        request.version if upstream.version is None else upstream.version,
+                        upstream.value, request.client_id or "")
                 except UpstreamError as exc:
                     log.info("api key %d to the group's broker %s:%d failed: %s",
                              request.api_key, *address, exc)
@@ -529,8 +570,12 @@ class CoordinatingRouter(ForwardingRouter):
 
     def _rewrite(self, handler: ApiHandler, request: GroupRequest, upstream: Upstream
                  ) -> Rewrite:
-        key, version = request.api_key, request.version
-        header = request.header if upstream.header is None else upstream.header
+        key = request.api_key
+        version = (upstream.version if upstream.version is not None
+                   else self.broker_version(key, request.version))
+        sent = request.header if upstream.header is None else upstream.header
+        header = (sent if version == request.version
+                  else apiversions.downgraded(sent, version))
         payload = header + messages.encode_request(key, version, upstream.value)
         header_version = messages.response_header_version(key, version)
 
@@ -620,6 +665,10 @@ class CoordinatingRouter(ForwardingRouter):
             value = request.completion.merge(value)
         if request.api_key == ApiKey.OFFSET_COMMIT and self._client_facing:
             value = self._observe_commit(handler, request, value)
+        elif request.api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT and self._client_facing:
+            carried = self._caught_up.pop(request.correlation_id,
+                                          request.value.get("member_epoch", 0))
+            self._heartbeat_answers.answered(carried, request.value, value)
         key, version = request.api_key, request.version
         header = response_header_for(key, version, request.correlation_id)
         try:
@@ -654,6 +703,11 @@ def _topic_names(topic: Value) -> dict[str, Any]:
 
 async def _ready(value: Value) -> Value:
     return value
+
+
+def _unchanged_bytes(_response: memoryview) -> None:
+    """A response filter passing the broker's answer on as it is."""
+    return None
 
 
 def _is_join(request: GroupRequest) -> bool:

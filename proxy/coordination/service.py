@@ -46,7 +46,7 @@ import logging
 import time
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -59,16 +59,16 @@ from proxy.coordination.commit_retries import CommitRetries
 from proxy.coordination.durability import Durability
 from proxy.coordination.fleet import Card, StateLogSettingsId
 from proxy.coordination.handoff import HandOff
-from proxy.coordination.links import Address, LinkPool
 from proxy.coordination.membership import BrokerMembership
 from proxy.coordination.peers import Directory, Routes
-from proxy.coordination.state_log import StateLog, StateLogSettings
 from proxy.coordination.topics import TopicWatcher
 from proxy.coordination.upgrade import Upgrades, adopt_snapshot
 from proxy.journal.clients import ClientSoftwareDirectory
 from proxy.journal.observer import JournalObserver
 from proxy.journal.writer import JournalWriter, run_snapshots
+from proxy.kafka_client.links import Address, LinkPool
 from proxy.security.policy import Security
+from proxy.state_log.log import StateLog, StateLogSettings
 from translation.assignors import BUILTIN_ASSIGNORS
 from translation.classic.coordinator import ClassicGroupCoordinator
 from translation.classic.messages import (
@@ -313,6 +313,8 @@ class CoordinatorService:
             self.journal = JournalWriter(journal_settings, self.pool, config.upstream)
         metrics.GROUPS_HELD.set_function(
             lambda: sum(1 for m in self.memberships.values() if m.established and not m.left))
+        self._metrics_view = metrics.CoordinationView(self._group_shapes, self.routes.followed)
+        metrics.watch_coordination(self._metrics_view)
         self.stepping_down = False
         """The proxy is stopping with the state log on: it answers no group request."""
         self.heartbeat_wait_s = min(TAKEOVER_WAIT_SECONDS, HEARTBEAT_WAIT_FRACTION
@@ -452,6 +454,7 @@ class CoordinatorService:
                 for membership in list(self.memberships.values()):
                     nursery.start_soon(membership.leave)
             self.memberships.clear()
+            metrics.unwatch_coordination(self._metrics_view)
             await self.pool.aclose()
             if self.durability is not None:
                 await self.durability.aclose()
@@ -1250,6 +1253,8 @@ class CoordinatorService:
             if isinstance(effect, TimerArmed):
                 self._timer_wake.set()
             elif isinstance(effect, GroupEpochBumped | GroupLoaded):
+                if isinstance(effect, GroupEpochBumped):
+                    metrics.REBALANCES.labels(metrics.rebalance_reason(effect.reason)).inc()
                 # the group's topics may have changed (or were just loaded, after a JoinGroup
                 # that could not name them yet): the broker keeps only the offsets of topics
                 # its member advertises (KIP-211)
@@ -1284,9 +1289,19 @@ class CoordinatorService:
                             effect.member_id or "(new)", effect.api, effect.record_bytes,
                             effect.limit)
                 metrics.STATE_MEMBERS_TOO_LARGE.labels(effect.api).inc()
-            elif isinstance(effect, GroupCreated | MemberJoined | MemberLeft | MemberFenced
+            elif isinstance(effect, MemberFenced):
+                metrics.MEMBERS_FENCED.labels(metrics.fence_reason(effect.reason)).inc()
+                log.info("%s", effect)
+            elif isinstance(effect, GroupCreated | MemberJoined | MemberLeft
                             | TargetAssignmentComputed | TargetAssignmentFailed):
                 log.info("%s", effect)
+
+    def _group_shapes(self) -> Iterator[tuple[str, Iterator[str]]]:
+        """State and member protocols of every group the engine coordinates (read when
+        Prometheus scrapes)."""
+        for group in list(self.engine.groups.values()):
+            yield (group.state.value.lower(),
+                   (member.protocol.value for member in group.members.values()))
 
     def _answer_held(self, group_id: str, error: ErrorCode) -> None:
         """Answer every held JoinGroup / SyncGroup of ``group_id`` with ``error``."""

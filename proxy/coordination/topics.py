@@ -14,21 +14,18 @@ created, deleted or recreated under a new id).
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import trio
 
 from proxy.codec.api_keys import ApiKey
-from proxy.coordination.links import Address, LinkPool
+from proxy.kafka_client.links import Address, LinkPool
+from proxy.kafka_client.metadata import METADATA_VERSION, ZERO_UUID, metadata_request
 from proxy.upstream import UpstreamError
 from translation.topics import TopicMetadata, TopicsImage
 
 log = logging.getLogger("groupgate.coordination")
-
-METADATA_VERSION = 12
-ZERO_UUID = uuid.UUID(int=0)
 
 Wanted = Callable[[], tuple[frozenset[str], bool]]
 """Returns (topic names subscribed by name, whether some group subscribes by regex)."""
@@ -46,12 +43,6 @@ def image_from_metadata(response: dict[str, Any]) -> TopicsImage:
             continue
         topics.append(TopicMetadata(topic_id, t["name"], len(t["partitions"])))
     return TopicsImage.of(topics)
-
-
-def metadata_request(names: frozenset[str], all_topics: bool) -> dict[str, Any]:
-    topics = None if all_topics else [{"topic_id": ZERO_UUID, "name": n} for n in sorted(names)]
-    return {"topics": topics, "allow_auto_topic_creation": False,
-            "include_topic_authorized_operations": False}
 
 
 class TopicWatcher:
@@ -90,7 +81,7 @@ class TopicWatcher:
         names, all_topics = self._wanted()
         if not names and not all_topics:
             return
-        request = metadata_request(names, all_topics)
+        request = metadata_request(None if all_topics else sorted(names))
         for address in self._bootstrap:
             try:
                 response = await self._pool.link(address).request(ApiKey.METADATA, METADATA_VERSION,

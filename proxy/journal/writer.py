@@ -7,11 +7,12 @@ full, drops the event and counts it (``groupgate_journal_events_dropped_total{re
 connections, so a slow Produce never holds up the coordination tasks' requests):
 
 1. Metadata v12 for the topic from a bootstrap broker: partition leaders and broker
-   addresses. A missing topic is created (CreateTopics v5 to the controller) with the
+   addresses. A missing topic is created (CreateTopics v7 to the controller) with the
    settings of :mod:`proxy.journal.settings`; a topic that exists is used as it is.
 2. Events are taken in order, encoded (:meth:`~proxy.journal.schema.Event.encode`), and
-   routed by key like Kafka's default partitioner (murmur2 of the group id), so a group's
-   events stay in one partition, in order; one record batch per partition
+   routed by key like Kafka's default partitioner (murmur2 of the group id,
+   :mod:`proxy.kafka_client.partitioner`), so a group's events stay in one partition, in
+   order; one record batch per partition
    (:mod:`proxy.records`, gzip by default), one Produce v9 per leader, ``acks`` all by
    default. A batch is sent only after the previous one was acknowledged.
 3. Retriable errors (leader moved, topic not yet known, not enough replicas, timeouts,
@@ -38,8 +39,20 @@ from typing import Any
 import trio
 
 from proxy.codec.api_keys import ApiKey
-from proxy.coordination.links import Address, BrokerLink, LinkPool
-from proxy.coordination.topics import ZERO_UUID
+from proxy.kafka_client.create_topic import (
+    CREATE_TOPICS_VERSION,
+    create_topic_error,
+    create_topic_request,
+)
+from proxy.kafka_client.links import Address, BrokerLink, LinkPool
+from proxy.kafka_client.metadata import METADATA_VERSION, brokers, metadata_request, topic_info
+from proxy.kafka_client.partitioner import partition_for
+from proxy.kafka_client.produce import (
+    NOT_ANSWERED,
+    PRODUCE_VERSION,
+    partition_results,
+    produce_request,
+)
 from proxy.metrics import (
     JOURNAL_BUFFERED,
     JOURNAL_DROPPED,
@@ -56,9 +69,6 @@ from .settings import JournalSettings
 
 log = logging.getLogger("groupgate.journal")
 
-METADATA_VERSION = 12
-PRODUCE_VERSION = 9
-CREATE_TOPICS_VERSION = 5
 LINGER_S = 0.05
 """How long the task waits after the first event of a batch for more to come."""
 MAX_BATCH_BYTES = 900_000
@@ -88,38 +98,6 @@ def wall_ms() -> int:
 
 class JournalError(Exception):
     """The journal topic cannot be written right now (retried)."""
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's ``Utils.murmur2`` (a signed 32-bit int), which its default partitioner uses."""
-    mask = 0xFFFFFFFF
-    m = 0x5BD1E995
-    length = len(data)
-    h = (0x9747B28C ^ length) & mask
-    whole = length - length % 4
-    for i in range(0, whole, 4):
-        k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
-        k = (k * m) & mask
-        k ^= k >> 24
-        k = (k * m) & mask
-        h = ((h * m) & mask) ^ k
-    rest = length % 4
-    if rest == 3:
-        h ^= data[whole + 2] << 16
-    if rest >= 2:
-        h ^= data[whole + 1] << 8
-    if rest >= 1:
-        h ^= data[whole]
-        h = (h * m) & mask
-    h ^= h >> 13
-    h = (h * m) & mask
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def partition_for(key: bytes, partitions: int) -> int:
-    """The partition Kafka's default partitioner picks for a keyed record."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 @dataclass(slots=True)
@@ -264,29 +242,22 @@ class JournalWriter:
     async def _metadata_now(self) -> _Metadata:
         if self._metadata is None:
             response, address = await self._ask_metadata()
-            topic = self._topic_of(response)
-            if topic is None or topic["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-                brokers = _brokers(response)
-                await self._create_topic(brokers.get(response["controller_id"], address))
+            topic = topic_info(response, self.topic)
+            if topic.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                await self._create_topic(brokers(response).get(response["controller_id"],
+                                                               address))
                 response, _ = await self._ask_metadata()
-                topic = self._topic_of(response)
-            if topic is None or topic["error_code"] != ErrorCode.NONE:
-                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if topic is None \
-                    else topic["error_code"]
-                raise JournalError(f"metadata: {_code_name(code)}")
-            leaders = [-1] * len(topic["partitions"])
-            for p in topic["partitions"]:
-                if 0 <= p["partition_index"] < len(leaders) and p["error_code"] == 0:
-                    leaders[p["partition_index"]] = p["leader_id"]
+                topic = topic_info(response, self.topic)
+            if topic.error_code != ErrorCode.NONE:
+                raise JournalError(f"metadata: {_code_name(topic.error_code)}")
+            leaders = [topic.leaders.get(p, -1) for p in range(topic.partitions)]
             if not leaders:
                 raise JournalError("metadata: the topic has no partitions")
-            self._metadata = _Metadata(leaders, _brokers(response))
+            self._metadata = _Metadata(leaders, brokers(response))
         return self._metadata
 
     async def _ask_metadata(self) -> tuple[dict[str, Any], Address]:
-        request = {"topics": [{"topic_id": ZERO_UUID, "name": self.topic}],
-                   "allow_auto_topic_creation": False,
-                   "include_topic_authorized_operations": False}
+        request = metadata_request([self.topic])
         failures = []
         for address in self._bootstrap:
             try:
@@ -296,29 +267,22 @@ class JournalWriter:
                 failures.append(str(exc))
         raise JournalError(f"metadata: no bootstrap broker answered ({'; '.join(failures)})")
 
-    def _topic_of(self, response: dict[str, Any]) -> dict[str, Any] | None:
-        return next((t for t in response["topics"] if t["name"] == self.topic), None)
-
     async def _create_topic(self, address: Address) -> None:
         """CreateTopics for the journal topic, at the controller (``address``)."""
         s = self.settings
-        configs = [{"name": "cleanup.policy", "value": "delete"},
-                   {"name": "retention.ms", "value": str(s.retention_ms)}]
-        request = {"topics": [{"name": self.topic, "num_partitions": s.partitions,
-                               "replication_factor": s.replication_factor, "assignments": [],
-                               "configs": configs}],
-                   "timeout_ms": int(self._request_timeout_s * 1000), "validate_only": False}
+        request = create_topic_request(
+            self.topic, partitions=s.partitions, replication_factor=s.replication_factor,
+            configs={"cleanup.policy": "delete", "retention.ms": str(s.retention_ms)},
+            timeout_ms=int(self._request_timeout_s * 1000))
         response = await self._request(address, ApiKey.CREATE_TOPICS, CREATE_TOPICS_VERSION,
                                        request)
-        result = response["topics"][0] if response["topics"] else {"error_code": -1}
-        code = result["error_code"]
+        code, detail = create_topic_error(response)
         if code == ErrorCode.NONE:
             self.stats.topic_created = True
             log.info("journal topic %s created (partitions %s, replication factor %s, "
                      "retention.ms %d)", self.topic, _or_default(s.partitions),
                      _or_default(s.replication_factor), s.retention_ms)
         elif code != ErrorCode.TOPIC_ALREADY_EXISTS:
-            detail = result.get("error_message") or ""
             raise JournalError(f"creating the topic: {_code_name(code)} {detail}".rstrip())
 
     # ------------------------------------------------------------------ writing
@@ -373,23 +337,18 @@ class JournalWriter:
                        by_partition: dict[int, list[int]], done: set[int], rejected: set[int],
                        retry: list[str]) -> None:
         pending = self._pending
-        data = [{"index": p, "records": encode_batch(
+        batches = {p: encode_batch(
             [Record(pending[i].key, pending[i].value, pending[i].ts) for i in by_partition[p]],
-            compression=self.settings.compression)} for p in partitions]
-        request = {"transactional_id": None, "acks": self.settings.acks,
-                   "timeout_ms": int(self._request_timeout_s * 1000),
-                   "topic_data": [{"name": self.topic, "partition_data": data}]}
+            compression=self.settings.compression) for p in partitions}
+        request = produce_request(self.topic, batches, acks=self.settings.acks,
+                                  timeout_ms=int(self._request_timeout_s * 1000))
         self.stats.produce_requests += 1
         response = await self._request(address, ApiKey.PRODUCE, PRODUCE_VERSION, request)
-        answered: dict[int, dict[str, Any]] = {}
-        for topic in response["responses"]:
-            if topic["name"] == self.topic:
-                for p in topic["partition_responses"]:
-                    answered[p["index"]] = p
+        answered = partition_results(response, self.topic)
         for partition in partitions:
             ids = by_partition[partition]
-            result = answered.get(partition)
-            code = ErrorCode.NETWORK_EXCEPTION if result is None else result["error_code"]
+            result = answered.get(partition, NOT_ANSWERED)
+            code = result["error_code"]
             if code == ErrorCode.NONE:
                 done.update(ids)
             elif code in TOO_LARGE and len(ids) > 1:
@@ -399,7 +358,7 @@ class JournalWriter:
                 retry.append(f"partition {partition}: {_code_name(code)}")
             else:
                 rejected.update(ids)
-                message = f"{_code_name(code)} {(result or {}).get('error_message') or ''}"
+                message = f"{_code_name(code)} {result.get('error_message') or ''}"
                 if message != self._last_refusal:
                     self._last_refusal = message
                     log.warning("journal %s partition %d refused %d events: %s", self.topic,
@@ -411,10 +370,6 @@ def _code_name(code: int) -> str:
         return ErrorCode(code).name
     except ValueError:
         return f"error {code}"
-
-
-def _brokers(response: dict[str, Any]) -> dict[int, Address]:
-    return {b["node_id"]: (b["host"], b["port"]) for b in response["brokers"]}
 
 
 def _or_default(value: int) -> str:

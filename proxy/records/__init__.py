@@ -3,7 +3,7 @@ from Fetch.
 
 The proxy forwards clients' record batches untouched; it builds and reads its own only for the
 topics it keeps itself: the group-event journal (:mod:`proxy.journal.writer`) and the group
-state log (:mod:`proxy.coordination.state_writer`, :mod:`proxy.coordination.state_loader`).
+state log (:mod:`proxy.state_log.writer`, :mod:`proxy.state_log.loader`).
 The layout is Kafka's ``DefaultRecordBatch`` (record batches are not part of Kafka's JSON
 message schemas: the ``records`` fields of Produce and Fetch are opaque bytes)::
 

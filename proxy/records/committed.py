@@ -1,6 +1,6 @@
 """Reading a partition's records the way Kafka's consumer does at ``read_committed``: data
 batches of aborted transactions and control batches are skipped (the group state loader,
-:mod:`proxy.coordination.state_loader`).
+:mod:`proxy.state_log.loader`).
 """
 
 from __future__ import annotations

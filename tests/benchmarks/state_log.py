@@ -8,7 +8,7 @@ and reading 100,000 records back, with this project's batch code
 ``crc32c`` package is installed; which one ran is reported).
 
 Then against test-bed Kafka 3.9 (``--targets single,three``: one node, replication 1; three
-nodes, replication 3 and min.insync.replicas 2), through :class:`~proxy.coordination.state_log.
+nodes, replication 3 and min.insync.replicas 2), through :class:`~proxy.state_log.log.
 StateLog` with its defaults unless a figure says otherwise; records are a 40-byte key and a
 ``--value-bytes`` value:
 
@@ -40,8 +40,8 @@ from typing import Any
 import trio
 
 from proxy.commands import machine
-from proxy.coordination.state_log import KeyValue, StateLog, StateLogSettings
 from proxy.records import Record, crc32c, encode_batch, read_committed
+from proxy.state_log.log import KeyValue, StateLog, StateLogSettings
 from tests.testbed.artifacts import java_executable
 from tests.testbed.broker import BENCH_JVM_FLAGS, KafkaBroker, KafkaCluster
 

@@ -11,11 +11,12 @@ from typing import Any
 
 import trio
 
-from proxy.coordination.links import LinkPool
 from proxy.journal.observer import JournalObserver
 from proxy.journal.schema import Event, decode
 from proxy.journal.settings import JournalSettings
-from proxy.journal.writer import JournalWriter, partition_for
+from proxy.journal.writer import JournalWriter
+from proxy.kafka_client.links import LinkPool
+from proxy.kafka_client.partitioner import partition_for
 from proxy.records import Compression
 from tests.testbed.broker import KafkaBroker
 from tests.unit.engine.helpers import FOO, ScriptedAssignor, hb, image, join, make_engine, target

@@ -27,15 +27,15 @@ import pytest
 import trio
 
 from proxy.codec.api_keys import ApiKey
-from proxy.coordination.state_log import (
+from proxy.records import Record, batches, encode_batch
+from proxy.state_log.log import (
     Fenced,
     StateLog,
     StateLogSettings,
     StateTopicError,
     Unavailable,
 )
-from proxy.coordination.state_topic import default_configs
-from proxy.records import Record, batches, encode_batch
+from proxy.state_log.topic import default_configs
 from tests.testbed.broker import KafkaCluster
 
 

@@ -19,11 +19,11 @@ from proxy.codec.schema import struct_default
 from proxy.config import ProxyConfig
 from proxy.connection import EXAMINE, FORWARD, Local, Prepare, RequestInfo, Rewrite
 from proxy.coordination import convert
-from proxy.coordination.links import LinkPool
 from proxy.coordination.membership import BrokerMembership
 from proxy.coordination.peers import ConnectionLinks, FleetSide
 from proxy.coordination.routing import CoordinatingRouter, handler_table
 from proxy.coordination.service import CoordinatorService
+from proxy.kafka_client.links import LinkPool
 from proxy.metrics import RequestCounters
 from proxy.rewrite import DictAddressMap
 from proxy.router import body_offset, parse_table

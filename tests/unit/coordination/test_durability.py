@@ -14,9 +14,9 @@ import trio.testing
 from proxy import metrics
 from proxy.codec.api_keys import ApiKey
 from proxy.coordination.service import CoordinatorService
-from proxy.coordination.state_log import WriteFailed
-from proxy.coordination.state_topic import MAX_MESSAGE_BYTES
 from proxy.records import max_record_bytes
+from proxy.state_log.log import WriteFailed
+from proxy.state_log.topic import MAX_MESSAGE_BYTES
 from tests.unit.coordination.test_fuzz_requests import stub_broker
 from translation.records import RecordKind, decode_record, fold
 
@@ -56,7 +56,7 @@ class FakeWriter:
             self.fail_next = False
             raise WriteFailed("broker gone", committed=False)
         if self.log.writers[self.group_id] != self.epoch:
-            from proxy.coordination.state_log import Fenced
+            from proxy.state_log.log import Fenced
             raise Fenced("a newer writer exists")
         limit = max_record_bytes(self.log.max_message_bytes)
         if any(len(k) + len(v or b"") > limit for k, v in records):

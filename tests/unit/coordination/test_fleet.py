@@ -323,10 +323,12 @@ async def test_a_relayed_commit_goes_to_the_group_s_broker_coordinator_stamped()
     """On the fleet listener, the connection's own upstream leads to a bootstrap server; the
     commit must go to the broker that coordinates the group, under the proxy's membership."""
     commits: list[dict[str, Any]] = []
+    versions: list[int] = []
 
     def broker(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
         if key == ApiKey.OFFSET_COMMIT:
             commits.append(value)
+            versions.append(version)
             return {"throttle_time_ms": 0, "topics": [
                 {"name": t["name"], "partitions": [
                     {"partition_index": p["partition_index"], "error_code": 0}
@@ -351,6 +353,7 @@ async def test_a_relayed_commit_goes_to_the_group_s_broker_coordinator_stamped()
     assert service.pool.addresses == [COORDINATOR]  # type: ignore[attr-defined]
     assert [(c["member_id"], c["generation_id_or_member_epoch"]) for c in commits] == [
         ("proxy-member", 7)]
+    assert versions == [8]  # v9 is v8 on the wire, and brokers before 3.7 lack v9
     membership = service.memberships["g"]
     assert membership.in_flight == 0  # released once answered
 

@@ -15,7 +15,6 @@ from proxy.app import Readiness
 from proxy.codec.api_keys import ApiKey
 from proxy.config import load
 from proxy.coordination.fleet import Card, Holder
-from proxy.coordination.links import LinkPool
 from proxy.coordination.peers import (
     LOCAL,
     NO_ADDRESS,
@@ -24,6 +23,7 @@ from proxy.coordination.peers import (
     ConnectionLinks,
     FleetProblems,
 )
+from proxy.kafka_client.links import LinkPool
 from proxy.security.policy import Security
 from proxy.upstream import UpstreamError
 from tests.unit.coordination.test_fleet import routes

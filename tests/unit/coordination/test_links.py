@@ -13,9 +13,9 @@ import trio
 from proxy.codec import messages
 from proxy.codec.api_keys import ApiKey
 from proxy.codec.header import parse_request_header, response_header_for
-from proxy.coordination.links import LinkPool
 from proxy.coordination.peers import ConnectionLinks
 from proxy.frames import encode_frame
+from proxy.kafka_client.links import LinkPool
 
 HEARTBEAT = {"group_id": "g", "generation_id": 1, "member_id": "m", "group_instance_id": None}
 

@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 import trio
-from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from proxy.codec import messages
 from proxy.codec.api_keys import ApiKey
-from proxy.coordination.links import LinkPool
 from proxy.journal.observer import JournalObserver
 from proxy.journal.schema import Event, EventType, decode
 from proxy.journal.settings import JournalSettings
-from proxy.journal.writer import JournalWriter, murmur2, partition_for, run_snapshots
+from proxy.journal.writer import JournalWriter, run_snapshots
+from proxy.kafka_client.links import LinkPool
+from proxy.kafka_client.partitioner import partition_for
 from proxy.metrics import REGISTRY
 from proxy.records import Compression, batches
 from proxy.upstream import UpstreamError
@@ -142,18 +142,6 @@ def writer(broker: ScriptedBroker, **settings: Any) -> JournalWriter:
 
 def sample(name: str, labels: dict[str, str] | None = None) -> float:
     return REGISTRY.get_sample_value(name, labels or {}) or 0.0
-
-
-def test_murmur2_is_kafkas() -> None:
-    # Kafka's own UtilsTest values (signed, as Java returns them).
-    assert murmur2(b"21") == -973932308
-    assert murmur2(b"foobar") == -790332482
-    assert murmur2(b"a-little-bit-long-string") == -985981536
-    assert murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8") == -58897971
-    assert murmur2(b"abc") == 479470107
-    for key in (b"", b"a", b"ab", b"abcd", b"group-17", "grüppe".encode(), bytes(range(200))):
-        assert murmur2(key) & 0xFFFFFFFF == kafka_python_murmur2(key), key
-    assert partition_for(b"group-1", 1) == 0
 
 
 async def test_creates_the_topic_and_writes_each_group_to_one_partition_in_order(

@@ -89,8 +89,8 @@ def test_a_fleet_refuses_member_sessions_its_relays_could_outlast() -> None:
 
 
 def test_the_fleet_wait_is_what_a_follower_may_take() -> None:
-    from proxy.coordination.links import PEER_CONNECT_SECONDS
     from proxy.coordination.peers import LOOKUP_SECONDS
+    from proxy.kafka_client.links import PEER_CONNECT_SECONDS
 
     assert int(1000 * (LOOKUP_SECONDS + PEER_CONNECT_SECONDS)) == config.FLEET_WAIT_MS
 

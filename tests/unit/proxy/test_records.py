@@ -292,8 +292,8 @@ def test_a_record_of_max_record_bytes_fits_a_transactional_batch_of_its_own(
 
 
 def test_the_state_log_takes_its_record_limit_from_the_topic_s_max_message_bytes() -> None:
-    from proxy.coordination.state_log import StateLog, StateLogSettings
     from proxy.records import max_record_bytes
+    from proxy.state_log.log import StateLog, StateLogSettings
     default = StateLog([("127.0.0.1", 1)], StateLogSettings(), group_of=lambda k: "")
     assert default.max_record_bytes == max_record_bytes(1_048_588)
     small = StateLog([("127.0.0.1", 1)], StateLogSettings(

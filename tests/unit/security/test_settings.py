@@ -12,8 +12,8 @@ import trustme
 
 from proxy.codec.api_keys import ApiKey
 from proxy.config import ConfigError, describe, load
-from proxy.coordination.links import BROKER, LinkPool
 from proxy.coordination.peers import ConnectionLinks
+from proxy.kafka_client.links import BROKER, LinkPool
 from proxy.security.policy import Security
 from proxy.upstream import UpstreamError
 

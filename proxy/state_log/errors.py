@@ -1,4 +1,4 @@
-"""The exceptions of the group state log (:mod:`proxy.coordination.state_log`).
+"""The exceptions of the group state log (:mod:`proxy.state_log.log`).
 
 Every one is a :class:`StateLogError`. A caller that answers a client only after a write tells
 them apart like this: :class:`Fenced` means another writer holds the group (stop acting for

@@ -1,48 +1,25 @@
 """The pure parts of the group state log: partitioning and transactional ids, checked against
-Kafka's own test vectors and kafka-python (its record batches and read_committed filter are
+Kafka's own test vectors and kafka-python (murmur2 itself is tests/unit/kafka_client/
+test_partitioner.py; record batches and the read_committed filter are
 tests/unit/proxy/test_records.py)."""
 
 from __future__ import annotations
-
-import struct
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
-from proxy.coordination.state_ids import (
+from proxy.state_log.ids import (
     DIGEST_HEX,
     MAX_TRANSACTIONAL_ID,
     check_prefix,
-    murmur2,
     partition_for,
     transactional_id,
 )
-from proxy.coordination.state_log import StateLogSettings
+from proxy.state_log.log import StateLogSettings
 
 # -- partitioning --------------------------------------------------------------------------
-
-# org.apache.kafka.common.utils.UtilsTest#testMurmur2 (signed 32-bit results)
-KAFKA_VECTORS = {
-    b"21": -973932308,
-    b"foobar": -790332482,
-    b"a-little-bit-long-string": -985981536,
-    b"a-little-bit-longer-string": -1486304829,
-    b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
-    b"abc": 479470107,
-}
-
-
-def test_murmur2_matches_kafkas_test_vectors() -> None:
-    for data, expected in KAFKA_VECTORS.items():
-        assert struct.unpack(">i", struct.pack(">I", murmur2(data)))[0] == expected
-
-
-@given(st.binary(max_size=64))
-def test_murmur2_matches_kafka_python(data: bytes) -> None:
-    assert murmur2(data) == kafka_python_murmur2(data) & 0xFFFFFFFF
-
 
 @given(st.text(min_size=1, max_size=40), st.integers(1, 200))
 def test_partition_is_kafkas_default_partitioner_for_the_group_id(group: str, n: int) -> None:

@@ -1,7 +1,7 @@
 """The state log's own connections to the cluster and what it knows of it.
 
 :class:`StateCluster` keeps, apart from the proxy's other broker links, up to
-``connections_per_broker`` :class:`~proxy.coordination.links.BrokerLink` per broker address
+``connections_per_broker`` :class:`~proxy.kafka_client.links.BrokerLink` per broker address
 (a link carries one request at a time and a broker handles one connection's requests in
 order, so writers of different groups spread over several), the broker addresses and
 partition leaders from Metadata, and finds transaction coordinators (FindCoordinator,
@@ -16,24 +16,30 @@ from __future__ import annotations
 import logging
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from proxy.codec.api_keys import ApiKey
-from proxy.coordination.links import Address, BrokerLink
-from proxy.coordination.state_errors import Unavailable
-from proxy.security.policy import Security
+from proxy.kafka_client.links import Address, BrokerLink
+from proxy.kafka_client.metadata import (
+    FIND_COORDINATOR_VERSION,
+    METADATA_VERSION,
+    TRANSACTION_KEY,
+    TopicInfo,
+    brokers,
+    find_coordinator_request,
+    metadata_request,
+    topic_info,
+)
+from proxy.state_log.errors import Unavailable
 from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode
 
-log = logging.getLogger("groupgate.state_log")
+if TYPE_CHECKING:
+    from proxy.security.policy import Security
 
-METADATA_VERSION = 12
-FIND_COORDINATOR_VERSION = 3
-TRANSACTION_KEY = 1
-"""FindCoordinator key type of a transactional id (0 is a group)."""
+log = logging.getLogger("groupgate.state_log")
 
 RETRY_FIRST = 0.005
 RETRY_MAX = 0.25
@@ -59,15 +65,6 @@ class Backoff:
             raise Unavailable(f"{self.what}: {reason}")
         await trio.sleep(self._next)
         self._next = min(self._next * 2, RETRY_MAX)
-
-
-@dataclass(frozen=True, slots=True)
-class TopicInfo:
-    error_code: int
-    partitions: int
-    replication_factor: int
-    leaders: dict[int, int]
-    """partition -> leader node id (-1: none right now)."""
 
 
 def error_name(code: int) -> str:
@@ -125,21 +122,13 @@ class StateCluster:
     async def topic(self, name: str) -> TopicInfo:
         """Metadata of topic ``name`` (error_code UNKNOWN_TOPIC_OR_PARTITION when missing);
         remembers broker addresses and partition leaders."""
-        response = await self.any_broker(ApiKey.METADATA, METADATA_VERSION, {
-            "topics": [{"name": name}], "allow_auto_topic_creation": False,
-            "include_topic_authorized_operations": False})
-        for broker in response["brokers"]:
-            self.nodes[broker["node_id"]] = (broker["host"], broker["port"])
-        for t in response["topics"]:
-            if t["name"] != name:
-                continue
-            leaders = {p["partition_index"]: (p["leader_id"] if p["error_code"] == 0 else -1)
-                       for p in t["partitions"]}
-            for partition, leader in leaders.items():
-                self._leaders[(name, partition)] = leader
-            rf = max((len(p["replica_nodes"]) for p in t["partitions"]), default=0)
-            return TopicInfo(t["error_code"], len(t["partitions"]), rf, leaders)
-        return TopicInfo(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 0, 0, {})
+        response = await self.any_broker(ApiKey.METADATA, METADATA_VERSION,
+                                         metadata_request([name]))
+        self.nodes.update(brokers(response))
+        info = topic_info(response, name)
+        for partition, leader in info.leaders.items():
+            self._leaders[(name, partition)] = leader
+        return info
 
     def forget_leader(self, topic: str, partition: int) -> None:
         self._leaders.pop((topic, partition), None)
@@ -169,7 +158,7 @@ class StateCluster:
             try:
                 response = await self.any_broker(
                     ApiKey.FIND_COORDINATOR, FIND_COORDINATOR_VERSION,
-                    {"key": transactional_id, "key_type": TRANSACTION_KEY})
+                    find_coordinator_request(transactional_id, TRANSACTION_KEY))
             except UpstreamError as exc:
                 await backoff.wait(str(exc))
                 continue

@@ -2,7 +2,7 @@
 
 The group engine's state changes are records (opaque ``(key, value)`` pairs, None for a
 tombstone, each key naming its group). The sidecar coordinating a group writes them through the
-group's :class:`~proxy.coordination.state_writer.Writer`; a sidecar taking the group over opens
+group's :class:`~proxy.state_log.writer.Writer`; a sidecar taking the group over opens
 a new writer (which fences the old one) and loads the group's records before it answers::
 
     log = StateLog(bootstrap, StateLogSettings(...), group_of=engine_key_group)
@@ -11,12 +11,12 @@ a new writer (which fences the old one) and loads the group's records before it 
     loaded = await log.load_group(group)    # the group's live records, read committed
     await writer.write([(key, value), (other_key, None)])   # atomic; returns once committed
 
-The parts: :mod:`~proxy.coordination.state_topic` (topic settings, creation, checks),
-:mod:`~proxy.coordination.state_ids` (group -> partition, group -> transactional id),
-:mod:`~proxy.coordination.state_writer` (transactions and fencing),
-:mod:`~proxy.coordination.state_loader` (reading a group back),
-:mod:`~proxy.coordination.state_cluster` (connections, leaders, coordinators),
-:mod:`~proxy.coordination.state_errors` (exceptions); record batches are
+The parts: :mod:`~proxy.state_log.topic` (topic settings, creation, checks),
+:mod:`~proxy.state_log.ids` (group -> partition, group -> transactional id),
+:mod:`~proxy.state_log.writer` (transactions and fencing),
+:mod:`~proxy.state_log.loader` (reading a group back),
+:mod:`~proxy.state_log.cluster` (connections, leaders, coordinators),
+:mod:`~proxy.state_log.errors` (exceptions); record batches are
 :mod:`proxy.records`. Design and measurements: ``docs/decisions/0013-group-state-log.md``.
 """
 
@@ -24,10 +24,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from proxy.coordination.links import Address
-from proxy.coordination.state_cluster import StateCluster
-from proxy.coordination.state_errors import (
+from proxy.kafka_client.links import Address
+from proxy.records import max_record_bytes
+from proxy.state_log.cluster import StateCluster
+from proxy.state_log.errors import (
     Fenced,
     LoadFailed,
     StateLogError,
@@ -35,9 +37,9 @@ from proxy.coordination.state_errors import (
     Unavailable,
     WriteFailed,
 )
-from proxy.coordination.state_ids import check_prefix, partition_for
-from proxy.coordination.state_loader import GroupOf, LoadConfig, LoadedGroup, load_group
-from proxy.coordination.state_topic import (
+from proxy.state_log.ids import check_prefix, partition_for
+from proxy.state_log.loader import GroupOf, LoadConfig, LoadedGroup, load_group
+from proxy.state_log.topic import (
     DEFAULT_PARTITIONS,
     DEFAULT_REPLICATION_FACTOR,
     DEFAULT_TOPIC,
@@ -46,9 +48,10 @@ from proxy.coordination.state_topic import (
     TopicState,
     ensure_topic,
 )
-from proxy.coordination.state_writer import KeyValue, Writer, WriterConfig, open_writer
-from proxy.records import max_record_bytes
-from proxy.security.policy import Security
+from proxy.state_log.writer import KeyValue, Writer, WriterConfig, open_writer
+
+if TYPE_CHECKING:
+    from proxy.security.policy import Security
 
 __all__ = ["Fenced", "KeyValue", "LoadFailed", "LoadedGroup", "StateLog", "StateLogError",
            "StateLogSettings", "StateTopicError", "Unavailable", "WriteFailed", "Writer"]
@@ -63,7 +66,7 @@ class StateLogSettings:
     partitions: int = DEFAULT_PARTITIONS
     replication_factor: int = DEFAULT_REPLICATION_FACTOR
     topic_configs: Mapping[str, str] = field(default_factory=dict)
-    """Overrides of :func:`~proxy.coordination.state_topic.default_configs`."""
+    """Overrides of :func:`~proxy.state_log.topic.default_configs`."""
     transactional_id_prefix: str = "groupgate-state"
     transaction_timeout_ms: int = 15_000
     """How long the transaction coordinator lets a writer's transaction stay open before it

@@ -1,7 +1,7 @@
 """One writer per group: a transactional producer of the group's records, fenced by its id.
 
 :func:`open_writer` finds the transaction coordinator of the group's transactional id
-(:func:`~proxy.coordination.state_ids.transactional_id`) and sends InitProducerId without a
+(:func:`~proxy.state_log.ids.transactional_id`) and sends InitProducerId without a
 producer id. The coordinator bumps the id's epoch, which fences every earlier writer of the
 group: a transaction it had open is aborted (the coordinator answers CONCURRENT_TRANSACTIONS
 until the abort markers are written, and this retries), and every later request of the old
@@ -11,13 +11,13 @@ writer is refused with PRODUCER_FENCED or INVALID_PRODUCER_EPOCH.
 partition), Produce (acks=all, one transactional batch per ``max_batch_bytes``, sequence
 numbers counted from 0 per epoch), EndTxn(commit). It returns once the commit is answered;
 the records then are in the log, replicated to ``min.insync.replicas``, and every
-read_committed reader (:mod:`~proxy.coordination.state_loader`) sees all or none of them.
+read_committed reader (:mod:`~proxy.state_log.loader`) sees all or none of them.
 Requests use Kafka's transaction protocol as of 2.5 (Produce v9, AddPartitionsToTxn v3,
 EndTxn v3), which 3.x and 4.x brokers both serve with one epoch per producer session.
 
 Errors, by what they mean for the writer:
 
-* fenced (:class:`~proxy.coordination.state_errors.Fenced`, the writer is dead for good):
+* fenced (:class:`~proxy.state_log.errors.Fenced`, the writer is dead for good):
   PRODUCER_FENCED, INVALID_PRODUCER_EPOCH (an older epoch: a newer writer exists), and
   INVALID_PRODUCER_ID_MAPPING (the id now maps to another producer: it expired and was opened
   again, or was taken over). A writer never calls InitProducerId without its own producer id
@@ -36,7 +36,7 @@ Errors, by what they mean for the writer:
   record too large, authorization errors) or a deadline passed: the transaction is aborted by
   InitProducerId with the writer's own producer id and epoch (KIP-360: the coordinator aborts
   the open transaction and bumps the epoch, or answers PRODUCER_FENCED if a newer writer
-  exists), and :class:`~proxy.coordination.state_errors.WriteFailed` is raised with
+  exists), and :class:`~proxy.state_log.errors.WriteFailed` is raised with
   ``committed=False``, or ``committed=None`` when EndTxn(commit) was sent without an answer
   (the commit may have happened). Authorization errors are ``retriable=False``. If the abort
   itself fails, the next write does it first.
@@ -59,22 +59,28 @@ from typing import Any
 import trio
 
 from proxy.codec.api_keys import ApiKey
-from proxy.coordination.links import Address
-from proxy.coordination.state_cluster import Backoff, StateCluster, error_name
-from proxy.coordination.state_errors import (
+from proxy.kafka_client.links import Address
+from proxy.kafka_client.produce import (
+    NOT_ANSWERED,
+    PRODUCE_VERSION,
+    partition_results,
+    produce_request,
+)
+from proxy.metrics import STATE_LOG_WRITES
+from proxy.records import Record, encode_batch, split
+from proxy.state_log.cluster import Backoff, StateCluster, error_name
+from proxy.state_log.errors import (
     Fenced,
     StateLogError,
     Unavailable,
     WriteFailed,
 )
-from proxy.coordination.state_ids import partition_for, transactional_id
-from proxy.records import Record, encode_batch, split
+from proxy.state_log.ids import partition_for, transactional_id
 from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode
 
 log = logging.getLogger("groupgate.state_log")
 
-PRODUCE_VERSION = 9
 INIT_PRODUCER_ID_VERSION = 4
 ADD_PARTITIONS_VERSION = 3
 END_TXN_VERSION = 3
@@ -220,12 +226,17 @@ class Writer:
         self._closed = True
 
     async def _commit(self, slot: _Slot) -> None:
+        began: float | None = None
         try:
             if self._fenced is not None:
                 raise Fenced(str(self._fenced))
+            began = trio.current_time()
             await self._transaction(slot.records)
             self.transactions += 1
+            STATE_LOG_WRITES.labels("committed").observe(trio.current_time() - began)
         except StateLogError as exc:
+            if began is not None:
+                STATE_LOG_WRITES.labels("failed").observe(trio.current_time() - began)
             slot.error = exc
         except BaseException as exc:
             slot.error = WriteFailed(f"group {self.group_id}: {exc!r}", committed=None)
@@ -342,17 +353,16 @@ class Writer:
             remaining = _remaining(deadline)
             try:
                 response = await self._cluster.link(leader, self.group_id).request(
-                    ApiKey.PRODUCE, PRODUCE_VERSION, {
-                        "transactional_id": self.transactional_id, "acks": -1,
-                        "timeout_ms": int(remaining * 1000),
-                        "topic_data": [{"name": topic, "partition_data": [
-                            {"index": self.partition, "records": batch}]}]},
+                    ApiKey.PRODUCE, PRODUCE_VERSION, produce_request(
+                        topic, {self.partition: batch}, acks=-1,
+                        timeout_ms=int(remaining * 1000),
+                        transactional_id=self.transactional_id),
                     timeout=remaining)
             except UpstreamError as exc:
                 self._cluster.forget_leader(topic, self.partition)
                 await backoff.wait(str(exc))
                 continue
-            (result,) = [p for t in response["responses"] for p in t["partition_responses"]]
+            result = partition_results(response, topic).get(self.partition, NOT_ANSWERED)
             error = result["error_code"]
             if error in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
                 self._sequence = (self._sequence + len(records)) % SEQUENCE_MODULUS

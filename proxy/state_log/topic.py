@@ -43,14 +43,18 @@ from dataclasses import dataclass, field
 import trio
 
 from proxy.codec.api_keys import ApiKey
-from proxy.coordination.state_cluster import Backoff, StateCluster, error_name
-from proxy.coordination.state_errors import StateTopicError
+from proxy.kafka_client.create_topic import (
+    CREATE_TOPICS_VERSION,
+    create_topic_error,
+    create_topic_request,
+)
+from proxy.state_log.cluster import Backoff, StateCluster, error_name
+from proxy.state_log.errors import StateTopicError
 from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode
 
 log = logging.getLogger("groupgate.state_log")
 
-CREATE_TOPICS_VERSION = 7
 DESCRIBE_CONFIGS_VERSION = 4
 TOPIC_RESOURCE = 2
 
@@ -188,19 +192,16 @@ async def _create(cluster: StateCluster, settings: TopicSettings, deadline: floa
     while True:
         timeout_ms = max(1000, int((deadline - trio.current_time()) * 1000))
         try:
-            response = await cluster.any_broker(ApiKey.CREATE_TOPICS, CREATE_TOPICS_VERSION, {
-                "topics": [{
-                    "name": settings.name, "num_partitions": settings.partitions,
-                    "replication_factor": settings.replication_factor, "assignments": [],
-                    "configs": [{"name": k, "value": v}
-                                for k, v in sorted(settings.configs.items())]}],
-                "timeout_ms": timeout_ms, "validate_only": False},
+            response = await cluster.any_broker(
+                ApiKey.CREATE_TOPICS, CREATE_TOPICS_VERSION, create_topic_request(
+                    settings.name, partitions=settings.partitions,
+                    replication_factor=settings.replication_factor, configs=settings.configs,
+                    timeout_ms=timeout_ms),
                 timeout=timeout_ms / 1000 + cluster.request_timeout)
         except UpstreamError as exc:
             await backoff.wait(str(exc))
             continue
-        (result,) = response["topics"]
-        error = result["error_code"]
+        error, message = create_topic_error(response)
         if error == ErrorCode.TOPIC_ALREADY_EXISTS:
             return False
         if error in CREATE_RETRIABLE:
@@ -210,7 +211,7 @@ async def _create(cluster: StateCluster, settings: TopicSettings, deadline: floa
             raise StateTopicError(
                 f"cannot create state log topic {settings.name} ({settings.partitions} "
                 f"partitions, replication factor {settings.replication_factor}): "
-                f"{error_name(error)}: {result.get('error_message') or ''}")
+                f"{error_name(error)}: {message}")
         return True
 
 

@@ -19,12 +19,14 @@ brokers, :meth:`LinkPool.peer` to a sidecar.
 from __future__ import annotations
 
 import logging
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from proxy.security.policy import Security
 from proxy.upstream import UpstreamClient, UpstreamError
+
+if TYPE_CHECKING:
+    from proxy.security.policy import Security
 
 log = logging.getLogger("groupgate.coordination")
 

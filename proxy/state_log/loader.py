@@ -1,7 +1,7 @@
 """Loading a group's state: its partition of the state log, read committed, to its end.
 
 :func:`load_group` is what a sidecar taking a group over runs after it opened the group's
-writer (:func:`~proxy.coordination.state_writer.open_writer`), whose InitProducerId has
+writer (:func:`~proxy.state_log.writer.open_writer`), whose InitProducerId has
 aborted the fenced writer's open transaction and written the abort markers:
 
 1. ListOffsets (read_uncommitted) for the partition's log start and its high watermark
@@ -35,10 +35,10 @@ from typing import Any
 import trio
 
 from proxy.codec.api_keys import ApiKey
-from proxy.coordination.state_cluster import Backoff, StateCluster, error_name
-from proxy.coordination.state_errors import LoadFailed
-from proxy.coordination.state_ids import partition_for
 from proxy.records import RecordsError, read_committed
+from proxy.state_log.cluster import Backoff, StateCluster, error_name
+from proxy.state_log.errors import LoadFailed
+from proxy.state_log.ids import partition_for
 from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode
 
