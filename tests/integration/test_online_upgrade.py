@@ -37,7 +37,7 @@ import pytest
 from proxy.process import ProxyProcess
 from tests.integration.conftest import StartProxy
 from tests.integration.test_classic_translation import CLASSIC, FLAGS
-from tests.integration.test_new_protocol import ProcessMember, coordinator_of, wait_until
+from tests.integration.test_new_protocol import Member, ProcessMember, coordinator_of, wait_until
 from tests.testbed.broker import KafkaBroker
 
 PARTITIONS = 12
@@ -372,3 +372,30 @@ def test_rolled_onto_one_sidecar_the_group_moves_to_the_engine_without_a_callbac
     for what, start, end in steps:
         print(f"{assignor}: {what}: longest unconsumed "
               f"{longest_unconsumed(running, start, end):.2f} s")
+
+
+class _Recorded(Classic):
+    """Made-up events, for checking the accounting without a broker."""
+
+    def __init__(self, name: str, events: list[dict[str, Any]]) -> None:
+        Member.__init__(self)
+        self.name = name
+        self.events = events
+
+
+def test_the_accounting_catches_what_it_looks_for() -> None:
+    """Broker-free: overlapping ownership, callbacks after a time, and unconsumed gaps are
+    found in made-up event streams (so the checks above can fail)."""
+    a = _Recorded("a", [{"name": "assigned", "partitions": [0, 1], "t": 1.0},
+                        {"name": "revoked", "partitions": [1], "t": 5.0},
+                        {"name": "record", "partition": 0, "offset": 0, "t": 6.0},
+                        {"name": "closed", "t": 9.0}])
+    b = _Recorded("b", [{"name": "assigned", "partitions": [1], "t": 4.0}])
+    assert ownership_overlaps([a, b]) == ["partition 1: a until 5.000, b from 4.000"]
+    c = _Recorded("c", [{"name": "assigned", "partitions": [1], "t": 5.5}])
+    assert ownership_overlaps([a, c]) == []
+    d = _Recorded("d", [{"name": "assigned", "partitions": [0], "t": 8.0}])
+    assert ownership_overlaps([a, d]) == ["partition 0: a until 9.000, d from 8.000"]
+    assert [e["t"] for e in a.callbacks_after(2.0)] == [5.0] and a.callbacks_after(5.0) == []
+    assert longest_unconsumed([a], 5.0, 8.0) == 3.0  # partitions 1-11: nothing consumed
+    assert consumed([a, b]) == {(0, 0)}
