@@ -114,6 +114,16 @@ BROKER_GROUP_JOINS = Counter(
     "JoinGroup requests this sidecar's own members sent to broker groups, by reason: takeover "
     "(taking a group over) or rejoin (a group it holds: new topics, a lost generation)",
     ["reason"], registry=REGISTRY)
+GROUP_CONVERSIONS = Counter(
+    "groupgate_group_conversions",
+    "Online upgrades of a broker's classic group to the engine (every member behind a "
+    "sidecar), by outcome: converted, or aborted (refused or failed; tried again later)",
+    ["outcome"], registry=REGISTRY)
+GROUP_CONVERSION_LATE_ANSWERS = Counter(
+    "groupgate_group_conversion_late_answers",
+    "Forwarded requests of a group being converted, or just converted, that the broker "
+    "answered UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS or "
+    "INCONSISTENT_GROUP_PROTOCOL (the conversion's hold missed them)", registry=REGISTRY)
 
 JOURNAL_WRITTEN = Counter("groupgate_journal_events_written",
                           "Group events written to the journal topic", registry=REGISTRY)

@@ -96,6 +96,9 @@ class Upstream:
     version: int | None = None
     """Send it as this version of the API (the broker's answer is read at it and given to
     the client at the client's version); None: the client's version."""
+    header: bytes | None = None
+    """The request header to send instead of the client's (a forwarded JoinGroup's member
+    mark, :mod:`proxy.coordination.upgrade`); None: the client's."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -156,8 +156,13 @@ class BrokerMembership:
                  connect_timeout: float,
                  topics: Callable[[], Iterable[str]] = tuple,
                  session_timeout_ms: int = SESSION_TIMEOUT_MS,
-                 card: Card | None = None) -> None:
+                 card: Card | None = None,
+                 leave_first: Sequence[tuple[str, str | None]] = ()) -> None:
         self.group_id = group_id
+        self.leave_first = tuple(leave_first)
+        """Members of the broker's group (member id, instance id) that a LeaveGroup sent just
+        before the first JoinGroup, on the same connection, removes: a group converted online
+        (:mod:`proxy.coordination.upgrade`) is emptied for the lock."""
         self.card = card or Card(None, "")
         """What the member tells other sidecars (:mod:`proxy.coordination.fleet`)."""
         self.session_timeout_ms = session_timeout_ms
@@ -505,6 +510,8 @@ class BrokerMembership:
         self._rejoin = trio.Event()
         self._resubscribe = False
         held_as = "" if first else self.member_id
+        if first and self.leave_first:
+            await self._empty_the_group()
         for _ in range(10):
             link = await self._connect()
             topics = tuple(sorted(set(self._topics())))
@@ -591,6 +598,21 @@ class BrokerMembership:
             elif error in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
                 self.member_id = ""
         raise CoordinatorUnavailable(f"group {self.group_id}: could not join the broker's group")
+
+    async def _empty_the_group(self) -> None:
+        """LeaveGroup naming every member of the broker's group (:attr:`leave_first`), right
+        before the lock's JoinGroup on the same connection (once: the members are gone)."""
+        link = await self._connect()
+        leaving, self.leave_first = self.leave_first, ()
+        response = await link.request(ApiKey.LEAVE_GROUP, LEAVE_VERSION, {
+            "group_id": self.group_id,
+            "members": [{"member_id": member_id, "group_instance_id": instance}
+                        for member_id, instance in leaving]})
+        errors = [m for m in response.get("members") or () if m.get("error_code")]
+        if response.get("error_code") or errors:
+            log.warning("group %s: LeaveGroup for the members of the broker's group answered "
+                        "error %s, members %s", self.group_id, response.get("error_code"),
+                        [(m.get("member_id"), m.get("error_code")) for m in errors])
 
     def _check_members(self, members: list[dict[str, object]]) -> None:
         """As the leader: a member without a card is a groupgate from before the fleet, which

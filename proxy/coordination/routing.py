@@ -71,7 +71,14 @@ from proxy.connection import (
     RequestInfo,
     Rewrite,
 )
-from proxy.coordination import classic, commit_retries, consumer_group, listing, offsets
+from proxy.coordination import (
+    classic,
+    commit_retries,
+    consumer_group,
+    listing,
+    offsets,
+    upgrade,
+)
 from proxy.coordination.authorization import AuthorizationStage
 from proxy.coordination.fleet import mark_forwarded, unmark
 from proxy.coordination.handler import (
@@ -297,6 +304,11 @@ class CoordinatingRouter(ForwardingRouter):
                     group_request = checked
                     groups = handler.group_ids(group_request) if fleet is not None else ()
                 authorized = True
+            upgrades = handler.service.upgrades
+            if self._client_facing and upgrades.converting and (hold := upgrades.holding(
+                    handler.group_ids(group_request))) is not None:
+                # the group is being moved to the engine (.upgrade): decided once it is
+                return Prepare(self._after_hold(handler, request, hold))
             if fleet is not None and not fleet.inbound:
                 route = route or fleet.routes.route(groups)
                 if route.kind == LOOKUP:
@@ -433,6 +445,16 @@ class CoordinatingRouter(ForwardingRouter):
             return handler.failure(dataclasses.replace(request, completion=None),
                                    COORDINATOR_NOT_AVAILABLE)
 
+    async def _after_hold(self, handler: ApiHandler, request: RequestInfo, hold: trio.Event
+                          ) -> int | Rewrite | Local:
+        """A request of a group being converted (:mod:`.upgrade`): decided again once the
+        conversion is over, or after :data:`~.upgrade.HOLD_SECONDS` (by then the group's
+        takeover is registered, and the request waits for it in the service)."""
+        with trio.move_on_after(upgrade.HOLD_SECONDS):
+            await hold.wait()
+        return await self._settled(self._decide(handler, request,
+                                                self._decode(handler, request), None))
+
     # -- other sidecars -----------------------------------------------------------------------
 
     async def _after_lookup(self, handler: ApiHandler, request: RequestInfo,
@@ -511,7 +533,9 @@ class CoordinatingRouter(ForwardingRouter):
     def _decision(self, handler: ApiHandler, request: GroupRequest, outcome: Outcome
                   ) -> Decision:
         if isinstance(outcome, Pass):
-            return FORWARD
+            tracked = (handler.service.upgrades.tracked(request, handler.group_ids(request))
+                       if self._client_facing else None)  # online upgrade (.upgrade)
+            return FORWARD if tracked is None else self._rewrite(handler, request, tracked)
         if isinstance(outcome, Upstream):
             if self._fleet is not None and self._fleet.inbound:
                 return Local(self._upstream_via_link(handler, request, outcome),
@@ -549,8 +573,9 @@ class CoordinatingRouter(ForwardingRouter):
         key = request.api_key
         version = (upstream.version if upstream.version is not None
                    else self.broker_version(key, request.version))
-        header = (request.header if version == request.version
-                  else apiversions.downgraded(request.header, version))
+        sent = request.header if upstream.header is None else upstream.header
+        header = (sent if version == request.version
+                  else apiversions.downgraded(sent, version))
         payload = header + messages.encode_request(key, version, upstream.value)
         header_version = messages.response_header_version(key, version)
 

@@ -62,6 +62,7 @@ from proxy.coordination.handoff import HandOff
 from proxy.coordination.membership import BrokerMembership
 from proxy.coordination.peers import Directory, Routes
 from proxy.coordination.topics import TopicWatcher
+from proxy.coordination.upgrade import Upgrades, adopt_snapshot
 from proxy.journal.clients import ClientSoftwareDirectory
 from proxy.journal.observer import JournalObserver
 from proxy.journal.writer import JournalWriter, run_snapshots
@@ -82,8 +83,9 @@ from translation.classic.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from translation.classic.migration import ClassicGroupSnapshot
 from translation.classic.routing import classify_classic_join
-from translation.config import GroupConfig
+from translation.config import GroupConfig, MigrationPolicy
 from translation.coordinator import GroupCoordinator
 from translation.effects import (
     Effect,
@@ -204,6 +206,7 @@ def group_config(config: ProxyConfig) -> GroupConfig:
         quiet_classic_advance=config.classic_quiet_advance,
         classic_sync_hold_ms=config.classic_sync_hold_ms,
         durable_state=config.state_log,
+        migration_policy=MigrationPolicy(config.migration_policy),
     )
 
 
@@ -324,6 +327,13 @@ class CoordinatorService:
         self._nothing_loaded: weakref.WeakSet[BrokerMembership] = weakref.WeakSet()
         """Memberships given back because the load they were started for found no members
         (:class:`NothingLoaded`); gone with the membership."""
+        fleet_address = config.advertised_fleet_address or (config.client_host,
+                                                              config.listen[1])
+        self.upgrades = Upgrades(self.engine.config.migration_policy,
+                                 f"{fleet_address[0]}:{fleet_address[1]}",
+                                 default_session_ms=config.group_session_timeout_ms)
+        """The online upgrade of broker groups whose members are all behind sidecars
+        (:mod:`.upgrade`)."""
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -335,6 +345,9 @@ class CoordinatorService:
             nursery.start_soon(self._supervised, "timer task", self._timers)
             if watch_topics:
                 nursery.start_soon(self._supervised, "topic watcher", self.topics.run)
+            if self.classic is not None and self.engine.config.migration_policy.upgrade_enabled:
+                nursery.start_soon(self._supervised, "online upgrade",
+                                   lambda: self.upgrades.run(self))
             if self.durability is not None:
                 nursery.start_soon(self._supervised, "state log", self.durability.run)
             if self.journal is not None and self.observer is not None:
@@ -603,7 +616,19 @@ class CoordinatorService:
                      "group", group_id)
             self._nursery.start_soon(membership.leave)
 
-    async def _take_over(self, group_id: str, topics: Iterable[str], *, to_load: bool = False
+    async def take_over_converting(self, snapshot: ClassicGroupSnapshot,
+                                   leaving: Sequence[tuple[str, str | None]]) -> NotTaken | None:
+        """Take the broker's group over for an online upgrade (:mod:`.upgrade`): its members
+        ``leaving`` are removed by a LeaveGroup sent back to back with the lock's JoinGroup, and
+        once the lock is held the engine adopts ``snapshot``. Returns why not, or None."""
+        topics = {t for m in snapshot.members for p in m.protocols[:1]
+                  if p.subscription is not None for t in p.subscription.topics}
+        return await self._take_over(snapshot.group_id, sorted(topics),
+                                     converting=(snapshot, leaving))
+
+    async def _take_over(self, group_id: str, topics: Iterable[str], *, to_load: bool = False,
+                         converting: tuple[ClassicGroupSnapshot,
+                                           Sequence[tuple[str, str | None]]] | None = None
                          ) -> NotTaken | None:
         """Hold the broker's group ``group_id`` (subscribed to the group's topics, at first
         ``topics``, those of the member that starts the group); returns why not, or None.
@@ -624,8 +649,11 @@ class CoordinatorService:
                 connect_timeout=self.config.connect_timeout,
                 topics=lambda: self.group_topics(group_id) or first,
                 session_timeout_ms=self.config.broker_session_timeout_ms,
-                card=self.card)
+                card=self.card, leave_first=converting[1] if converting else ())
             self.adopt(membership, to_load=to_load)
+            if converting is not None:
+                snapshot = converting[0]
+                membership.on_established = lambda: adopt_snapshot(self, snapshot)
             self._nursery.start_soon(self._run_membership, membership)
         await membership.settled.wait()
         if membership.failure is not None:
@@ -678,6 +706,11 @@ class CoordinatorService:
             del self.memberships[group_id]
         self._loading.pop(group_id, None)
         self.directory.forget(group_id)
+
+    async def refresh_topics(self, names: Iterable[str]) -> None:
+        """Topic metadata for ``names`` (a group about to be converted: its members' topics
+        must be in the image, or their partitions would not be adopted)."""
+        await self._await_subscription("", names, None)
 
     async def _refresh_for_load(self, names: Iterable[str], regex: bool) -> None:
         """Topic metadata for a group about to be loaded: its members' topics must be in the
@@ -965,7 +998,8 @@ class CoordinatorService:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE if failure is not None else None
 
     def takes_join(self, request: JoinGroupRequest) -> bool:
-        """Whether the engine takes this classic JoinGroup (else it is forwarded untouched)."""
+        """Whether the engine takes this classic JoinGroup (else it is forwarded to the broker,
+        with the member mark: :mod:`.upgrade`)."""
         if self.classic is None:
             return False
         group_id = request.group_id
