@@ -298,6 +298,27 @@ class BrokerMembership:
             return True
         return False
 
+    def undecided(self) -> bool:
+        """Whether the lease has run out while the broker may still answer within the session
+        (from :attr:`lease_deadline` to :attr:`session_deadline`, the last
+        ``1 - LEASE_FRACTION`` of a session): the proxy must not act for the group, and does
+        not know yet whether it holds the group again or has lost it
+        (:meth:`wait_decided`)."""
+        if not self.established or self.left:
+            return False
+        return self.lease_deadline <= trio.current_time() < self.session_deadline
+
+    async def wait_decided(self) -> None:
+        """While :meth:`undecided`: wait until the broker answers again (the group is held
+        again), the lease is lost, or the session ends; then act on what is known
+        (:meth:`lease_expired`: at the session's end the lease is lost for good and the
+        service tells the group's members to let go). At most ``1 - LEASE_FRACTION`` of a
+        session."""
+        with trio.move_on_at(self.session_deadline):
+            while self.undecided():
+                await self._stable_changed.wait()  # replaced by a fresh one once set
+        self.lease_expired()
+
     @property
     def interrupted(self) -> bool:
         """Established once, but not holding the broker's group right now for a reason other
