@@ -319,6 +319,12 @@ class BrokerMembership:
                 await self._stable_changed.wait()  # replaced by a fresh one once set
         self.lease_expired()
 
+    async def wait_lost(self) -> None:
+        """Return once the membership has ended: the lease lost for good (cut off, forgotten
+        by the broker, another sidecar won it), left, or failed."""
+        while not self.left:
+            await self._stable_changed.wait()  # replaced by a fresh one once set
+
     @property
     def interrupted(self) -> bool:
         """Established once, but not holding the broker's group right now for a reason other

@@ -837,6 +837,15 @@ class CoordinatorService:
             await membership.wait_decided()
         return not membership.undecided()
 
+    async def lease_lost(self, group_id: str) -> None:
+        """Return once the lease this sidecar holds now on ``group_id`` is lost for good (never,
+        if it holds none)."""
+        membership = self.memberships.get(group_id)
+        if membership is None:
+            await trio.sleep_forever()
+        else:
+            await membership.wait_lost()
+
     def _not_coordinating(self, group_id: str) -> bool:
         """Whether requests of ``group_id`` must wait: its broker membership is interrupted, or
         its lease ran out before the membership's task could notice."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
@@ -421,4 +422,59 @@ async def test_a_commit_waiting_while_the_lease_is_cut_off_is_told_to_let_go(
         (topic,) = answered.response["topics"]
         assert [p["error_code"] for p in topic["partitions"]] == [UNKNOWN_MEMBER_ID]
         assert membership.cut_off
+        nursery.cancel_scope.cancel()
+
+
+def _commit(member: str, generation: int) -> Any:
+    return request(8, 8, {
+        "group_id": "g", "generation_id_or_member_epoch": generation, "member_id": member,
+        "group_instance_id": None, "retention_time_ms": -1,
+        "topics": [{"name": TOPIC, "partitions": [{
+            "partition_index": 0, "committed_offset": 5, "committed_leader_epoch": -1,
+            "committed_metadata": ""}]}]})
+
+
+async def test_a_relayed_commit_the_broker_never_answers_is_answered_when_the_lease_is_lost(
+        autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The holder is cut off from the broker (nothing comes back: every request to it hangs)
+    while a commit relayed by another sidecar is on its way to the broker. The relaying
+    sidecar holds the member's later requests (its heartbeats) behind that commit, so it
+    must not wait for the broker for ever: once the lease is lost (a whole session after the
+    last answered heartbeat was sent), the commit is answered UNKNOWN_MEMBER_ID, and the
+    member lets go."""
+    broker = Broker()
+    service = make_service(broker.answer, connect_timeout=2, classic_translation=True)
+    link = service.pool.fake
+    answer = link.request
+    cut = False
+
+    async def partitioned(api_key: int, version: int, value: dict[str, Any],
+                          **kwargs: Any) -> dict[str, Any]:
+        if cut:
+            await trio.sleep_forever()
+        if api_key == 8:  # OffsetCommit: every partition written
+            return {"throttle_time_ms": 0, "topics": [
+                {"name": t["name"], "partitions": [
+                    {"partition_index": p["partition_index"], "error_code": 0}
+                    for p in t["partitions"]]} for t in value["topics"]]}
+        return await answer(api_key, version, value, **kwargs)
+
+    monkeypatch.setattr(link, "request", partitioned)
+    async with trio.open_nursery() as nursery:
+        await _started(service, nursery)
+        member, generation = await _classic_member(service)
+        relayed = router(service, None, inbound=True)
+        written = (await exchange(relayed, _commit(member, generation))).response
+        assert written is not None
+        assert [p["error_code"] for t in written["topics"] for p in t["partitions"]] == [0]
+        membership = service.memberships["g"]
+        await trio.sleep(0.5)
+        cut = True
+        session = _session_deadline(membership)
+        with trio.fail_after(60):  # virtual time: the broker's answer never comes
+            answered = await exchange(relayed, _commit(member, generation))
+        assert answered.response is not None
+        (topic,) = answered.response["topics"]
+        assert [p["error_code"] for p in topic["partitions"]] == [UNKNOWN_MEMBER_ID]
+        assert trio.current_time() == session and membership.cut_off
         nursery.cancel_scope.cancel()
