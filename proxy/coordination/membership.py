@@ -60,6 +60,7 @@ from proxy.coordination.fleet import (
     PROTOCOL_TYPE,
     Card,
     card_of,
+    read_holder,
     subscription_metadata,
 )
 from proxy.coordination.links import Address, BrokerLink, LinkPool
@@ -73,6 +74,7 @@ JOIN_VERSION = 5
 SYNC_VERSION = 3
 HEARTBEAT_VERSION = 3
 LEAVE_VERSION = 3
+DESCRIBE_VERSION = 3
 
 
 COORDINATOR_MOVED = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
@@ -551,6 +553,8 @@ class BrokerMembership:
                 if held_as:
                     raise LeaseLost(f"the broker forgot member {held_as}")
                 self.member_id = join["member_id"]
+                if first:
+                    await self._not_held_elsewhere(link)
                 continue
             if error in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
                 if held_as and error == ErrorCode.UNKNOWN_MEMBER_ID:
@@ -618,6 +622,28 @@ class BrokerMembership:
             elif error in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
                 self.member_id = ""
         raise CoordinatorUnavailable(f"group {self.group_id}: could not join the broker's group")
+
+    async def _not_held_elsewhere(self, link: BrokerLink) -> None:
+        """Before the JoinGroup that adds this member to the broker's group (the broker then
+        rebalances the group, and its holder learns of it only at its next heartbeat, up to a
+        third of a session later, twice: for this join and for the leave after the lost
+        election): if another sidecar, one that can be followed, holds the group already,
+        lose the election without joining. Two sidecars whose members ask for a new group
+        at the same moment both find it free; the one whose JoinGroup comes second used to
+        join the group the first one had just formed (tens of milliseconds later). The
+        member id the broker asked for is only pending until that JoinGroup: leaving it
+        disturbs nobody."""
+        response = await link.request(ApiKey.DESCRIBE_GROUPS, DESCRIBE_VERSION, {
+            "groups": [self.group_id], "include_authorized_operations": False})
+        groups = response.get("groups") or []
+        if len(groups) != 1:
+            return
+        holder = read_holder(groups[0], frozenset({self.member_id}))
+        card = holder.card
+        if (holder.kind == "sidecar" and card is not None and card.address is not None
+                and card.address != self.card.address):
+            raise ElectionLost(f"another sidecar holds the broker's group {self.group_id} "
+                               f"(member {holder.member_id}); not joining it")
 
     def _check_members(self, members: list[dict[str, object]]) -> None:
         """As the leader: a member without a card is a groupgate from before the fleet, which
