@@ -26,7 +26,10 @@ group over once the proxy is gone (graceful shutdown, or the engine group expire
 The membership is also the group's lock between sidecars (:mod:`proxy.coordination.fleet`):
 its JoinGroup carries the sidecar's card, and a sidecar the broker does not make the leader
 (another joined first) has lost the election: it leaves and the task ends with
-:class:`ElectionLost`. Once held, the lock is a lease: the broker drops the member one session
+:class:`ElectionLost`. A takeover that finds another sidecar holding the group between the
+JoinGroup that asks for a member id and the one that joins loses the election without joining
+(joining would make the broker rebalance the holder's group twice, for the join and the
+leave). Once held, the lock is a lease: the broker drops the member one session
 after the last heartbeat it received, so the proxy stops acting (:attr:`interrupted`) once
 :data:`LEASE_FRACTION` of a session has passed since the last heartbeat it *sent* that was
 answered, before any other sidecar can hold the group. A membership the broker forgot (it
@@ -36,7 +39,10 @@ answer at all is lost the same way once a whole session has passed since the sen
 last heartbeat (or SyncGroup) it answered (:attr:`BrokerMembership.session_deadline`): from
 then on the broker may have dropped the member and another sidecar may hold the group, so the
 proxy must not wait for an answer to conclude it (:attr:`BrokerMembership.cut_off`; the
-service then tells the group's members to let go).
+service then tells the group's members to let go). Between the lease's end and the session's
+end nothing is decided yet (:meth:`BrokerMembership.undecided`): the service holds members'
+requests until it is (:meth:`BrokerMembership.wait_decided`), so that a member behind a sidecar
+cut off from the broker hears that it must let go instead of a retriable error.
 
 Commits carry the member id and generation they were stamped with (:meth:`stamp`) and are
 never re-stamped: a commit accepted under one generation lands under it or fails. When the
