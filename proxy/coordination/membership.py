@@ -327,10 +327,10 @@ class BrokerMembership:
                 await self._stable_changed.wait()  # replaced by a fresh one once set
         self.lease_expired()
 
-    async def wait_lost(self) -> None:
-        """Return once the membership has ended: the lease lost for good (cut off, forgotten
-        by the broker, another sidecar won it), left, or failed."""
-        while not self.left:
+    async def wait_cut_off(self) -> None:
+        """Return once the lease is lost because the broker did not answer for a whole
+        session (:attr:`cut_off`): no answer from it is to be expected on any link."""
+        while not self.cut_off:
             await self._stable_changed.wait()  # replaced by a fresh one once set
 
     @property

@@ -440,10 +440,10 @@ class CoordinatingRouter(ForwardingRouter):
         server, which need not be the group's coordinator). Requests of one relayed client
         connection arrive one at a time, so they reach the broker in the client's order.
 
-        The wait for the broker ends when this sidecar's lease on the group is lost for good
-        (:meth:`CoordinatorService.lease_lost`; e.g. cut off from the broker for a whole
-        session): the request is then answered UNKNOWN_MEMBER_ID if its member is to let go
-        of its partitions, else NOT_COORDINATOR, and the link is reset (the request is never
+        The wait for the broker ends when this sidecar's lease on the group is cut off (the
+        broker did not answer for a whole session, :meth:`CoordinatorService.lease_cut_off`):
+        the request is then answered UNKNOWN_MEMBER_ID if its member is to let go of its
+        partitions, else NOT_COORDINATOR, and the link is reset (the request is never
         carried out later under the new holder: it bears the lost membership's generation).
         The member's later requests wait behind it at the relaying sidecar: without the
         bound, a member whose commit reached a holder cut off from the broker heard nothing
@@ -457,7 +457,7 @@ class CoordinatingRouter(ForwardingRouter):
                 value = handler.failure(request, NOT_COORDINATOR)
             else:
                 try:
-                    response = await self._until_lease_lost(
+                    response = await self._until_cut_off(
                         handler.service, groups[0], self._fleet.links.request(
                             address, request.api_key, request.version, upstream.value,
                             request.client_id or ""))
@@ -469,7 +469,7 @@ class CoordinatingRouter(ForwardingRouter):
                     if response is None:
                         member_id = request.value.get("member_id") or ""
                         lost = handler.service.to_let_go(groups[0], member_id)
-                        log.info("api key %d of group %s: the lease was lost before the "
+                        log.info("api key %d of group %s: the lease was cut off before the "
                                  "group's broker answered", request.api_key, groups[0])
                         value = handler.failure(request, UNKNOWN_MEMBER_ID if lost
                                                 else NOT_COORDINATOR)
@@ -485,14 +485,14 @@ class CoordinatingRouter(ForwardingRouter):
         return self._encode(handler, request, value)
 
     @staticmethod
-    async def _until_lease_lost(service: CoordinatorService, group_id: str,
-                                sent: Awaitable[Value]) -> Value | None:
-        """``sent``'s answer, or None once the lease on ``group_id`` is lost first (``sent``
-        is then cancelled)."""
+    async def _until_cut_off(service: CoordinatorService, group_id: str,
+                             sent: Awaitable[Value]) -> Value | None:
+        """``sent``'s answer, or None once the lease on ``group_id`` is cut off first
+        (``sent`` is then cancelled)."""
         answer: Value | None = None
 
         async def watch(scope: trio.CancelScope) -> None:
-            await service.lease_lost(group_id)
+            await service.lease_cut_off(group_id)
             scope.cancel()
 
         async with trio.open_nursery() as nursery:

@@ -837,14 +837,15 @@ class CoordinatorService:
             await membership.wait_decided()
         return not membership.undecided()
 
-    async def lease_lost(self, group_id: str) -> None:
-        """Return once the lease this sidecar holds now on ``group_id`` is lost for good (never,
-        if it holds none)."""
+    async def lease_cut_off(self, group_id: str) -> None:
+        """Return once the lease this sidecar holds now on ``group_id`` is cut off: the broker
+        did not answer for a whole session (never, if it holds none, or if it is lost or
+        left otherwise: the broker answers then)."""
         membership = self.memberships.get(group_id)
         if membership is None:
             await trio.sleep_forever()
         else:
-            await membership.wait_lost()
+            await membership.wait_cut_off()
 
     def _not_coordinating(self, group_id: str) -> bool:
         """Whether requests of ``group_id`` must wait: its broker membership is interrupted, or
