@@ -496,10 +496,11 @@ class CoordinatorService:
     async def heartbeat(self, request: ConsumerGroupHeartbeatRequest
                         ) -> ConsumerGroupHeartbeatResponse:
         group_id = request.group_id
-        if (request.member_epoch != 0
+        if (request.member_epoch > 0
                 and not await self._until_decided(group_id, self.heartbeat_wait_s)):
-            # a KIP-848 client times a heartbeat out after one interval; retriable, and
-            # unlike COORDINATOR_NOT_AVAILABLE it keeps the client on this coordinator
+            # a member that owns partitions (not joining, not leaving); a KIP-848 client
+            # times a heartbeat out after one interval: retriable, and unlike
+            # COORDINATOR_NOT_AVAILABLE it keeps the client on this coordinator
             return ConsumerGroupHeartbeatResponse(
                 error_code=int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
                 error_message=f"groupgate is waiting for the broker's answer on group "
