@@ -590,6 +590,11 @@ class BrokerMembership:
             if held_as and self.member_id != held_as:
                 raise LeaseLost(f"the broker gave member {held_as} up")
             generation = join["generation_id"]
+            if self.previous_generation < 0:
+                # the generation this member's first join made: the group's before it is the
+                # one below (a sync that fails because another member joined meanwhile makes
+                # the next one higher, though nobody held the group before)
+                self.previous_generation = generation - 1
             if join["leader"] != self.member_id:
                 raise ElectionLost(f"another sidecar holds the broker's group {self.group_id}")
             self._check_members(join["members"])
@@ -610,8 +615,6 @@ class BrokerMembership:
             if held_as and self.left:  # cut off while the answer was on its way
                 raise LeaseLost("the lease was lost while rejoining")
             if error == ErrorCode.NONE:
-                if self.previous_generation < 0:
-                    self.previous_generation = generation - 1
                 self.generation = generation
                 self._answered(sent)
                 self.advertised = topics

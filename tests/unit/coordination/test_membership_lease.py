@@ -16,6 +16,7 @@ from .helpers import FakePool
 
 INVALID_SESSION_TIMEOUT = 26
 MEMBER_ID_REQUIRED = 79
+REBALANCE_IN_PROGRESS = 27
 
 
 def broker(min_session_ms: int, sent: list[tuple[int, dict[str, Any]]]) -> Any:
@@ -183,3 +184,34 @@ async def test_a_sidecar_that_finds_the_group_free_or_held_by_its_former_self_jo
         await hold(membership, 1)
         assert membership.failure is None and membership.stable
         assert [k for k, _v in sent if k in (11, 15)] == [11, 15, 11]
+
+
+async def test_a_group_formed_twice_while_taking_it_over_had_no_holder_before(
+        autojump_clock: trio.abc.Clock) -> None:
+    """Two sidecars take a new group over at about the same moment: the first joins
+    (generation 1), the second's join comes before the first's SyncGroup, which fails with
+    REBALANCE_IN_PROGRESS, and the first holds the group at generation 2. Nobody held the
+    group before it: its generation before the first join is 0, so no takeover wait (seen in
+    the fleet's SIGKILL test: the holder took generation 1 for an earlier coordinator and made
+    its members wait 20 s for partitions, so the state log had nothing when it was killed)."""
+    sent: list[tuple[int, dict[str, Any]]] = []
+    syncs = 0
+
+    def answer(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
+        nonlocal syncs
+        sent.append((key, value))
+        if key == 11:
+            joined = stub_broker(key, version, value)
+            return dict(joined, generation_id=1 + syncs)
+        if key == 14:
+            syncs += 1
+            if syncs == 1:
+                return {"throttle_time_ms": 0, "error_code": REBALANCE_IN_PROGRESS,
+                        "protocol_type": None, "protocol_name": None, "assignment": b""}
+        return stub_broker(key, version, value)
+
+    membership = BrokerMembership("g", FakePool(answer), [("b", 1)], connect_timeout=5,
+                                  session_timeout_ms=6000)
+    await hold(membership, 1)
+    assert membership.stable and membership.generation == 2
+    assert membership.previous_generation == 0
