@@ -218,6 +218,10 @@ class OffsetCommitHandler(ApiHandler):
         stable = await membership.wait_stable(STABLE_WAIT_SECONDS)
         _trace("commit after waiting for the membership", request, stable=stable)
         if not stable:
+            group_id, member_id = request.value["group_id"], request.value.get("member_id") or ""
+            if self.service.to_let_go(group_id, member_id):
+                # the lease was cut off meanwhile: the member must let go (as on arrival)
+                return commit_error(request.value, int(ErrorCode.UNKNOWN_MEMBER_ID))
             return commit_error(request.value, int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS))
         if _moved(request, membership):
             return commit_error(request.value, int(ErrorCode.NOT_COORDINATOR))

@@ -500,26 +500,45 @@ class CoordinatingRouter(ForwardingRouter):
         """On the fleet listener: ``upstream`` goes to the group's broker coordinator on this
         connection's own link to it (the connection's upstream socket leads to a bootstrap
         server, which need not be the group's coordinator). Requests of one relayed client
-        connection arrive one at a time, so they reach the broker in the client's order."""
+        connection arrive one at a time, so they reach the broker in the client's order.
+
+        The wait for the broker ends when this sidecar's lease on the group is cut off (the
+        broker did not answer for a whole session, :meth:`CoordinatorService.lease_cut_off`):
+        the request is then answered UNKNOWN_MEMBER_ID if its member is to let go of its
+        partitions, else NOT_COORDINATOR, and the link is reset (the request is never
+        carried out later under the new holder: it bears the lost membership's generation).
+        The member's later requests wait behind it at the relaying sidecar: without the
+        bound, a member whose commit reached a holder cut off from the broker heard nothing
+        until the broker answered again, while another sidecar gave its partitions away."""
         assert self._fleet is not None
         answered = False
         try:
-            address = self._fleet.broker_of(handler.group_ids(request))
+            groups = handler.group_ids(request)
+            address = self._fleet.broker_of(groups)
             if address is None:
                 value = handler.failure(request, NOT_COORDINATOR)
             else:
                 try:
-                    response = await self._fleet.links.request(
-                        address, request.api_key,
-                        request.version if upstream.version is None else upstream.version,
-                        upstream.value, request.client_id or "")
+                    response = await self._until_cut_off(
+                        handler.service, groups[0], self._fleet.links.request(
+                            address, request.api_key,
+                            request.version if upstream.version is None else upstream.version,
+                            upstream.value, request.client_id or ""))
                 except UpstreamError as exc:
                     log.info("api key %d to the group's broker %s:%d failed: %s",
                              request.api_key, *address, exc)
                     value = handler.failure(request, NOT_COORDINATOR)
                 else:
-                    answered = True
-                    value = upstream.on_response(response)
+                    if response is None:
+                        member_id = request.value.get("member_id") or ""
+                        lost = handler.service.to_let_go(groups[0], member_id)
+                        log.info("api key %d of group %s: the lease was cut off before the "
+                                 "group's broker answered", request.api_key, groups[0])
+                        value = handler.failure(request, UNKNOWN_MEMBER_ID if lost
+                                                else NOT_COORDINATOR)
+                    else:
+                        answered = True
+                        value = upstream.on_response(response)
         except Exception:
             log.exception("answering api key %d v%d failed", request.api_key, request.version)
             value = handler.failure(request, UNKNOWN_SERVER_ERROR)
@@ -527,6 +546,23 @@ class CoordinatingRouter(ForwardingRouter):
             if not answered and upstream.release is not None:
                 upstream.release()
         return self._encode(handler, request, value)
+
+    @staticmethod
+    async def _until_cut_off(service: CoordinatorService, group_id: str,
+                             sent: Awaitable[Value]) -> Value | None:
+        """``sent``'s answer, or None once the lease on ``group_id`` is cut off first
+        (``sent`` is then cancelled)."""
+        answer: Value | None = None
+
+        async def watch(scope: trio.CancelScope) -> None:
+            await service.lease_cut_off(group_id)
+            scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch, nursery.cancel_scope)
+            answer = await sent
+            nursery.cancel_scope.cancel()
+        return answer
 
     # -- outcomes to decisions ----------------------------------------------------------------
 

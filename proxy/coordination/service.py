@@ -512,6 +512,15 @@ class CoordinatorService:
     async def heartbeat(self, request: ConsumerGroupHeartbeatRequest
                         ) -> ConsumerGroupHeartbeatResponse:
         group_id = request.group_id
+        if (request.member_epoch > 0
+                and not await self._until_decided(group_id, self.heartbeat_wait_s)):
+            # a member that owns partitions (not joining, not leaving); a KIP-848 client
+            # times a heartbeat out after one interval: retriable, and unlike
+            # COORDINATOR_NOT_AVAILABLE it keeps the client on this coordinator
+            return ConsumerGroupHeartbeatResponse(
+                error_code=int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
+                error_message=f"groupgate is waiting for the broker's answer on group "
+                              f"{group_id}")
         if self._handing_off(group_id, request.member_id):
             if request.member_epoch == 0:
                 return ConsumerGroupHeartbeatResponse(
@@ -846,6 +855,35 @@ class CoordinatorService:
                      "session timeout from now", group_id)
             self.apply(self.engine.resume(group_id, self.now_ms()))
 
+    async def _until_decided(self, group_id: str, wait_s: float = float("inf")) -> bool:
+        """A request of a member of ``group_id`` that arrives while the group's lease has run
+        out but the broker may still answer within the session
+        (:meth:`BrokerMembership.undecided`, the last ``1 - LEASE_FRACTION`` of a broker
+        session) waits, at most ``wait_s``, until the group is held again or lost, instead of
+        hearing the retriable COORDINATOR_NOT_AVAILABLE at once. A classic client (the Java
+        client, kafka-python) marks its coordinator dead on that answer and then sends only
+        FindCoordinator, to the connection that carries its fetches: behind a sidecar cut off
+        from the broker, both wait there on the broker for good, so the client would never
+        hear that it must let go. Waiting instead, its request is answered as usual if the
+        broker answered meanwhile, or UNKNOWN_MEMBER_ID once the session has passed (the
+        lease is lost, :meth:`_tell_to_let_go`). False if ``wait_s`` passed first."""
+        membership = self.memberships.get(group_id)
+        if membership is None or not membership.undecided():
+            return True
+        with trio.move_on_after(wait_s):
+            await membership.wait_decided()
+        return not membership.undecided()
+
+    async def lease_cut_off(self, group_id: str) -> None:
+        """Return once the lease this sidecar holds now on ``group_id`` is cut off: the broker
+        did not answer for a whole session (never, if it holds none, or if it is lost or
+        left otherwise: the broker answers then)."""
+        membership = self.memberships.get(group_id)
+        if membership is None:
+            await trio.sleep_forever()
+        else:
+            await membership.wait_cut_off()
+
     def _not_coordinating(self, group_id: str) -> bool:
         """Whether requests of ``group_id`` must wait: its broker membership is interrupted, or
         its lease ran out before the membership's task could notice."""
@@ -1043,6 +1081,8 @@ class CoordinatorService:
         classic = self.classic
         assert classic is not None
         group_id = request.group_id
+        if request.member_id:  # a member that may own partitions
+            await self._until_decided(group_id)
         if self._handing_off(group_id, request.member_id):
             known = request.member_id != UNKNOWN_MEMBER_ID
             return JoinGroupResponse(
@@ -1165,6 +1205,7 @@ class CoordinatorService:
         """A classic SyncGroup; waits while the engine holds it (the member waits for
         partitions that other members still own)."""
         assert self.classic is not None
+        await self._until_decided(request.group_id)
         if self._handing_off(request.group_id, request.member_id):
             return SyncGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))
         if self._not_coordinating(request.group_id):
@@ -1204,6 +1245,7 @@ class CoordinatorService:
 
     async def classic_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
         assert self.classic is not None
+        await self._until_decided(request.group_id)
         if self._handing_off(request.group_id, request.member_id):
             return HeartbeatResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))
         if self._not_coordinating(request.group_id):
