@@ -11,10 +11,11 @@ one of the test bed's for the run (``tests.testbed.spark.standalone_cluster``: a
 two 1-core workers on 127.0.0.1) and stops it afterwards. ``--keep DIR`` keeps each size's
 output in ``DIR/EVENTS`` (for ``dev/bench report-diff``).
 
-``--commit REV`` runs the report of an earlier version instead of this checkout's: the
-``proxy`` and ``translation`` packages at ``REV`` are exported (``git archive``) into a
-temporary directory and the command runs from there, so that before/after runs of the same
-day alternate with one harness. The JSON names the commit each run used.
+``--conf KEY=VALUE`` passes a Spark setting on to the report command. ``--commit REV`` runs
+the report of an earlier version instead of this checkout's: the ``proxy`` and
+``translation`` packages at ``REV`` are exported (``git archive``) into a temporary directory
+and the command runs from there, so that before/after runs of the same day alternate with one
+harness. The JSON names the commit each run used and the settings given.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         default=Path.home() / ".cache" / "groupgate" / "journals",
                         help="where generated journals are kept")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting for the report command (repeatable), e.g. "
+                             "spark.sql.files.maxPartitionBytes=128m")
     parser.add_argument("--commit", metavar="REV",
                         help="run the report code of commit REV of this repository (exported "
                              "with git archive) instead of this checkout's")
@@ -114,6 +118,8 @@ def report(path: Path, args: argparse.Namespace, master: str, events: int,
     if not master.startswith("local"):
         command += ["--conf", f"spark.executor.memory={args.executor_memory}",
                     "--conf", f"spark.pyspark.python={sys.executable}"]
+    for setting in args.conf:
+        command += ["--conf", setting]
     started = time.monotonic()
     done = subprocess.run(command, cwd=code, env=env, capture_output=True, text=True,
                           check=False)
@@ -163,7 +169,7 @@ def _run(args: argparse.Namespace, master: str, code: Path, commit: str) -> int:
               f"{result['wall_s']:7.1f}", flush=True)
     if args.json:
         args.json.write_text(json.dumps({"machine": machine_info(), "commit": commit,
-                                         "master": master,
+                                         "master": master, "conf": args.conf,
                                          "cluster": args.cluster,
                                          "driver_memory": args.driver_memory, "rows": rows},
                                         indent=2))
