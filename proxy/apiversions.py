@@ -8,7 +8,10 @@ and a table of what the proxy parses, and returns the response the client gets:
   range; the API is dropped when the intersection is empty;
 * APIs the proxy only forwards: the broker's range unchanged;
 * APIs the proxy serves itself (ConsumerGroupHeartbeat 68, ConsumerGroupDescribe 69): the range
-  the caller gives, whatever the broker says.
+  the caller gives, whatever the broker says;
+* APIs the caller bridges (:data:`BRIDGED`: OffsetCommit, when the proxy coordinates groups):
+  one version more than the broker's newest, where that next version is the same request on
+  the wire (the proxy sends it to the broker as the older one, :func:`downgraded`).
 
 All other fields (throttle time, features, unknown tagged fields) are kept. For a request whose
 ApiVersions version is newer than the proxy knows, :func:`unsupported_version_body` builds the
@@ -39,6 +42,22 @@ GROUP_APIS = (ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.JOIN_GROUP, ApiK
               ApiKey.TXN_OFFSET_COMMIT, ApiKey.OFFSET_DELETE)
 
 
+BRIDGED: dict[int, int] = {ApiKey.OFFSET_COMMIT: 8}
+"""api key -> a broker's newest version after which the proxy offers one more. OffsetCommit v9
+is v8 with nothing added ("the first version that can be used with the new consumer group
+protocol"): a KIP-848 member must commit with v9, which Kafka 3.6 and older lack, so the
+proxy coordinating the member's group takes v9 and sends v8 (its stamped commit is its own
+classic member's anyway)."""
+
+
+def downgraded(frame: bytes | bytearray | memoryview, version: int) -> bytes:
+    """A request frame (header and body, no length prefix) relabelled as ``version`` of its
+    API: only for a :data:`BRIDGED` API, whose two versions are the same bytes."""
+    out = bytearray(frame)
+    out[2:4] = version.to_bytes(2, "big", signed=True)
+    return bytes(out)
+
+
 def default_parse_table(extra: Mapping[int, VersionRange] | None = None
                         ) -> dict[int, VersionRange]:
     """api_key -> versions the proxy can parse, derived from the vendored schemas."""
@@ -52,8 +71,10 @@ def default_parse_table(extra: Mapping[int, VersionRange] | None = None
 
 
 def client_view(broker: Mapping[str, Any], parseable: Mapping[int, VersionRange],
-                served: Mapping[int, VersionRange] | None = None) -> dict[str, Any]:
-    """The ApiVersions response value to send the client (the broker's is not modified)."""
+                served: Mapping[int, VersionRange] | None = None,
+                bridged: Mapping[int, int] | None = None) -> dict[str, Any]:
+    """The ApiVersions response value to send the client (the broker's is not modified);
+    ``bridged``: :data:`BRIDGED` when the caller sends the extra version as the older one."""
     out = copy.deepcopy(dict(broker))
     served = dict(served or {})
     keys: list[dict[str, Any]] = []
@@ -62,6 +83,8 @@ def client_view(broker: Mapping[str, Any], parseable: Mapping[int, VersionRange]
         if key in served:
             continue
         lo, hi = entry["min_version"], entry["max_version"]
+        if bridged and bridged.get(key) == hi:
+            hi += 1
         if key in parseable:
             plo, phi = parseable[key]
             lo, hi = max(lo, plo), min(hi, phi)

@@ -191,6 +191,9 @@ async def serve(config: ProxyConfig, *,
                 await nursery.start(liveness.run)
             server.before_drain = lambda: _stopping(service, liveness, hand_off_s)
         await nursery.start(server.run)
+        if service is not None and config.advertised_fleet_address is None:
+            # no fleet listener: member marks name the client listener (its bound port)
+            service.upgrades.mark_address = f"{config.client_host}:{server.bootstrap_port}"
         nursery.start_soon(server.watch_signals)
         if config.metrics_listen is not None:
             await nursery.start(serve_health, *config.metrics_listen, readiness.check)

@@ -299,6 +299,15 @@ SETTINGS: tuple[Setting, ...] = (
             "still own may be held, so it gets them the moment they are released (bounded by "
             "its rebalance timeout and half its session timeout). 0: answer at once with what "
             "is free (Kafka's behaviour)."),
+    Setting("migration-policy", _choice("bidirectional", "upgrade", "downgrade", "disabled"),
+            "upgrade",
+            "Which moves of a group between the broker's classic coordinator and the proxy's "
+            "engine are allowed (Kafka's group.consumer.migration.policy values: "
+            "bidirectional, upgrade, downgrade, disabled). With upgrade or bidirectional, a "
+            "classic group of the broker whose members are all behind sidecars moves to the "
+            "engine online, nobody called back (docs/operations.md, 'Rolling sidecars onto a "
+            "live group'); with downgrade or disabled it stays the broker's. The default is "
+            "upgrade, not Kafka's bidirectional: the hand-back to the broker is not built yet."),
     Setting("pod-local-liveness", _bool, "off",
             "Fence a member at once (reason pod-local) when every connection of its client "
             "to this sidecar closes together and none reopens within liveness-grace-ms: its "
@@ -508,6 +517,7 @@ class ProxyConfig:
     classic_translation: bool = True
     classic_quiet_advance: bool = True
     classic_sync_hold_ms: int = 3_000
+    migration_policy: str = "upgrade"
     pod_local_liveness: bool = True
     liveness_window_ms: int = 200
     liveness_grace_ms: int = 400

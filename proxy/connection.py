@@ -51,6 +51,7 @@ from typing import Protocol
 
 import trio
 
+from proxy import metrics
 from proxy.budget import ByteBudget
 from proxy.codec.errors import CodecError
 from proxy.frames import FrameError, FrameSplitter, encode_frame
@@ -196,8 +197,13 @@ class Connection:
         held: HeldBytes | None = None,
         examined_read_seconds: float = 30.0,
         splice: bool = True,
+        traffic: metrics.Traffic | None = None,
     ) -> None:
         self.client = client
+        self.traffic = traffic if traffic is not None else metrics.Traffic()
+        """Bytes of frames to and from the client, counted for the listener's metrics; each
+        request's latency goes to :func:`proxy.metrics.observe_request` when its response
+        leaves."""
         self.splice = splice
         """Relay cut-through frames with ``splice(2)`` where the platform has it."""
         self.upstream = upstream
@@ -393,10 +399,13 @@ class Connection:
                 blob, spans = received
             if not spans:
                 continue
+            read_at = trio.current_time()
             view = memoryview(blob)
             batch: list[Slot] = []
             batch_start = batch_end = -1
+            received_bytes = 0
             for start, end in spans:
+                received_bytes += end - start + 4
                 if len(orderer) >= self.max_in_flight:
                     if batch_start >= 0:
                         await self._send_upstream(view[batch_start:batch_end], batch)
@@ -413,16 +422,17 @@ class Connection:
                         batch, batch_start = [], -1
                     await self._wait_for_held_answers()
                 if action == FORWARD:
-                    batch.append(orderer.reserve(correlation_id, api_key, api_version))
+                    batch.append(orderer.reserve(correlation_id, api_key, api_version, read_at))
                 elif action != FORWARD_NO_RESPONSE:
                     if batch_start >= 0:
                         await self._send_upstream(view[batch_start:batch_end], batch)
                         batch, batch_start = [], -1
-                    await self._examine(request, view[start - 4:end])
+                    await self._examine(request, view[start - 4:end], read_at)
                     continue
                 if batch_start < 0:
                     batch_start = start - 4
                 batch_end = end
+            self.traffic.received += received_bytes
             if batch_start >= 0:
                 await self._send_upstream(view[batch_start:batch_end], batch)
             if self._reserved:
@@ -464,7 +474,7 @@ class Connection:
             self._space = trio.Event()
             await self._space.wait()
 
-    async def _examine(self, request: RequestInfo, frame: memoryview) -> None:
+    async def _examine(self, request: RequestInfo, frame: memoryview, read_at: float) -> None:
         """Decide an examined request (after the proxy's earlier answers on this connection
         are complete, as Kafka would have handled them first) and act on the decision."""
         while self._answering:
@@ -473,7 +483,7 @@ class Connection:
         if isinstance(decision, Prepare):
             decision = await decision.decision
         slot = self.orderer.reserve(request.correlation_id, request.api_key,
-                                    request.api_version)
+                                    request.api_version, read_at)
         if isinstance(decision, Local):
             answer = decision.answer
             if isinstance(answer, bytes | bytearray | memoryview):
@@ -633,9 +643,12 @@ class Connection:
                 or self.router.response_rewriter(slot.api_key, slot.api_version) is not None):
             orderer.push_back(slot)
             return False
+        size = splitter.incomplete_frame_size
         async with self._send_lock:
             await stream_frame(splitter, self.upstream, self.client, self._pipe(1))
             orderer.release_next(slot)
+        self.traffic.sent += size
+        metrics.observe_request(slot.api_key, trio.current_time() - slot.started)
         self._after_release()
         return True
 
@@ -665,26 +678,33 @@ class Connection:
                     self._reserved_deadline = trio.current_time() + self.examined_read_seconds
                 return False
             action = self._oversized(request, size)
+        read_at = trio.current_time()
         if self._holding:
             await self._wait_for_held_answers()
-        slots = ([self.orderer.reserve(correlation_id, api_key, api_version)]
+        slots = ([self.orderer.reserve(correlation_id, api_key, api_version, read_at)]
                  if action == FORWARD else [])
+        size = splitter.incomplete_frame_size
         async with self._upstream_lock:
             for slot in slots:
                 self.orderer.sent_upstream(slot)
             await stream_frame(splitter, self.client, self.upstream, self._pipe(0))
+        self.traffic.received += size
         return True
 
     async def _flush(self) -> None:
         """Send every response that is ready, in request order."""
+        released: list[Slot] = []
         async with self._send_lock:
-            ready = self.orderer.take_ready()
+            ready = self.orderer.take_ready(released)
             if not ready:
                 return
-            if len(ready) == 1:
-                await self.client.send_all(ready[0])
-            else:
-                await self.client.send_all(b"".join(ready))
+            data = ready[0] if len(ready) == 1 else b"".join(ready)
+            await self.client.send_all(data)
+        self.traffic.sent += len(data)
+        sent_at = trio.current_time()
+        observe = metrics.observe_request
+        for slot in released:
+            observe(slot.api_key, sent_at - slot.started)
         self._after_release()
 
     def _after_release(self) -> None:

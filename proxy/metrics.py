@@ -3,16 +3,35 @@
 The per-request counter sits on the forwarding path, so it is a plain dictionary increment
 (about 150 ns, against about 770 ns for a cached prometheus-client child and 2 us for
 ``labels().inc()``, measured in ``docs/decisions/0002-metrics.md``); a custom collector turns
-the dictionary into ``groupgate_requests_total`` when Prometheus scrapes.
+the dictionary into ``groupgate_requests_total`` when Prometheus scrapes. The other metrics of
+the forwarding path are kept the same way: bytes of client frames per listener
+(:class:`Traffic`, ``groupgate_client_bytes_*_total``) and the per-API request latency
+histogram (:func:`observe_request`, ``groupgate_request_duration_seconds``, about 100 ns an
+observation). What the coordinator holds (groups by state, members by protocol, groups this
+sidecar follows) is read from it at scrape time (:func:`watch_coordination`).
+
+Every label set is bounded by the code, never by what clients send: nodes are the listeners
+the proxy opened, APIs the ones it accepts, reasons and outcomes fixed words (unknown ones
+become ``other``); no group or member id is a label.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator
+from typing import Final
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client.core import CounterMetricFamily, Metric
+import trio
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+
+from proxy.codec.api_index import api_index
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -95,6 +114,16 @@ BROKER_GROUP_JOINS = Counter(
     "JoinGroup requests this sidecar's own members sent to broker groups, by reason: takeover "
     "(taking a group over) or rejoin (a group it holds: new topics, a lost generation)",
     ["reason"], registry=REGISTRY)
+GROUP_CONVERSIONS = Counter(
+    "groupgate_group_conversions",
+    "Online upgrades of a broker's classic group to the engine (every member behind a "
+    "sidecar), by outcome: converted, or aborted (refused or failed; tried again later)",
+    ["outcome"], registry=REGISTRY)
+GROUP_CONVERSION_LATE_ANSWERS = Counter(
+    "groupgate_group_conversion_late_answers",
+    "Forwarded requests of a group being converted, or just converted, that the broker "
+    "answered UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS or "
+    "INCONSISTENT_GROUP_PROTOCOL (the conversion's hold missed them)", registry=REGISTRY)
 
 BRIDGED_MEMBERS = Counter(
     "groupgate_bridged_members",
@@ -122,6 +151,149 @@ JOURNAL_BUFFERED = Gauge("groupgate_journal_buffered_events",
 JOURNAL_WRITE_ERRORS = Counter("groupgate_journal_write_errors",
                                "Journal writes that failed and are retried (broker unreachable, "
                                "leader moved, topic not ready)", registry=REGISTRY)
+
+STATE_LOG_WRITE_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                                  30.0)
+STATE_LOG_WRITES = Histogram(
+    "groupgate_state_log_write_seconds",
+    "State-log transactions of the groups this sidecar coordinates (AddPartitionsToTxn, "
+    "Produce, EndTxn), from the first request to the commit's answer, by outcome (committed, "
+    "failed: refused, unavailable past state-log-write-timeout-ms, or fenced)",
+    ["outcome"], buckets=STATE_LOG_WRITE_BUCKETS, registry=REGISTRY)
+
+FENCE_REASONS: Final = frozenset({"session-timeout", "rebalance-timeout", "pod-local",
+                                  "join-timeout", "sync-timeout"})
+""":class:`translation.effects.MemberFenced` reasons; any other counts as ``other``."""
+MEMBERS_FENCED = Counter(
+    "groupgate_members_fenced",
+    "Members the engine fenced in the groups this sidecar coordinates, by reason "
+    "(session-timeout, rebalance-timeout, pod-local; classic members also join-timeout, "
+    "sync-timeout)", ["reason"], registry=REGISTRY)
+
+REBALANCE_REASONS: Final = frozenset({
+    "group created", "member joined", "subscription changed", "member left",
+    "session timeout", "rebalance timeout", "pod local", "classic join timeout",
+    "classic sync timeout", "regex resolution changed", "subscribed topic metadata changed",
+    "preferred assignor changed", "converted while rebalancing"})
+"""The phrases the engine gives for a group epoch bump (several are joined with ``; ``)."""
+REBALANCES = Counter(
+    "groupgate_rebalances",
+    "Group epoch bumps (a new target assignment: a KIP-848 rebalance) in the groups this "
+    "sidecar coordinates, by the first reason the engine gave (group-created, member-joined, "
+    "subscription-changed, member-left, session-timeout, rebalance-timeout, pod-local, "
+    "classic-join-timeout, classic-sync-timeout, regex-resolution-changed, "
+    "subscribed-topic-metadata-changed, preferred-assignor-changed, "
+    "converted-while-rebalancing, other)", ["reason"], registry=REGISTRY)
+
+
+def fence_reason(reason: str) -> str:
+    """The label of a :class:`~translation.effects.MemberFenced` reason."""
+    return reason if reason in FENCE_REASONS else "other"
+
+
+def rebalance_reason(reason: str) -> str:
+    """The label of a :class:`~translation.effects.GroupEpochBumped` reason: its first
+    phrase, or ``other``."""
+    first = reason.split(";", 1)[0].strip()
+    return first.replace(" ", "-") if first in REBALANCE_REASONS else "other"
+
+
+# -- the forwarding path: plain Python objects, published at scrape time ----------------------
+
+LATENCY_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                          1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+"""Upper bounds (seconds) of ``groupgate_request_duration_seconds``: Fetch waits up to the
+client's fetch.max.wait.ms (500 ms by default), a held JoinGroup up to a rebalance timeout."""
+
+
+class _Latencies:
+    __slots__ = ("counts", "total")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LATENCY_BUCKETS) + 1)
+        """Observations per bucket (not cumulative); the last is above every bound."""
+        self.total = 0.0
+
+
+_LATENCIES: dict[int, _Latencies] = {}
+"""api key -> its request latencies."""
+
+
+def observe_request(api_key: int, seconds: float) -> None:
+    """A request of ``api_key`` was answered to its client ``seconds`` after it was read."""
+    latencies = _LATENCIES.get(api_key)
+    if latencies is None:
+        latencies = _LATENCIES[api_key] = _Latencies()
+    latencies.counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+    latencies.total += seconds
+
+
+class Traffic:
+    """Bytes of Kafka frames (length prefix included) one listener's clients sent to the
+    proxy and received from it; shared by the listener's connections. TLS records and frames
+    cut short by a closed connection are not counted."""
+
+    __slots__ = ("received", "sent")
+
+    def __init__(self) -> None:
+        self.received = 0
+        self.sent = 0
+
+
+_TRAFFIC: dict[str, Traffic] = {}
+"""node label -> its listener's traffic."""
+
+
+def traffic(node: str) -> Traffic:
+    """The traffic counters of the listener ``node`` (``bootstrap``, ``fleet`` or a broker
+    id), created on first use."""
+    found = _TRAFFIC.get(node)
+    if found is None:
+        found = _TRAFFIC[node] = Traffic()
+    return found
+
+
+# -- the coordinator, read at scrape time -----------------------------------------------------
+
+GROUP_STATES: Final = ("empty", "assigning", "reconciling", "stable")
+MEMBER_PROTOCOLS: Final = ("consumer", "classic")
+
+
+class CoordinationView:
+    """What :func:`watch_coordination` reads at each scrape."""
+
+    __slots__ = ("followed", "groups")
+
+    def __init__(self, groups: Callable[[], Iterable[tuple[str, Iterable[str]]]],
+                 followed: Callable[[], int]) -> None:
+        self.groups = groups
+        """``(state, member protocols)`` of every group the engine coordinates."""
+        self.followed = followed
+        """Groups whose coordinator, as this sidecar last saw it, is another sidecar."""
+
+
+_COORDINATION: list[CoordinationView] = []
+
+
+def watch_coordination(view: CoordinationView) -> None:
+    """Publish ``view`` (the one of the running coordinator service; a later call replaces
+    it) as ``groupgate_coordinated_groups``, ``groupgate_coordinated_members`` and
+    ``groupgate_groups_followed``."""
+    _COORDINATION[:] = [view]
+
+
+def unwatch_coordination(view: CoordinationView) -> None:
+    """Stop publishing ``view`` (its service stopped); the gauges read zero."""
+    if view in _COORDINATION:
+        _COORDINATION.remove(view)
+
+
+def _inside_trio() -> bool:
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        return False
+    return True
 
 
 _REQUEST_COUNTS: dict[str, dict[int, int]] = {}
@@ -151,4 +323,75 @@ class _RequestCollector(Collector):
         yield family
 
 
+class _ForwardingCollector(Collector):
+    def collect(self) -> Iterator[Metric]:
+        received = CounterMetricFamily(
+            "groupgate_client_bytes_received",
+            "Bytes of request frames received from clients, by listener", labels=["node"])
+        sent = CounterMetricFamily(
+            "groupgate_client_bytes_sent",
+            "Bytes of response frames sent to clients, by listener", labels=["node"])
+        for node, counts in list(_TRAFFIC.items()):
+            received.add_metric([node], counts.received)
+            sent.add_metric([node], counts.sent)
+        yield received
+        yield sent
+        latency = HistogramMetricFamily(
+            "groupgate_request_duration_seconds",
+            "Time from reading a client's request to sending its response (forwarded or "
+            "answered by the proxy), by API; Produce with acks=0 has no response",
+            labels=["api_key", "api"])
+        index = api_index()
+        bounds = [repr(float(b)) for b in LATENCY_BUCKETS] + ["+Inf"]
+        for api_key, latencies in sorted(_LATENCIES.items()):
+            cumulative, buckets = 0, []
+            for bound, count in zip(bounds, latencies.counts, strict=True):
+                cumulative += count
+                buckets.append((bound, float(cumulative)))
+            info = index.get(api_key)
+            latency.add_metric([str(api_key), info.name if info else str(api_key)], buckets,
+                               latencies.total)
+        yield latency
+
+
+class _CoordinationCollector(Collector):
+    def collect(self) -> Iterator[Metric]:
+        groups = GaugeMetricFamily(
+            "groupgate_coordinated_groups",
+            "Groups this sidecar's engine coordinates, by KIP-848 group state",
+            labels=["state"])
+        members = GaugeMetricFamily(
+            "groupgate_coordinated_members",
+            "Members of the groups this sidecar coordinates, by protocol (consumer: "
+            "ConsumerGroupHeartbeat, classic: JoinGroup/SyncGroup/Heartbeat on the engine)",
+            labels=["protocol"])
+        followed = GaugeMetricFamily(
+            "groupgate_groups_followed",
+            "Groups another sidecar coordinates, as this sidecar last saw them (its members' "
+            "requests for them are relayed there)")
+        by_state = dict.fromkeys(GROUP_STATES, 0)
+        by_protocol = dict.fromkeys(MEMBER_PROTOCOLS, 0)
+        following = 0
+        # the coordinator's state belongs to its trio run (the health server scrapes from
+        # inside it); a scrape from outside any run reads nothing of it
+        for view in _COORDINATION if _inside_trio() else ():
+            for state, protocols in view.groups():
+                if state in by_state:
+                    by_state[state] += 1
+                for protocol in protocols:
+                    if protocol in by_protocol:
+                        by_protocol[protocol] += 1
+            following += view.followed()
+        for state, count in by_state.items():
+            groups.add_metric([state], count)
+        for protocol, count in by_protocol.items():
+            members.add_metric([protocol], count)
+        followed.add_metric([], following)
+        yield groups
+        yield members
+        yield followed
+
+
 REGISTRY.register(_RequestCollector())
+REGISTRY.register(_ForwardingCollector())
+REGISTRY.register(_CoordinationCollector())

@@ -36,11 +36,13 @@ class Slot:
     """One request awaiting its response."""
 
     __slots__ = ("api_key", "api_version", "correlation_id", "data", "on_abandon",
-                 "on_response", "probe", "sent")
+                 "on_response", "probe", "sent", "started")
 
     def __init__(self, correlation_id: int, api_key: int, api_version: int,
-                 probe: bool = False) -> None:
+                 probe: bool = False, started: float = 0.0) -> None:
         self.correlation_id = correlation_id
+        self.started = started
+        """When the request was read (the caller's clock; the request latency metric)."""
         self.probe = probe
         """The proxy's own request (:meth:`ResponseOrderer.probe`): its answer goes to
         ``on_response`` only, never to the client."""
@@ -83,10 +85,12 @@ class ResponseOrderer:
     def awaiting_upstream(self) -> int:
         return len(self._upstream)
 
-    def reserve(self, correlation_id: int, api_key: int, api_version: int) -> Slot:
+    def reserve(self, correlation_id: int, api_key: int, api_version: int,
+                started: float = 0.0) -> Slot:
         """Reserve the next slot in request order; it is filled by :meth:`fill` (a local
-        answer) or, once :meth:`sent_upstream` says so, by the broker's response."""
-        slot = Slot(correlation_id, api_key, api_version)
+        answer) or, once :meth:`sent_upstream` says so, by the broker's response.
+        ``started``: when the request was read, kept on the slot."""
+        slot = Slot(correlation_id, api_key, api_version, started=started)
         self._slots.append(slot)
         return slot
 
@@ -177,8 +181,9 @@ class ResponseOrderer:
                 on_abandon, slot.on_abandon = slot.on_abandon, None
                 on_abandon()
 
-    def take_ready(self) -> list[Payload]:
-        """Pop and return the responses at the head of the queue that are ready, in order."""
+    def take_ready(self, released: list[Slot] | None = None) -> list[Payload]:
+        """Pop and return the responses at the head of the queue that are ready, in order;
+        their slots are appended to ``released`` if given."""
         ready: list[Payload] = []
         slots = self._slots
         while slots and slots[0].data is not None:
@@ -189,4 +194,6 @@ class ResponseOrderer:
             self.held_bytes -= len(data)
             self.shared.used -= len(data)
             slot.data = None
+            if released is not None:
+                released.append(slot)
         return ready

@@ -72,17 +72,25 @@ def parse_table(*, fetch_node_endpoints: bool = False) -> dict[int, tuple[int, i
 class ForwardingRouter:
     """Per-connection routing decisions; shares the address map of the whole server."""
 
-    __slots__ = ("_accepted", "_address_map", "_counters", "_index", "_served")
+    __slots__ = ("_accepted", "_address_map", "_bridged", "_broker_newest", "_counters",
+                 "_index", "_served")
 
     def __init__(self, address_map: AddressMap, counters: RequestCounters,
                  accepted: dict[int, tuple[int, int]],
-                 served: dict[int, tuple[int, int]] | None = None) -> None:
+                 served: dict[int, tuple[int, int]] | None = None,
+                 bridged: dict[int, int] | None = None) -> None:
         """``served``: APIs the proxy answers itself, advertised with these version ranges
-        whatever the broker says (see :func:`proxy.apiversions.client_view`)."""
+        whatever the broker says; ``bridged``: APIs offered one version beyond the broker's
+        (see :func:`proxy.apiversions.client_view`), which the subclass must then send as the
+        older version where the broker lacks the newer (:meth:`broker_version`)."""
         self._address_map = address_map
         self._counters = counters
         self._accepted = accepted
         self._served = served or {}
+        self._bridged = bridged or {}
+        self._broker_newest: dict[int, int] = {}
+        """The newest version of each API the broker behind this connection said it serves
+        (its ApiVersions answer to the client; empty before it)."""
         self._index = api_index()
 
     # -- requests ---------------------------------------------------------------------------
@@ -107,6 +115,16 @@ class ForwardingRouter:
     def decide(self, request: RequestInfo) -> Decision:
         # Only ApiVersions newer than the proxy knows is classified EXAMINE here.
         return Local(apiversions.unsupported_version_response(request.correlation_id))
+
+    def broker_version(self, api_key: int, version: int) -> int:
+        """The version to send a request of ``version`` as to this connection's broker: the
+        older one of a :data:`~proxy.apiversions.BRIDGED` API where the broker said it lacks
+        ``version``, else ``version``."""
+        older = self._bridged.get(api_key)
+        if older is None or version != older + 1:
+            return version
+        newest = self._broker_newest.get(api_key)
+        return older if newest is not None and newest < version else version
 
     def decide_oversized(self, request: RequestInfo) -> int:
         raise RejectRequest("the proxy must answer it itself")
@@ -135,7 +153,9 @@ class ForwardingRouter:
         if len(body) >= 2 and _INT16.unpack_from(body, 0)[0] != 0:
             return None
         value, _ = messages.decode_response(ApiKey.API_VERSIONS, api_version, body)
-        view = apiversions.client_view(value, self._accepted, self._served)
+        if self._bridged:
+            self._broker_newest = {e["api_key"]: e["max_version"] for e in value["api_keys"]}
+        view = apiversions.client_view(value, self._accepted, self._served, self._bridged)
         view["api_keys"] = [e for e in view["api_keys"] if e["api_key"] in self._accepted]
         return bytes(payload[:4]) + messages.encode_response(ApiKey.API_VERSIONS, api_version, view)
 

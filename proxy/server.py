@@ -312,6 +312,7 @@ class ProxyServer:
             held=self.held,
             examined_read_seconds=self.config.examined_read_timeout,
             splice=self.config.splice,
+            traffic=metrics.traffic(node_label(node_id)),
         )
         self.active.add(conn)
         active = metrics.ACTIVE_CONNECTIONS.labels(node_label(node_id))

@@ -3,8 +3,10 @@
 With ``classic-translation`` on, the handlers here answer the classic requests of groups the
 engine serves (and the JoinGroups the engine may take, see
 :meth:`~proxy.coordination.service.CoordinatorService.takes_join`); the rest pass to the
-broker untouched. Each handler maps the decoded wire value onto the engine's classic
-dataclasses with :mod:`proxy.coordination.convert`, calls the service (which runs the engine's
+broker untouched, except a forwarded ``consumer`` JoinGroup, which carries the member mark as
+its client id (:mod:`proxy.coordination.upgrade`). Each handler maps the decoded wire value
+onto the engine's classic dataclasses with :mod:`proxy.coordination.convert`, calls the
+service (which runs the engine's
 :class:`~translation.classic.coordinator.ClassicGroupCoordinator` and handles its effects) and
 maps the answer back to a response value at the client's version. JoinGroup may wait for the
 takeover of the broker's group, a topic metadata refresh, or a held (deferred) join; SyncGroup
@@ -54,6 +56,15 @@ class ClassicHandler(ApiHandler):
 
 class JoinGroupHandler(ClassicHandler):
     api_key = ApiKey.JOIN_GROUP
+
+    def decide(self, request: GroupRequest) -> Outcome:
+        service = self.service
+        if service.classic is None:
+            return PASS
+        if self.is_local(request):
+            return Answer(self.answer(request))
+        # to the broker's group, with the member mark (online upgrade, :mod:`.upgrade`)
+        return service.upgrades.forward_join(request)
 
     def is_local(self, request: GroupRequest) -> bool:
         try:

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from proxy.codec import messages
-from proxy.coordination.convert import parse_subscription
+from proxy.coordination.convert import ShapeError, parse_assignment, parse_subscription
 
 log = logging.getLogger("groupgate.coordination")
 
@@ -229,17 +229,33 @@ def read_holder(described: dict[str, Any], own_member_ids: frozenset[str] = froz
             or described.get("protocol_data") not in (PROTOCOL_NAME, "")):
         return Holder("broker", detail=f"{len(members)} member(s) of protocol "
                                        f"{described.get('protocol_data') or '-'}")
+    others = [m for m in members if m["member_id"] not in own_member_ids]
     cards: list[tuple[str, Card | None]] = [
-        (m["member_id"], card_of(m.get("member_metadata"))) for m in members
-        if m["member_id"] not in own_member_ids]
+        (m["member_id"], card_of(m.get("member_metadata"))) for m in others]
     if any(card is None for _, card in cards):
         return Holder("legacy", detail="a groupgate without fleet support (0.1.0) holds it")
     if not cards:
         return FREE
-    # Several cards: an election is being settled (non-leaders leave); any of them forwards
-    # correctly or answers NOT_COORDINATOR, after which the follower looks again.
-    member_id, card = cards[0]
+    # Several cards: an election is being settled (a sidecar that joined next to the holder
+    # leaves again). The holder is the broker's leader, the one member whose assignment
+    # carries its card (it assigns the card to itself only, ``lock_assignment``), in any
+    # order DescribeGroups lists them; without one, any of them forwards correctly or answers
+    # NOT_COORDINATOR, after which the follower looks again.
+    leader = next((i for i, m in enumerate(others)
+                   if _assigned_card(m.get("member_assignment"))), 0)
+    member_id, card = cards[leader]
     return Holder("sidecar", card=card, member_id=member_id)
+
+
+def _assigned_card(assignment: bytes | bytearray | memoryview | None) -> bool:
+    """Whether a member's assignment carries a card (the lock member that leads the group)."""
+    if not assignment:
+        return False
+    try:
+        _assigned, user_data = parse_assignment(assignment)
+    except ShapeError:
+        return False
+    return Card.decode(user_data) is not None
 
 
 def mark_forwarded(client_id: str | None, client_host: str, node_id: int | None = None,

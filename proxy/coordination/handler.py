@@ -93,6 +93,12 @@ class Upstream:
     release: Callable[[], None] | None = None
     """Called instead of ``on_response`` if no answer will ever come (the client's
     connection closed first)."""
+    version: int | None = None
+    """Send it as this version of the API (the broker's answer is read at it and given to
+    the client at the client's version); None: the client's version."""
+    header: bytes | None = None
+    """The request header to send instead of the client's (a forwarded JoinGroup's member
+    mark, :mod:`proxy.coordination.upgrade`); None: the client's."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,8 +13,9 @@ risk (see docs/operations.md, "Restarting the proxy").
 The same is done for one group whose lease was cut off (the broker did not answer the proxy's
 membership for a whole session, so another sidecar may hold the group by now, and the members
 cannot be routed to it while the broker is unreachable): the members the group had at that
-moment are told to let go on their next request (:meth:`HandOff.lose_group`), until each has
-been told or the bound (one member session) has passed; the rest of the proxy carries on.
+moment are told to let go on their next request (:meth:`HandOff.lose_group`; requests that
+waited for the session's end since the lease ran out are answered then), until each has been
+told or the bound (one member session) has passed; the rest of the proxy carries on.
 
 :class:`HandOff` only keeps the members still to tell; the coordinator service answers the
 requests and marks their members told (``CoordinatorService.let_go``,

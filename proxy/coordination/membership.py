@@ -26,7 +26,10 @@ group over once the proxy is gone (graceful shutdown, or the engine group expire
 The membership is also the group's lock between sidecars (:mod:`proxy.coordination.fleet`):
 its JoinGroup carries the sidecar's card, and a sidecar the broker does not make the leader
 (another joined first) has lost the election: it leaves and the task ends with
-:class:`ElectionLost`. Once held, the lock is a lease: the broker drops the member one session
+:class:`ElectionLost`. A takeover that finds another sidecar holding the group between the
+JoinGroup that asks for a member id and the one that joins loses the election without joining
+(joining would make the broker rebalance the holder's group twice, for the join and the
+leave). Once held, the lock is a lease: the broker drops the member one session
 after the last heartbeat it received, so the proxy stops acting (:attr:`interrupted`) once
 :data:`LEASE_FRACTION` of a session has passed since the last heartbeat it *sent* that was
 answered, before any other sidecar can hold the group. A membership the broker forgot (it
@@ -36,7 +39,10 @@ answer at all is lost the same way once a whole session has passed since the sen
 last heartbeat (or SyncGroup) it answered (:attr:`BrokerMembership.session_deadline`): from
 then on the broker may have dropped the member and another sidecar may hold the group, so the
 proxy must not wait for an answer to conclude it (:attr:`BrokerMembership.cut_off`; the
-service then tells the group's members to let go).
+service then tells the group's members to let go). Between the lease's end and the session's
+end nothing is decided yet (:meth:`BrokerMembership.undecided`): the service holds members'
+requests until it is (:meth:`BrokerMembership.wait_decided`), so that a member behind a sidecar
+cut off from the broker hears that it must let go instead of a retriable error.
 
 Commits carry the member id and generation they were stamped with (:meth:`stamp`) and are
 never re-stamped: a commit accepted under one generation lands under it or fails. When the
@@ -60,6 +66,7 @@ from proxy.coordination.fleet import (
     PROTOCOL_TYPE,
     Card,
     card_of,
+    read_holder,
     subscription_metadata,
 )
 from proxy.kafka_client.links import Address, BrokerLink, LinkPool
@@ -73,6 +80,7 @@ JOIN_VERSION = 5
 SYNC_VERSION = 3
 HEARTBEAT_VERSION = 3
 LEAVE_VERSION = 3
+DESCRIBE_VERSION = 3
 
 
 COORDINATOR_MOVED = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
@@ -161,8 +169,13 @@ class BrokerMembership:
                  connect_timeout: float,
                  topics: Callable[[], Iterable[str]] = tuple,
                  session_timeout_ms: int = SESSION_TIMEOUT_MS,
-                 card: Card | None = None) -> None:
+                 card: Card | None = None,
+                 leave_first: Sequence[tuple[str, str | None]] = ()) -> None:
         self.group_id = group_id
+        self.leave_first = tuple(leave_first)
+        """Members of the broker's group (member id, instance id) that a LeaveGroup sent just
+        before the first JoinGroup, on the same connection, removes: a group converted online
+        (:mod:`proxy.coordination.upgrade`) is emptied for the lock."""
         self.card = card or Card(None, "")
         """What the member tells other sidecars (:mod:`proxy.coordination.fleet`)."""
         self.session_timeout_ms = session_timeout_ms
@@ -305,6 +318,33 @@ class BrokerMembership:
             self._lapse()
             return True
         return False
+
+    def undecided(self) -> bool:
+        """Whether the lease has run out while the broker may still answer within the session
+        (from :attr:`lease_deadline` to :attr:`session_deadline`, the last
+        ``1 - LEASE_FRACTION`` of a session): the proxy must not act for the group, and does
+        not know yet whether it holds the group again or has lost it
+        (:meth:`wait_decided`)."""
+        if not self.established or self.left:
+            return False
+        return self.lease_deadline <= trio.current_time() < self.session_deadline
+
+    async def wait_decided(self) -> None:
+        """While :meth:`undecided`: wait until the broker answers again (the group is held
+        again), the lease is lost, or the session ends; then act on what is known
+        (:meth:`lease_expired`: at the session's end the lease is lost for good and the
+        service tells the group's members to let go). At most ``1 - LEASE_FRACTION`` of a
+        session."""
+        with trio.move_on_at(self.session_deadline):
+            while self.undecided():
+                await self._stable_changed.wait()  # replaced by a fresh one once set
+        self.lease_expired()
+
+    async def wait_cut_off(self) -> None:
+        """Return once the lease is lost because the broker did not answer for a whole
+        session (:attr:`cut_off`): no answer from it is to be expected on any link."""
+        while not self.cut_off:
+            await self._stable_changed.wait()  # replaced by a fresh one once set
 
     @property
     def interrupted(self) -> bool:
@@ -514,6 +554,8 @@ class BrokerMembership:
         self._rejoin = trio.Event()
         self._resubscribe = False
         held_as = "" if first else self.member_id
+        if first and self.leave_first:
+            await self._empty_the_group()
         for _ in range(10):
             link = await self._connect()
             topics = tuple(sorted(set(self._topics())))
@@ -533,6 +575,8 @@ class BrokerMembership:
                 if held_as:
                     raise LeaseLost(f"the broker forgot member {held_as}")
                 self.member_id = join["member_id"]
+                if first:
+                    await self._not_held_elsewhere(link)
                 continue
             if error in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
                 if held_as and error == ErrorCode.UNKNOWN_MEMBER_ID:
@@ -562,6 +606,11 @@ class BrokerMembership:
             if held_as and self.member_id != held_as:
                 raise LeaseLost(f"the broker gave member {held_as} up")
             generation = join["generation_id"]
+            if self.previous_generation < 0:
+                # the generation this member's first join made: the group's before it is the
+                # one below (a sync that fails because another member joined meanwhile makes
+                # the next one higher, though nobody held the group before)
+                self.previous_generation = generation - 1
             if join["leader"] != self.member_id:
                 raise ElectionLost(f"another sidecar holds the broker's group {self.group_id}")
             self._check_members(join["members"])
@@ -582,8 +631,6 @@ class BrokerMembership:
             if held_as and self.left:  # cut off while the answer was on its way
                 raise LeaseLost("the lease was lost while rejoining")
             if error == ErrorCode.NONE:
-                if self.previous_generation < 0:
-                    self.previous_generation = generation - 1
                 self.generation = generation
                 self._answered(sent)
                 self.advertised = topics
@@ -600,6 +647,43 @@ class BrokerMembership:
             elif error in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
                 self.member_id = ""
         raise CoordinatorUnavailable(f"group {self.group_id}: could not join the broker's group")
+
+    async def _empty_the_group(self) -> None:
+        """LeaveGroup naming every member of the broker's group (:attr:`leave_first`), right
+        before the lock's JoinGroup on the same connection (once: the members are gone)."""
+        link = await self._connect()
+        leaving, self.leave_first = self.leave_first, ()
+        response = await link.request(ApiKey.LEAVE_GROUP, LEAVE_VERSION, {
+            "group_id": self.group_id,
+            "members": [{"member_id": member_id, "group_instance_id": instance}
+                        for member_id, instance in leaving]})
+        errors = [m for m in response.get("members") or () if m.get("error_code")]
+        if response.get("error_code") or errors:
+            log.warning("group %s: LeaveGroup for the members of the broker's group answered "
+                        "error %s, members %s", self.group_id, response.get("error_code"),
+                        [(m.get("member_id"), m.get("error_code")) for m in errors])
+
+    async def _not_held_elsewhere(self, link: BrokerLink) -> None:
+        """Before the JoinGroup that adds this member to the broker's group (the broker then
+        rebalances the group, and its holder learns of it only at its next heartbeat, up to a
+        third of a session later, twice: for this join and for the leave after the lost
+        election): if another sidecar, one that can be followed, holds the group already,
+        lose the election without joining. Two sidecars whose members ask for a new group
+        at the same moment both find it free; the one whose JoinGroup comes second used to
+        join the group the first one had just formed (tens of milliseconds later). The
+        member id the broker asked for is only pending until that JoinGroup: leaving it
+        disturbs nobody."""
+        response = await link.request(ApiKey.DESCRIBE_GROUPS, DESCRIBE_VERSION, {
+            "groups": [self.group_id], "include_authorized_operations": False})
+        groups = response.get("groups") or []
+        if len(groups) != 1:
+            return
+        holder = read_holder(groups[0], frozenset({self.member_id}))
+        card = holder.card
+        if (holder.kind == "sidecar" and card is not None and card.address is not None
+                and card.address != self.card.address):
+            raise ElectionLost(f"another sidecar holds the broker's group {self.group_id} "
+                               f"(member {holder.member_id}); not joining it")
 
     def _check_members(self, members: list[dict[str, object]]) -> None:
         """As the leader: a member without a card is a groupgate from before the fleet, which

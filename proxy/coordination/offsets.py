@@ -36,6 +36,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from proxy.apiversions import BRIDGED
 from proxy.codec.api_keys import ApiKey
 from proxy.coordination.handler import (
     PASS,
@@ -262,6 +263,10 @@ class OffsetCommitHandler(ApiHandler):
         stable = await membership.wait_stable(STABLE_WAIT_SECONDS)
         _trace("commit after waiting for the membership", request, stable=stable)
         if not stable:
+            group_id, member_id = request.value["group_id"], request.value.get("member_id") or ""
+            if self.service.to_let_go(group_id, member_id):
+                # the lease was cut off meanwhile: the member must let go (as on arrival)
+                return commit_error(request.value, int(ErrorCode.UNKNOWN_MEMBER_ID))
             return commit_error(request.value, int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS))
         if _moved(request, membership):
             return commit_error(request.value, int(ErrorCode.NOT_COORDINATOR))
@@ -286,7 +291,11 @@ class OffsetCommitHandler(ApiHandler):
             _check_membership(response, membership, generation)
             return response
 
-        return Upstream(stamped, on_response, release)
+        # v9 is v8 on the wire, and the stamped commit is the proxy's classic member's: sent
+        # as v8, which every broker serves (apiversions.BRIDGED)
+        older = BRIDGED.get(self.api_key)
+        version = older if older is not None and request.version == older + 1 else None
+        return Upstream(stamped, on_response, release, version)
 
 
 class TxnOffsetCommitHandler(OffsetCommitHandler):

@@ -109,6 +109,11 @@ class Directory:
     def forget(self, group_id: str) -> None:
         self._views.pop(group_id, None)
 
+    def holders(self) -> list[Holder]:
+        """The holders seen less than :data:`VIEW_SECONDS` ago (for metrics)."""
+        self._views.expire()
+        return list(self._views.values())
+
     async def lookup(self, group_id: str, own_member_ids: frozenset[str] = frozenset()
                      ) -> Holder:
         """Ask the broker (once for all who ask at the same time)."""
@@ -296,6 +301,13 @@ class Routes:
             maxsize=REMEMBERED_MAX, ttl=REFUSAL_LOG_SECONDS, timer=trio.current_time)
         self._refusals_logged: TTLCache[tuple[str, str], bool] = TTLCache(
             maxsize=REMEMBERED_MAX, ttl=REFUSAL_LOG_SECONDS, timer=trio.current_time)
+
+    def followed(self) -> int:
+        """Groups this sidecar's view says another sidecar coordinates, one it can relay to:
+        its role in them is follower (``groupgate_groups_followed``)."""
+        return sum(1 for holder in self.directory.holders()
+                   if holder.followable and holder.card is not None
+                   and holder.card.address != self.own_address)
 
     def route(self, group_ids: Sequence[str]) -> Route:
         routes = {self._route_one(g) for g in group_ids}

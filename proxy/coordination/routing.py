@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from proxy import metrics
+from proxy import apiversions, metrics
 from proxy.codec import messages
 from proxy.codec.api_keys import ApiKey
 from proxy.codec.errors import CodecError
@@ -71,7 +71,14 @@ from proxy.connection import (
     RequestInfo,
     Rewrite,
 )
-from proxy.coordination import classic, commit_retries, consumer_group, listing, offsets
+from proxy.coordination import (
+    classic,
+    commit_retries,
+    consumer_group,
+    listing,
+    offsets,
+    upgrade,
+)
 from proxy.coordination.authorization import AuthorizationStage
 from proxy.coordination.fleet import mark_forwarded, unmark
 from proxy.coordination.handler import (
@@ -149,7 +156,8 @@ class CoordinatingRouter(ForwardingRouter):
         """``authorization``: the authorization stage of this connection (None: requests are
         not authorized by the proxy); ``authorizer``: whether the brokers have an authorizer
         (None: assume so)."""
-        super().__init__(address_map, counters, accepted, served_versions(handlers))
+        super().__init__(address_map, counters, accepted, served_versions(handlers),
+                         {k: v for k, v in apiversions.BRIDGED.items() if k in handlers})
         self._handlers = handlers
         self._node_id = node_id
         self._client_host = client_host
@@ -227,7 +235,26 @@ class CoordinatingRouter(ForwardingRouter):
         handler = self._handlers.get(request.api_key)
         if handler is None:
             return super().decide(request)  # ApiVersions newer than the proxy knows
-        return self._decide(handler, request, self._decode(handler, request), None)
+        return self._bridge(request, self._decide(handler, request,
+                                                  self._decode(handler, request), None))
+
+    def _bridge(self, request: RequestInfo, decision: Decision) -> Decision:
+        """A request passed to the broker as the client sent it, at a bridged version this
+        connection's broker lacks (:data:`~proxy.apiversions.BRIDGED`), goes as the older
+        version: the same bytes relabelled, its answer unchanged."""
+        if isinstance(decision, Prepare):
+            return Prepare(self._bridge_later(request, decision.decision))
+        if decision == FORWARD:
+            version = self.broker_version(request.api_key, request.api_version)
+            if version != request.api_version:
+                return Rewrite(apiversions.downgraded(request.frame, version), _unchanged_bytes)
+        return decision
+
+    async def _bridge_later(self, request: RequestInfo,
+                            decision: Awaitable[int | Rewrite | Local]) -> int | Rewrite | Local:
+        bridged = self._bridge(request, await decision)
+        assert not isinstance(bridged, Prepare)
+        return bridged
 
     def _decode(self, handler: ApiHandler, request: RequestInfo) -> GroupRequest:
         key, version = request.api_key, request.api_version
@@ -277,6 +304,11 @@ class CoordinatingRouter(ForwardingRouter):
                     group_request = checked
                     groups = handler.group_ids(group_request) if fleet is not None else ()
                 authorized = True
+            upgrades = handler.service.upgrades
+            if self._client_facing and upgrades.converting and (hold := upgrades.holding(
+                    handler.group_ids(group_request))) is not None:
+                # the group is being moved to the engine (.upgrade): decided once it is
+                return Prepare(self._after_hold(handler, request, hold))
             if fleet is not None and not fleet.inbound:
                 route = route or fleet.routes.route(groups)
                 if route.kind == LOOKUP:
@@ -413,6 +445,16 @@ class CoordinatingRouter(ForwardingRouter):
             return handler.failure(dataclasses.replace(request, completion=None),
                                    COORDINATOR_NOT_AVAILABLE)
 
+    async def _after_hold(self, handler: ApiHandler, request: RequestInfo, hold: trio.Event
+                          ) -> int | Rewrite | Local:
+        """A request of a group being converted (:mod:`.upgrade`): decided again once the
+        conversion is over, or after :data:`~.upgrade.HOLD_SECONDS` (by then the group's
+        takeover is registered, and the request waits for it in the service)."""
+        with trio.move_on_after(upgrade.HOLD_SECONDS):
+            await hold.wait()
+        return await self._settled(self._decide(handler, request,
+                                                self._decode(handler, request), None))
+
     # -- other sidecars -----------------------------------------------------------------------
 
     async def _after_lookup(self, handler: ApiHandler, request: RequestInfo,
@@ -458,25 +500,45 @@ class CoordinatingRouter(ForwardingRouter):
         """On the fleet listener: ``upstream`` goes to the group's broker coordinator on this
         connection's own link to it (the connection's upstream socket leads to a bootstrap
         server, which need not be the group's coordinator). Requests of one relayed client
-        connection arrive one at a time, so they reach the broker in the client's order."""
+        connection arrive one at a time, so they reach the broker in the client's order.
+
+        The wait for the broker ends when this sidecar's lease on the group is cut off (the
+        broker did not answer for a whole session, :meth:`CoordinatorService.lease_cut_off`):
+        the request is then answered UNKNOWN_MEMBER_ID if its member is to let go of its
+        partitions, else NOT_COORDINATOR, and the link is reset (the request is never
+        carried out later under the new holder: it bears the lost membership's generation).
+        The member's later requests wait behind it at the relaying sidecar: without the
+        bound, a member whose commit reached a holder cut off from the broker heard nothing
+        until the broker answered again, while another sidecar gave its partitions away."""
         assert self._fleet is not None
         answered = False
         try:
-            address = self._fleet.broker_of(handler.group_ids(request))
+            groups = handler.group_ids(request)
+            address = self._fleet.broker_of(groups)
             if address is None:
                 value = handler.failure(request, NOT_COORDINATOR)
             else:
                 try:
-                    response = await self._fleet.links.request(
-                        address, request.api_key, request.version, upstream.value,
-                        request.client_id or "")
+                    response = await self._until_cut_off(
+                        handler.service, groups[0], self._fleet.links.request(
+                            address, request.api_key,
+                            request.version if upstream.version is None else upstream.version,
+                            upstream.value, request.client_id or ""))
                 except UpstreamError as exc:
                     log.info("api key %d to the group's broker %s:%d failed: %s",
                              request.api_key, *address, exc)
                     value = handler.failure(request, NOT_COORDINATOR)
                 else:
-                    answered = True
-                    value = upstream.on_response(response)
+                    if response is None:
+                        member_id = request.value.get("member_id") or ""
+                        lost = handler.service.to_let_go(groups[0], member_id)
+                        log.info("api key %d of group %s: the lease was cut off before the "
+                                 "group's broker answered", request.api_key, groups[0])
+                        value = handler.failure(request, UNKNOWN_MEMBER_ID if lost
+                                                else NOT_COORDINATOR)
+                    else:
+                        answered = True
+                        value = upstream.on_response(response)
         except Exception:
             log.exception("answering api key %d v%d failed", request.api_key, request.version)
             value = handler.failure(request, UNKNOWN_SERVER_ERROR)
@@ -485,12 +547,31 @@ class CoordinatingRouter(ForwardingRouter):
                 upstream.release()
         return self._encode(handler, request, value)
 
+    @staticmethod
+    async def _until_cut_off(service: CoordinatorService, group_id: str,
+                             sent: Awaitable[Value]) -> Value | None:
+        """``sent``'s answer, or None once the lease on ``group_id`` is cut off first
+        (``sent`` is then cancelled)."""
+        answer: Value | None = None
+
+        async def watch(scope: trio.CancelScope) -> None:
+            await service.lease_cut_off(group_id)
+            scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch, nursery.cancel_scope)
+            answer = await sent
+            nursery.cancel_scope.cancel()
+        return answer
+
     # -- outcomes to decisions ----------------------------------------------------------------
 
     def _decision(self, handler: ApiHandler, request: GroupRequest, outcome: Outcome
                   ) -> Decision:
         if isinstance(outcome, Pass):
-            return FORWARD
+            tracked = (handler.service.upgrades.tracked(request, handler.group_ids(request))
+                       if self._client_facing else None)  # online upgrade (.upgrade)
+            return FORWARD if tracked is None else self._rewrite(handler, request, tracked)
         if isinstance(outcome, Upstream):
             if self._fleet is not None and self._fleet.inbound:
                 return Local(self._upstream_via_link(handler, request, outcome),
@@ -525,8 +606,13 @@ class CoordinatingRouter(ForwardingRouter):
 
     def _rewrite(self, handler: ApiHandler, request: GroupRequest, upstream: Upstream
                  ) -> Rewrite:
-        key, version = request.api_key, request.version
-        payload = request.header + messages.encode_request(key, version, upstream.value)
+        key = request.api_key
+        version = (upstream.version if upstream.version is not None
+                   else self.broker_version(key, request.version))
+        sent = request.header if upstream.header is None else upstream.header
+        header = (sent if version == request.version
+                  else apiversions.downgraded(sent, version))
+        payload = header + messages.encode_request(key, version, upstream.value)
         header_version = messages.response_header_version(key, version)
 
         def on_response(response: memoryview) -> bytes:
@@ -653,6 +739,11 @@ def _topic_names(topic: Value) -> dict[str, Any]:
 
 async def _ready(value: Value) -> Value:
     return value
+
+
+def _unchanged_bytes(_response: memoryview) -> None:
+    """A response filter passing the broker's answer on as it is."""
+    return None
 
 
 def _is_join(request: GroupRequest) -> bool:

@@ -47,7 +47,7 @@ import logging
 import time
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -64,6 +64,7 @@ from proxy.coordination.handoff import HandOff
 from proxy.coordination.membership import BrokerMembership
 from proxy.coordination.peers import Directory, Routes
 from proxy.coordination.topics import TopicWatcher
+from proxy.coordination.upgrade import Upgrades, adopt_snapshot
 from proxy.journal.clients import ClientSoftwareDirectory
 from proxy.journal.observer import JournalObserver
 from proxy.journal.writer import JournalWriter, run_snapshots
@@ -84,8 +85,9 @@ from translation.classic.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from translation.classic.migration import ClassicGroupSnapshot
 from translation.classic.routing import classify_classic_join
-from translation.config import GroupConfig
+from translation.config import GroupConfig, MigrationPolicy
 from translation.coordinator import GroupCoordinator
 from translation.effects import (
     Effect,
@@ -209,6 +211,7 @@ def group_config(config: ProxyConfig) -> GroupConfig:
         quiet_classic_advance=config.classic_quiet_advance,
         classic_sync_hold_ms=config.classic_sync_hold_ms,
         durable_state=config.state_log,
+        migration_policy=MigrationPolicy(config.migration_policy),
     )
 
 
@@ -299,9 +302,10 @@ class CoordinatorService:
             self.durability = Durability(state_log, self.engine, wall_ms, self.now_ms,
                                          self._refresh_for_load)
             self.durability.lost = self._state_lost
-        fleet_address = config.advertised_fleet_address
+        mark_address = config.advertised_fleet_address or (config.client_host,
+                                                             config.listen[1])
         self.bridges = Bridges(BridgeSettings(
-            fleet_address=f"{fleet_address[0]}:{fleet_address[1]}" if fleet_address else "-",
+            fleet_address=f"{mark_address[0]}:{mark_address[1]}",
             session_timeout_ms=config.broker_session_timeout_ms,
             client_session_ms=config.group_session_timeout_ms,
             metadata_refresh_s=config.group_metadata_refresh_ms / 1000,
@@ -325,6 +329,8 @@ class CoordinatorService:
             self.journal = JournalWriter(journal_settings, self.pool, config.upstream)
         metrics.GROUPS_HELD.set_function(
             lambda: sum(1 for m in self.memberships.values() if m.established and not m.left))
+        self._metrics_view = metrics.CoordinationView(self._group_shapes, self.routes.followed)
+        metrics.watch_coordination(self._metrics_view)
         self.stepping_down = False
         """The proxy is stopping with the state log on: it answers no group request."""
         self.heartbeat_wait_s = min(TAKEOVER_WAIT_SECONDS, HEARTBEAT_WAIT_FRACTION
@@ -337,6 +343,13 @@ class CoordinatorService:
         self._nothing_loaded: weakref.WeakSet[BrokerMembership] = weakref.WeakSet()
         """Memberships given back because the load they were started for found no members
         (:class:`NothingLoaded`); gone with the membership."""
+        fleet_address = config.advertised_fleet_address or (config.client_host,
+                                                              config.listen[1])
+        self.upgrades = Upgrades(self.engine.config.migration_policy,
+                                 f"{fleet_address[0]}:{fleet_address[1]}",
+                                 default_session_ms=config.group_session_timeout_ms)
+        """The online upgrade of broker groups whose members are all behind sidecars
+        (:mod:`.upgrade`)."""
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -349,6 +362,9 @@ class CoordinatorService:
             nursery.start_soon(self._supervised, "timer task", self._timers)
             if watch_topics:
                 nursery.start_soon(self._supervised, "topic watcher", self.topics.run)
+            if self.classic is not None and self.engine.config.migration_policy.upgrade_enabled:
+                nursery.start_soon(self._supervised, "online upgrade",
+                                   lambda: self.upgrades.run(self))
             if self.durability is not None:
                 nursery.start_soon(self._supervised, "state log", self.durability.run)
             if self.journal is not None and self.observer is not None:
@@ -472,6 +488,7 @@ class CoordinatorService:
                     nursery.start_soon(membership.leave)
             self.memberships.clear()
             await self.bridges.aclose()
+            metrics.unwatch_coordination(self._metrics_view)
             await self.pool.aclose()
             if self.durability is not None:
                 await self.durability.aclose()
@@ -533,6 +550,15 @@ class CoordinatorService:
         arrived = trio.current_time()
         if (bridged := await self._bridged_heartbeat(request)) is not None:
             return bridged
+        if (request.member_epoch > 0
+                and not await self._until_decided(group_id, self.heartbeat_wait_s)):
+            # a member that owns partitions (not joining, not leaving); a KIP-848 client
+            # times a heartbeat out after one interval: retriable, and unlike
+            # COORDINATOR_NOT_AVAILABLE it keeps the client on this coordinator
+            return ConsumerGroupHeartbeatResponse(
+                error_code=int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
+                error_message=f"groupgate is waiting for the broker's answer on group "
+                              f"{group_id}")
         if self._handing_off(group_id, request.member_id):
             if request.member_epoch == 0:
                 return ConsumerGroupHeartbeatResponse(
@@ -674,7 +700,19 @@ class CoordinatorService:
                      "group", group_id)
             self._nursery.start_soon(membership.leave)
 
-    async def _take_over(self, group_id: str, topics: Iterable[str], *, to_load: bool = False
+    async def take_over_converting(self, snapshot: ClassicGroupSnapshot,
+                                   leaving: Sequence[tuple[str, str | None]]) -> NotTaken | None:
+        """Take the broker's group over for an online upgrade (:mod:`.upgrade`): its members
+        ``leaving`` are removed by a LeaveGroup sent back to back with the lock's JoinGroup, and
+        once the lock is held the engine adopts ``snapshot``. Returns why not, or None."""
+        topics = {t for m in snapshot.members for p in m.protocols[:1]
+                  if p.subscription is not None for t in p.subscription.topics}
+        return await self._take_over(snapshot.group_id, sorted(topics),
+                                     converting=(snapshot, leaving))
+
+    async def _take_over(self, group_id: str, topics: Iterable[str], *, to_load: bool = False,
+                         converting: tuple[ClassicGroupSnapshot,
+                                           Sequence[tuple[str, str | None]]] | None = None
                          ) -> NotTaken | None:
         """Hold the broker's group ``group_id`` (subscribed to the group's topics, at first
         ``topics``, those of the member that starts the group); returns why not, or None.
@@ -695,8 +733,11 @@ class CoordinatorService:
                 connect_timeout=self.config.connect_timeout,
                 topics=lambda: self.group_topics(group_id) or first,
                 session_timeout_ms=self.config.broker_session_timeout_ms,
-                card=self.card)
+                card=self.card, leave_first=converting[1] if converting else ())
             self.adopt(membership, to_load=to_load)
+            if converting is not None:
+                snapshot = converting[0]
+                membership.on_established = lambda: adopt_snapshot(self, snapshot)
             self._nursery.start_soon(self._run_membership, membership)
         await membership.settled.wait()
         if membership.failure is not None:
@@ -749,6 +790,11 @@ class CoordinatorService:
             del self.memberships[group_id]
         self._loading.pop(group_id, None)
         self.directory.forget(group_id)
+
+    async def refresh_topics(self, names: Iterable[str]) -> None:
+        """Topic metadata for ``names`` (a group about to be converted: its members' topics
+        must be in the image, or their partitions would not be adopted)."""
+        await self._await_subscription("", names, None)
 
     async def _refresh_for_load(self, names: Iterable[str], regex: bool) -> None:
         """Topic metadata for a group about to be loaded: its members' topics must be in the
@@ -883,6 +929,35 @@ class CoordinatorService:
             log.info("group %s: holding the broker's group again; every member gets a full "
                      "session timeout from now", group_id)
             self.apply(self.engine.resume(group_id, self.now_ms()))
+
+    async def _until_decided(self, group_id: str, wait_s: float = float("inf")) -> bool:
+        """A request of a member of ``group_id`` that arrives while the group's lease has run
+        out but the broker may still answer within the session
+        (:meth:`BrokerMembership.undecided`, the last ``1 - LEASE_FRACTION`` of a broker
+        session) waits, at most ``wait_s``, until the group is held again or lost, instead of
+        hearing the retriable COORDINATOR_NOT_AVAILABLE at once. A classic client (the Java
+        client, kafka-python) marks its coordinator dead on that answer and then sends only
+        FindCoordinator, to the connection that carries its fetches: behind a sidecar cut off
+        from the broker, both wait there on the broker for good, so the client would never
+        hear that it must let go. Waiting instead, its request is answered as usual if the
+        broker answered meanwhile, or UNKNOWN_MEMBER_ID once the session has passed (the
+        lease is lost, :meth:`_tell_to_let_go`). False if ``wait_s`` passed first."""
+        membership = self.memberships.get(group_id)
+        if membership is None or not membership.undecided():
+            return True
+        with trio.move_on_after(wait_s):
+            await membership.wait_decided()
+        return not membership.undecided()
+
+    async def lease_cut_off(self, group_id: str) -> None:
+        """Return once the lease this sidecar holds now on ``group_id`` is cut off: the broker
+        did not answer for a whole session (never, if it holds none, or if it is lost or
+        left otherwise: the broker answers then)."""
+        membership = self.memberships.get(group_id)
+        if membership is None:
+            await trio.sleep_forever()
+        else:
+            await membership.wait_cut_off()
 
     def _not_coordinating(self, group_id: str) -> bool:
         """Whether requests of ``group_id`` must wait: its broker membership is interrupted, or
@@ -1036,7 +1111,8 @@ class CoordinatorService:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE if failure is not None else None
 
     def takes_join(self, request: JoinGroupRequest) -> bool:
-        """Whether the engine takes this classic JoinGroup (else it is forwarded untouched)."""
+        """Whether the engine takes this classic JoinGroup (else it is forwarded to the broker,
+        with the member mark: :mod:`.upgrade`)."""
         if self.classic is None:
             return False
         group_id = request.group_id
@@ -1080,6 +1156,8 @@ class CoordinatorService:
         classic = self.classic
         assert classic is not None
         group_id = request.group_id
+        if request.member_id:  # a member that may own partitions
+            await self._until_decided(group_id)
         if self._handing_off(group_id, request.member_id):
             known = request.member_id != UNKNOWN_MEMBER_ID
             return JoinGroupResponse(
@@ -1202,6 +1280,7 @@ class CoordinatorService:
         """A classic SyncGroup; waits while the engine holds it (the member waits for
         partitions that other members still own)."""
         assert self.classic is not None
+        await self._until_decided(request.group_id)
         if self._handing_off(request.group_id, request.member_id):
             return SyncGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))
         if self._not_coordinating(request.group_id):
@@ -1241,6 +1320,7 @@ class CoordinatorService:
 
     async def classic_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
         assert self.classic is not None
+        await self._until_decided(request.group_id)
         if self._handing_off(request.group_id, request.member_id):
             return HeartbeatResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))
         if self._not_coordinating(request.group_id):
@@ -1290,6 +1370,8 @@ class CoordinatorService:
             if isinstance(effect, TimerArmed):
                 self._timer_wake.set()
             elif isinstance(effect, GroupEpochBumped | GroupLoaded):
+                if isinstance(effect, GroupEpochBumped):
+                    metrics.REBALANCES.labels(metrics.rebalance_reason(effect.reason)).inc()
                 # the group's topics may have changed (or were just loaded, after a JoinGroup
                 # that could not name them yet): the broker keeps only the offsets of topics
                 # its member advertises (KIP-211)
@@ -1324,9 +1406,19 @@ class CoordinatorService:
                             effect.member_id or "(new)", effect.api, effect.record_bytes,
                             effect.limit)
                 metrics.STATE_MEMBERS_TOO_LARGE.labels(effect.api).inc()
-            elif isinstance(effect, GroupCreated | MemberJoined | MemberLeft | MemberFenced
+            elif isinstance(effect, MemberFenced):
+                metrics.MEMBERS_FENCED.labels(metrics.fence_reason(effect.reason)).inc()
+                log.info("%s", effect)
+            elif isinstance(effect, GroupCreated | MemberJoined | MemberLeft
                             | TargetAssignmentComputed | TargetAssignmentFailed):
                 log.info("%s", effect)
+
+    def _group_shapes(self) -> Iterator[tuple[str, Iterator[str]]]:
+        """State and member protocols of every group the engine coordinates (read when
+        Prometheus scrapes)."""
+        for group in list(self.engine.groups.values()):
+            yield (group.state.value.lower(),
+                   (member.protocol.value for member in group.members.values()))
 
     def _answer_held(self, group_id: str, error: ErrorCode) -> None:
         """Answer every held JoinGroup / SyncGroup of ``group_id`` with ``error``."""

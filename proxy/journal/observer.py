@@ -336,6 +336,19 @@ class JournalObserver:
             "client_id": client_id or None, "client_host": client_host or None,
             "software_name": name, "software_version": version})]
 
+    def converted(self, group_id: str, generation: int, assignor: str,
+                  member_ids: list[str], now_wall_ms: int) -> list[Event]:
+        """The broker's classic group moved to the engine online (schema version 2)."""
+        return [self._event(EventType.GROUP_CONVERTED, group_id, now_wall_ms, {
+            "group_epoch": generation, "assignor": assignor, "member_count": len(member_ids),
+            "member_ids": sorted(member_ids)})]
+
+    def conversion_aborted(self, group_id: str, generation: int, reason: str,
+                           now_wall_ms: int) -> list[Event]:
+        """An online upgrade of the broker's group was refused or failed (version 2)."""
+        return [self._event(EventType.CONVERSION_ABORTED, group_id, now_wall_ms, {
+            "group_epoch": generation, "reason": reason})]
+
     def snapshot(self, group_id: str, now_wall_ms: int) -> list[Event]:
         """The group as it is now, every member with its assignment (no event for a group
         the engine does not have)."""

@@ -1,11 +1,14 @@
-"""The journal's events: types, fields, and their JSON encoding (schema version 1).
+"""The journal's events: types, fields, and their JSON encoding (schema versions 1 and 2).
 
 One event is one Kafka record: key = the group id (UTF-8), timestamp = the event time (wall
 clock, ms since the epoch), value = one compact JSON object (no spaces, UTF-8, fields whose
 value is null or empty left out). Every value carries the common fields, so a file of values
 (JSON lines) is the journal too:
 
-``v``       schema version (this module writes 1; readers skip versions they do not know)
+``v``       schema version: 1, or 2 for the event types added with fleet protocol 3
+            (:data:`TYPE_VERSIONS`: ``group_converted``, ``conversion_aborted``); an event type
+            that existed in version 1 keeps version 1, so a reader of version 1 reads every
+            event it knows and skips the new ones
 ``type``    one of :class:`EventType`
 ``ts``      event time, wall clock ms (the record timestamp)
 ``group``   group id (the record key)
@@ -29,6 +32,9 @@ from dataclasses import dataclass
 from typing import Any
 
 SCHEMA_VERSION = 1
+"""The version of every event type that existed before fleet protocol 3."""
+SCHEMA_VERSIONS = frozenset({1, 2})
+"""The versions this module reads."""
 
 COMMON = ("v", "type", "ts", "group", "source", "seq")
 
@@ -68,6 +74,13 @@ class EventType(enum.StrEnum):
     MEMBER_REPLACED = "member_replaced"
     """A static member came back under a new member id (``replaced``: the old one) and took
     over its partitions, possibly speaking the other protocol (``replaced_protocol``)."""
+    GROUP_CONVERTED = "group_converted"
+    """(Version 2.) The broker's classic group moved to the engine online (decision record
+    0018): every member (``member_ids``, by their broker member ids) kept its generation
+    (``group_epoch``) and partitions; ``assignor``: the group's classic protocol."""
+    CONVERSION_ABORTED = "conversion_aborted"
+    """(Version 2.) An online upgrade of the broker's group was refused or failed
+    (``reason``); the group stays the broker's and is tried again later."""
     ASSIGNMENT = "assignment"
     """A member's assignment moved: partitions ``revoked`` (it must stop consuming them),
     ``released`` (it no longer holds them), then ``assigned`` (it may consume them now; the
@@ -169,6 +182,17 @@ FIELDS: dict[EventType, tuple[str, ...]] = {
                            "released", "revoking"),
 }
 """The fields of each event type besides :data:`COMMON` (any may be absent: null or empty)."""
+FIELDS[EventType.GROUP_CONVERTED] = ("group_epoch", "assignor", "member_count", "member_ids")
+FIELDS[EventType.CONVERSION_ABORTED] = ("group_epoch", "reason")
+
+TYPE_VERSIONS: dict[EventType, int] = {EventType.GROUP_CONVERTED: 2,
+                                       EventType.CONVERSION_ABORTED: 2}
+"""Event types written at a version other than :data:`SCHEMA_VERSION` (new types only)."""
+
+
+def version_of(event_type: EventType) -> int:
+    """The schema version ``event_type`` is written at."""
+    return TYPE_VERSIONS.get(event_type, SCHEMA_VERSION)
 
 Partitions = dict[str, list[int]]
 
@@ -190,7 +214,7 @@ class Event:
 
     def to_value(self) -> dict[str, Any]:
         """The JSON object, common fields first, null and empty fields left out."""
-        value: dict[str, Any] = {"v": SCHEMA_VERSION, "type": self.type.value, "ts": self.ts,
+        value: dict[str, Any] = {"v": version_of(self.type), "type": self.type.value, "ts": self.ts,
                                  "group": self.group, "source": self.source, "seq": self.seq}
         for name, field_value in self.fields.items():
             if field_value is None or field_value == {} or field_value == []:
@@ -207,7 +231,8 @@ class Event:
 
 
 def decode(value: bytes | str) -> Event:
-    """Parse and check one record value; SchemaError if it is not a version-1 event."""
+    """Parse and check one record value; SchemaError if it is not an event of a version this
+    module reads."""
     try:
         obj = json.loads(value)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -225,12 +250,16 @@ def decode(value: bytes | str) -> Event:
 def check(obj: Mapping[str, Any]) -> list[str]:
     """What is wrong with ``obj`` as an event value (empty: nothing)."""
     problems: list[str] = []
-    if obj.get("v") != SCHEMA_VERSION:
-        return [f"schema version {obj.get('v')!r}, this reader knows {SCHEMA_VERSION}"]
+    if obj.get("v") not in SCHEMA_VERSIONS:
+        return [f"schema version {obj.get('v')!r}, this reader knows "
+                f"{', '.join(map(str, sorted(SCHEMA_VERSIONS)))}"]
     try:
         event_type = EventType(str(obj.get("type")))
     except ValueError:
         return [f"unknown event type {obj.get('type')!r}"]
+    if obj.get("v") != version_of(event_type):
+        return [f"{event_type.value} is not written at schema version {obj.get('v')!r} (but "
+                f"at {version_of(event_type)})"]
     for name in COMMON:
         if name not in obj:
             problems.append(f"missing {name}")

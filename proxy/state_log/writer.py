@@ -66,6 +66,7 @@ from proxy.kafka_client.produce import (
     partition_results,
     produce_request,
 )
+from proxy.metrics import STATE_LOG_WRITES
 from proxy.records import Record, encode_batch, split
 from proxy.state_log.cluster import Backoff, StateCluster, error_name
 from proxy.state_log.errors import (
@@ -225,12 +226,17 @@ class Writer:
         self._closed = True
 
     async def _commit(self, slot: _Slot) -> None:
+        began: float | None = None
         try:
             if self._fenced is not None:
                 raise Fenced(str(self._fenced))
+            began = trio.current_time()
             await self._transaction(slot.records)
             self.transactions += 1
+            STATE_LOG_WRITES.labels("committed").observe(trio.current_time() - began)
         except StateLogError as exc:
+            if began is not None:
+                STATE_LOG_WRITES.labels("failed").observe(trio.current_time() - began)
             slot.error = exc
         except BaseException as exc:
             slot.error = WriteFailed(f"group {self.group_id}: {exc!r}", committed=None)

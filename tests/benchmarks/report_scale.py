@@ -10,6 +10,12 @@ JSON with the machine. Run it under the test bed's lock; it keeps a 2-core machi
 one of the test bed's for the run (``tests.testbed.spark.standalone_cluster``: a master and
 two 1-core workers on 127.0.0.1) and stops it afterwards. ``--keep DIR`` keeps each size's
 output in ``DIR/EVENTS`` (for ``dev/bench report-diff``).
+
+``--conf KEY=VALUE`` passes a Spark setting on to the report command. ``--commit REV`` runs
+the report of an earlier version instead of this checkout's: the ``proxy`` and
+``translation`` packages at ``REV`` are exported (``git archive``) into a temporary directory
+and the command runs from there, so that before/after runs of the same day alternate with one
+harness. The JSON names the commit each run used and the settings given.
 """
 
 from __future__ import annotations
@@ -51,6 +57,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         default=Path.home() / ".cache" / "groupgate" / "journals",
                         help="where generated journals are kept")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting for the report command (repeatable), e.g. "
+                             "spark.sql.files.maxPartitionBytes=128m")
+    parser.add_argument("--commit", metavar="REV",
+                        help="run the report code of commit REV of this repository (exported "
+                             "with git archive) instead of this checkout's")
     parser.add_argument("--json", type=Path, help="write the figures here")
 
 
@@ -66,21 +78,50 @@ def journal(cache: Path, events: int, seed: int) -> tuple[Path, float | None]:
     return path, time.monotonic() - started
 
 
-def report(path: Path, args: argparse.Namespace, master: str, events: int) -> dict[str, Any]:
+def git(*args: str) -> str:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def export(rev: str, into: Path) -> str:
+    """The ``proxy`` and ``translation`` packages at ``rev`` into ``into``; the full commit."""
+    commit = git("rev-parse", "--verify", f"{rev}^{{commit}}")
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", commit,
+                              "proxy", "translation"], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return commit
+
+
+def checkout_commit() -> str:
+    """This checkout's commit, ``+`` when its tracked files differ from it."""
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "proxy", "translation")
+    return git("rev-parse", "HEAD") + ("+" if dirty else "")
+
+
+def environment(code: Path) -> dict[str, str]:
+    """The report command's environment; it runs with ``code`` as its working directory too,
+    which ``python -m`` puts first on ``sys.path``."""
+    return dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(code))
+
+
+def report(path: Path, args: argparse.Namespace, master: str, events: int,
+           code: Path = ROOT) -> dict[str, Any]:
     if args.keep is not None:
         out = args.keep / str(events)
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
     else:
         out = Path(tempfile.mkdtemp(prefix="report-scale-"))
-    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(ROOT))
+    env = environment(code)
     command = [sys.executable, "-m", "proxy.cli", "report", "--input", str(path), "--out",
                str(out), "--master", master, "--driver-memory", args.driver_memory]
     if not master.startswith("local"):
         command += ["--conf", f"spark.executor.memory={args.executor_memory}",
                     "--conf", f"spark.pyspark.python={sys.executable}"]
+    for setting in args.conf:
+        command += ["--conf", setting]
     started = time.monotonic()
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+    done = subprocess.run(command, cwd=code, env=env, capture_output=True, text=True,
                           check=False)
     wall = time.monotonic() - started
     if done.returncode != 0:
@@ -103,10 +144,15 @@ def run(args: argparse.Namespace) -> int:
                 workers=2, cores=1, memory=args.executor_memory))
             master = cluster.master_url
             print(f"standalone cluster {master} (master UI {cluster.ui_url})", flush=True)
-        return _run(args, master)
+        code, commit = ROOT, checkout_commit()
+        if args.commit:
+            code = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="report-code-")))
+            commit = export(args.commit, code)
+        print(f"report code: {commit} ({code})", flush=True)
+        return _run(args, master, code, commit)
 
 
-def _run(args: argparse.Namespace, master: str) -> int:
+def _run(args: argparse.Namespace, master: str, code: Path, commit: str) -> int:
     rows = []
     print(f"{'events':>11} {'file MB':>8} {'groups':>7} {'rebalances':>10} {'downtimes':>10} "
           f"{'job s':>7} {'wall s':>7}")
@@ -114,7 +160,7 @@ def _run(args: argparse.Namespace, master: str) -> int:
         path, generated = journal(args.cache, events, args.seed)
         if generated is not None:
             print(f"  generated {path} in {generated:.0f} s", flush=True)
-        result = report(path, args, master, events)
+        result = report(path, args, master, events, code)
         s = result["summary"]
         row = {"events": events, "file_bytes": path.stat().st_size, **result}
         rows.append(row)
@@ -122,7 +168,8 @@ def _run(args: argparse.Namespace, master: str) -> int:
               f"{s['rebalances']:10,d} {s['downtimes']:10,d} {result['job_s']:7.1f} "
               f"{result['wall_s']:7.1f}", flush=True)
     if args.json:
-        args.json.write_text(json.dumps({"machine": machine_info(), "master": master,
+        args.json.write_text(json.dumps({"machine": machine_info(), "commit": commit,
+                                         "master": master, "conf": args.conf,
                                          "cluster": args.cluster,
                                          "driver_memory": args.driver_memory, "rows": rows},
                                         indent=2))

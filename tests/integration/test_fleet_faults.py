@@ -102,6 +102,31 @@ def handed_over_after_let_go(timeline: list[list[Any]], since: float) -> list[st
     return findings
 
 
+def read_while_not_owned(timeline: list[list[Any]], reads: list[list[Any]], since: float
+                         ) -> list[str]:
+    """Records a member reported reading, from ``since`` on, of a partition it did not own
+    then on its own callback timeline (it had let go of it, or was never given it): the
+    findings (none when every member stopped consuming what it let go of)."""
+    owned: dict[str, set[int]] = {}
+    changes = sorted(timeline, key=lambda e: e[0])
+    findings = []
+    i = 0
+    for t, member, partition, first, last in sorted(reads, key=lambda r: r[0]):
+        while i < len(changes) and changes[i][0] <= t:
+            _t, who, kind, partitions = changes[i]
+            if kind == "assign":
+                owned.setdefault(who, set()).update(partitions)
+            elif kind in ("revoke", "lost"):
+                owned.setdefault(who, set()).difference_update(partitions)
+            elif kind in ("leave", "crash"):
+                owned.pop(who, None)
+            i += 1
+        if t >= since and partition not in owned.get(member, set()):
+            findings.append(f"{t:.3f}: {member} read {partition} [{first}, {last}] while not "
+                            "owning it")
+    return findings
+
+
 def _event(result: dict[str, Any], kind: str) -> dict[str, Any]:
     (event,) = [e for e in result["events"] if e["event"] == kind]
     assert not event.get("skipped"), result["events"]
@@ -137,10 +162,10 @@ def test_coordinator_frozen_for_half_a_broker_session_while_a_member_joins(
     assert freeze["member_pod"] == "pod3" and holder in ("pod1", "pod2"), freeze
     woke = freeze["t"] + 3.0
     timeline = result["groups"]["cooperative"]["timeline"]
-    # the group's state after the fault: the same holder from the freeze on (a second
-    # sidecar joining the broker's group while the group forms can show as its holder for a
-    # moment before the freeze: an open finding, docs/benchmarks/fleet.md), the joiner owns
-    # its share
+    # the group's state after the fault: the same holder from the freeze on (two sidecars
+    # taking the new group over at the same moment can both be members of the broker's
+    # group for a moment before the freeze, until the broker's election is settled:
+    # docs/benchmarks/fleet.md, narrowed but not ruled out), the joiner owns its share
     assert {h for t, _g, h in result["holders"] if t >= freeze["began"]} <= {holder}, \
         result["holders"]
     served = _served(result, "join-coordinator-freeze")
@@ -220,27 +245,39 @@ def test_coordinator_frozen_for_two_broker_sessions_while_a_member_joins(
 
 
 class NeverToldToLetGo(AssertionError):
-    """A member behind the cut-off sidecar kept its partitions until after the pod was
-    reconnected, and another member was given them meanwhile."""
+    """A member of the cut-off sidecar's group kept its partitions until after another
+    member was given them, or read a partition it did not own."""
 
 
 @pytest.mark.slow  # a minute; the open case below is described in docs/operations.md
 @pytest.mark.xfail(raises=NeverToldToLetGo, strict=False, reason=(
-    "a classic member that marked its coordinator dead sends only FindCoordinator, which its "
-    "cut-off sidecar forwards to the unreachable broker: it never hears UNKNOWN_MEMBER_ID, "
-    "and a client without a session timer of its own (kafka-python, Java) keeps its "
-    "partitions until it finds the coordinator after the pod is reconnected"))
+    "a member whose own commit the cut-off sidecar forwarded to the broker on the member's "
+    "connection before the lease ran out waits behind that commit: its heartbeats on the "
+    "connection are answered only after it, so it is not told to let go until the pod is "
+    "reconnected (seen: a KIP-848 librdkafka member behind the holder, 1 partition owned "
+    "twice for 9 s)"))
 def test_coordinator_cut_off_from_the_broker_its_members_let_go_before_others_take_over(
         tmp_path: Path) -> None:
     """The coordinating sidecar's pod cut off from the broker (not from the other pods) for
     20 s. Its lease runs out 0.8 of a broker session after the send time of its last answered
-    heartbeat (log line ``no heartbeat answered within``), and a whole session after it
-    (``lost the broker's group: no answer``) it tells every member it had to let go: each
-    hears UNKNOWN_MEMBER_ID on its next request and gives its partitions up before any other
-    member is given them; another sidecar takes the group over; once the pod is reconnected its
-    members rejoin and every record is consumed. Where the holder's pod has a kafka-python
-    member (seed 33 here: the holder is the pod whose member asked first), the expectation
-    fails for it (:class:`NeverToldToLetGo`)."""
+    heartbeat (log line ``no heartbeat answered within``); its members' requests wait from
+    then on, and a whole session after it (``lost the broker's group: no answer``) it tells
+    every member it had to let go: each hears UNKNOWN_MEMBER_ID (a waiting request at once,
+    a commit relayed by another sidecar too) and gives its partitions up before any other
+    member is given them. Another sidecar takes the group over and gives the cut-off members'
+    partitions to others, which read records meanwhile; nobody reads a partition it does not
+    own; once the pod is reconnected its members rejoin and every record is consumed.
+
+    The holder is the pod whose member asked first, often pod3 with seed 33, whose only
+    member is kafka-python: a classic client without a session timer of its own, which used
+    to hear nothing until the pod was reconnected (:class:`NeverToldToLetGo`; answered
+    COORDINATOR_NOT_AVAILABLE, it marked its coordinator dead and sent only FindCoordinator,
+    on the connection carrying its fetches, which the cut-off sidecar had forwarded to the
+    broker). Where another pod holds the group, that member is behind a follower, whose
+    relayed commit used to wait at the cut-off holder for the broker, holding the member's
+    heartbeats back until the pod was reconnected. Still open (the expected failure): a
+    member behind the holder whose own commit went to the broker on its connection just
+    before the cut (the librdkafka members commit after every record) waits behind it."""
     fault_s = 20.0
     result = soak.Soak(soak.Settings(
         duration_s=55.0, seed=33, pods=3, groups=("cooperative",), fault_s=fault_s,
@@ -287,10 +324,24 @@ def test_coordinator_cut_off_from_the_broker_its_members_let_go_before_others_ta
         given = [e for e in timeline if e[0] >= cut["t"] and e[1] != member
                  and e[2] == "assign" and set(e[3]) & partitions]
         if given and given[0][0] < first[0]:
-            assert member.endswith(f"@{holder}"), (member, first, given[0])
             too_late.append(f"{member} let go {first[0] - cut['t']:.2f} s after the cut, "
                             f"{given[0][1]} given {given[0][3]} {given[0][0] - cut['t']:.2f} s "
                             "after it")
+    # progress while the pod was cut off: every partition its members held was given to a
+    # member behind another sidecar, and those members read records
+    cut_off = {m for m, ps in before.items() if ps and m.endswith(f"@{holder}")}
+    held_by_cut_off = {p for m in cut_off for p in before[m]}
+    during = [e for e in timeline if cut["t"] < e[0] < cut["t"] + fault_s]
+    reassigned = {p for e in during if e[2] == "assign" and not e[1].endswith(f"@{holder}")
+                  for p in e[3]}
+    assert held_by_cut_off <= reassigned, (held_by_cut_off, reassigned, during)
+    reads = group["reads"]
+    read_by_others = sum(last - first + 1 for t, m, _p, first, last in reads
+                         if cut["t"] < t < cut["t"] + fault_s and not m.endswith(f"@{holder}"))
+    assert read_by_others > 0, reads[-20:]
+    # and the cut-off members stopped consuming: nobody read a partition it did not own,
+    # during the cut or after the pod was reconnected
+    stale_reads = read_while_not_owned(timeline, reads, cut["t"])
     # the group's state after it: every partition owned once, served again
     served = _served(result, "coordinator-cutoff")
     assert served["served_again_s"] is not None, served
@@ -307,9 +358,11 @@ def test_coordinator_cut_off_from_the_broker_its_members_let_go_before_others_ta
     for member, t in sorted(let_go.items(), key=lambda kv: kv[1]):
         print(f"  {member} let go {t - cut['t']:.2f} s in: {t - session_end:+.2f} s after the "
               f"session's end")
-    if too_late or owned_twice:
+    print(f"  cut-off members {sorted(cut_off)}; {read_by_others} records read by the others "
+          "during the cut")
+    if too_late or owned_twice or stale_reads:
         raise NeverToldToLetGo(f"{owned_twice}: {too_late}; overlaps "
-                               f"{group['double_ownership']}")
+                               f"{group['double_ownership']}; reads {stale_reads[:10]}")
     assert not handed_over_after_let_go(timeline, cut["t"]), timeline
 
 

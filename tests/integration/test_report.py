@@ -48,7 +48,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,7 @@ import pytest
 
 from proxy.journal.schema import Event, EventType, check
 from proxy.report.job import Options, Source, run_report
-from tests.testbed.broker import KafkaBroker
+from tests.testbed.broker import KafkaBroker, KafkaCluster
 from tests.testbed.spark import local_session, stop_session
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -316,18 +316,33 @@ def test_percentiles_are_exact(spark: Any) -> None:
         rank(durations, 0.5), rank(durations, 0.95), rank(downtimes, 0.95))
 
 
+UNLIMITED_RETENTION = {"retention.ms": "-1"}
+"""The journal topic's settings: its records carry the events' own timestamps, from 2023
+(:data:`T0`), which a topic of the broker's default 7-day ``retention.ms`` deletes at its next
+retention check (30 s after the broker starts, then every 5 minutes): between writing the
+topic and a Spark job reading it, as the proxy's journal with ``journal-retention-ms -1``
+would not."""
+
+
+def write_journal_topic(cluster: KafkaCluster, topic: str,
+                        config: Mapping[str, str] = UNLIMITED_RETENTION) -> None:
+    """Create ``topic`` (2 partitions, ``config``) and write :func:`journal` to it, each record
+    keyed and timestamped as the proxy's journal writer does."""
+    from confluent_kafka import Producer
+
+    cluster.create_topic(topic, 2, 1, config=config)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "log_level": 3})
+    for event in journal():
+        producer.produce(topic, key=event.key, value=event.encode(), timestamp=event.ts)
+    assert producer.flush(30) == 0
+
+
 def test_read_from_kafka(spark: Any, kafka39: KafkaBroker, tmp_path: Path,
                          report: tuple[Path, dict[str, Any]]) -> None:
     """The same journal from a topic (keys, timestamps) through Spark's Kafka source gives
     the same summary as from the file."""
-    from confluent_kafka import Producer
-
     topic = f"journal-{uuid.uuid4().hex[:8]}"
-    kafka39.create_topic(topic, 2, 1)
-    producer = Producer({"bootstrap.servers": kafka39.bootstrap, "log_level": 3})
-    for event in journal():
-        producer.produce(topic, key=event.key, value=event.encode(), timestamp=event.ts)
-    assert producer.flush(30) == 0
+    write_journal_topic(kafka39, topic)
     summary = run_report(spark, Options(Source(kafka_bootstrap=kafka39.bootstrap, topic=topic),
                                         tmp_path / "out"))
     _, from_file = report

@@ -315,11 +315,14 @@ class KafkaNode:
         finally:
             out.close()
 
+    def command(self) -> list[str]:
+        return self._java(self.line.broker_main, [str(self.config_file)], self.log_file)
+
     def launch(self) -> None:
         """Start the JVM without waiting for readiness."""
         if self.alive:
             raise RuntimeError(f"{self} is already running")
-        cmd = self._java(self.line.broker_main, [str(self.config_file)], self.log_file)
+        cmd = self.command()
         out = open(self.log_dir / "stdout.log", "ab")  # noqa: SIM115 - closed below
         try:
             self.proc = subprocess.Popen(
@@ -391,6 +394,31 @@ class KafkaNode:
         self.wait_exit(10.0)
 
 
+class ZooKeeperNode(KafkaNode):
+    """The ZooKeeper server of a ZooKeeper-mode cluster (Kafka 2.8), from the broker's bundle,
+    on ``port`` (its admin HTTP server off)."""
+
+    def __repr__(self) -> str:
+        return f"ZooKeeper(127.0.0.1:{self.port})"
+
+    def write_config(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+
+    def command(self) -> list[str]:
+        cmd = self._java("org.apache.zookeeper.server.ZooKeeperServerMain",
+                         [str(self.port), str(self.data_dir)], self.log_file)
+        return [cmd[0], "-Dzookeeper.admin.enableServer=false", *cmd[1:]]
+
+    def probe(self, expect_brokers: int = 1) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=2.0) as sock:
+                sock.sendall(b"srvr")
+                return sock.recv(64).startswith(b"Zookeeper version")
+        except OSError:
+            return False
+
+
 # ---------------------------------------------------------------------------------------------
 # Clusters
 
@@ -400,10 +428,7 @@ def _base_properties(
 ) -> dict[str, str]:
     rf = str(min(size, 3))
     props = {
-        "process.roles": "broker,controller",
-        "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "num.partitions": "1",
         "default.replication.factor": "1",
         "min.insync.replicas": "1",
@@ -425,11 +450,17 @@ def _base_properties(
         "group.min.session.timeout.ms": "1000",
         "delete.topic.enable": "true",
     }
-    # A node restarted after SIGKILL is accepted once its old registration expires (the
-    # broker session timeout, 9 s by default); hand leadership back to preferred replicas
-    # soon after a restart instead of after the 5-minute default.
-    props["broker.heartbeat.interval.ms"] = "500"
-    props["broker.session.timeout.ms"] = "4000"
+    if line.zookeeper:
+        props["listener.security.protocol.map"] = "PLAINTEXT:PLAINTEXT"
+    else:
+        props["process.roles"] = "broker,controller"
+        props["controller.listener.names"] = "CONTROLLER"
+        props["listener.security.protocol.map"] = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+        # A node restarted after SIGKILL is accepted once its old registration expires (the
+        # broker session timeout, 9 s by default); hand leadership back to preferred
+        # replicas soon after a restart instead of after the 5-minute default.
+        props["broker.heartbeat.interval.ms"] = "500"
+        props["broker.session.timeout.ms"] = "4000"
     if size > 1:
         props["leader.imbalance.check.interval.seconds"] = "5"
         props["leader.imbalance.per.broker.percentage"] = "0"
@@ -488,6 +519,8 @@ class KafkaCluster:
         self.die_with_parent = die_with_parent
         self.cluster_id = _cluster_id()
         self.nodes: dict[int, KafkaNode] = {}
+        self.zookeeper: ZooKeeperNode | None = None
+        """ZooKeeper-mode lines only (:attr:`KafkaLine.zookeeper`)."""
         self.startup_seconds: float | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -509,7 +542,11 @@ class KafkaCluster:
         for attempt in range(attempts):
             self._build_nodes()
             try:
-                self._format_all()
+                if self.zookeeper is not None:
+                    self.zookeeper.launch()
+                    self.zookeeper.wait_ready(timeout)
+                else:
+                    self._format_all()
                 for node in self.nodes.values():
                     node.launch()
                 for node in self.nodes.values():
@@ -532,17 +569,34 @@ class KafkaCluster:
             self.line, self.size, self.auto_create_topics, self.consumer_heartbeat_ms
         )
         self.nodes = {}
+        self.zookeeper = None
+        if self.line.zookeeper:  # on the first node's controller port
+            self.zookeeper = ZooKeeperNode(
+                self.line, 0, self.workdir / "nodes" / "zookeeper", ports[1], ports[1], {},
+                ["-Xmx128m", *self.jvm_flags], self.die_with_parent)
+            self.zookeeper.write_config()
         for i in ids:
             port, cport = ports[2 * (i - 1)], ports[2 * (i - 1) + 1]
             directory = self.workdir / "nodes" / f"node-{i}"
-            props = {
-                "node.id": str(i),
-                "controller.quorum.voters": voters,
-                "listeners": f"PLAINTEXT://{self.host}:{port},CONTROLLER://127.0.0.1:{cport}",
-                "advertised.listeners": f"PLAINTEXT://{self.host}:{port}",
-                "log.dirs": str(directory / "data"),
-                **base,
-            }
+            if self.zookeeper is not None:
+                props = {
+                    "broker.id": str(i),
+                    "zookeeper.connect": f"127.0.0.1:{self.zookeeper.port}",
+                    "listeners": f"PLAINTEXT://{self.host}:{port}",
+                    "advertised.listeners": f"PLAINTEXT://{self.host}:{port}",
+                    "log.dirs": str(directory / "data"),
+                    **base,
+                }
+            else:
+                props = {
+                    "node.id": str(i),
+                    "controller.quorum.voters": voters,
+                    "listeners": (f"PLAINTEXT://{self.host}:{port},"
+                                  f"CONTROLLER://127.0.0.1:{cport}"),
+                    "advertised.listeners": f"PLAINTEXT://{self.host}:{port}",
+                    "log.dirs": str(directory / "data"),
+                    **base,
+                }
             if self.security is not None:
                 sport = secure_ports[i - 1]
                 props["listeners"] += f",{SECURE_LISTENER}://{self.host}:{sport}"
@@ -584,6 +638,8 @@ class KafkaCluster:
         for node in self.nodes.values():
             if not node.wait_exit(max(0.0, deadline - time.monotonic())):
                 node.kill()
+        if self.zookeeper is not None:
+            self.zookeeper.stop(timeout=10.0)
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -591,6 +647,8 @@ class KafkaCluster:
         """SIGKILL every node."""
         for node in self.nodes.values():
             node.kill()
+        if self.zookeeper is not None:
+            self.zookeeper.kill()
 
     def __enter__(self) -> KafkaCluster:
         if not self.nodes or not any(n.alive for n in self.nodes.values()):

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from tests.testbed import artifacts
 
-__all__ = ["KAFKA4", "KAFKA39", "LINES", "KafkaLine", "get_line"]
+__all__ = ["COMPAT_LINES", "KAFKA4", "KAFKA28", "KAFKA33", "KAFKA36", "KAFKA39", "LINES",
+           "KafkaLine", "get_line"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,10 @@ class KafkaLine:
     tools_coordinates: tuple[str, ...]
     tools_exclusions: tuple[str, ...] = ()
     connect_coordinates: tuple[str, ...] = ()  # empty: no Connect runtime for this line
+    zookeeper: bool = False
+    """The broker runs in ZooKeeper mode, with a ZooKeeper server from the broker's own
+    bundle (2.8: its KRaft mode is an early access without producer ids, KIP-730 being 3.0,
+    so no idempotent or transactional producer works there)."""
 
     broker_main: str = "kafka.Kafka"
     storage_tool_main: str = "kafka.tools.StorageTool"
@@ -201,6 +206,51 @@ KAFKA4 = KafkaLine(
 LINES: dict[str, KafkaLine] = {"3.9": KAFKA39, "4.4": KAFKA4}
 
 
+def _older_line(name: str, version: str) -> KafkaLine:
+    """An older 3.x broker for the compatibility run: its own broker bundle, the 3.9 tools
+    and client (a newer client speaks to an older broker at the versions both know)."""
+    return KafkaLine(
+        name=name,
+        version=version,
+        tools_version=KAFKA39.tools_version,
+        clients_version=KAFKA39.clients_version,
+        log4j2=False,
+        native_consumer_protocol=False,
+        broker_coordinates=(
+            f"org.apache.kafka:kafka_2.13:{version}",
+            "org.slf4j:slf4j-reload4j:1.7.36",
+            "ch.qos.reload4j:reload4j:1.2.25",
+        ),
+        broker_exclusions=(),
+        tools_coordinates=KAFKA39.tools_coordinates,
+    )
+
+
+KAFKA33 = _older_line("3.3", "3.3.2")
+KAFKA36 = _older_line("3.6", "3.6.2")
+KAFKA28 = KafkaLine(
+    name="2.8",
+    version="2.8.2",
+    tools_version=KAFKA39.tools_version,
+    clients_version=KAFKA39.clients_version,
+    log4j2=False,
+    native_consumer_protocol=False,
+    # log4j 1.2.17 and its SLF4J binding give way to reload4j, as in the 3.x lines
+    broker_coordinates=(
+        "org.apache.kafka:kafka_2.13:2.8.2",
+        "org.slf4j:slf4j-reload4j:1.7.36",
+        "ch.qos.reload4j:reload4j:1.2.25",
+    ),
+    broker_exclusions=("log4j:log4j", "org.slf4j:slf4j-log4j12"),
+    tools_coordinates=KAFKA39.tools_coordinates,
+    zookeeper=True,
+)
+COMPAT_LINES: dict[str, KafkaLine] = {"2.8": KAFKA28, "3.3": KAFKA33, "3.6": KAFKA36}
+"""Older KRaft brokers run only by the compatibility test
+(``tests/integration/test_compatibility.py``); ``dev/fetch-kafka`` fetches them only when
+named."""
+
+
 def get_line(version: str | KafkaLine) -> KafkaLine:
     """Accept a line object or a version such as "3.9", "3.9.2", "4", "4.4" or "4.4.0"."""
     if isinstance(version, KafkaLine):
@@ -208,7 +258,10 @@ def get_line(version: str | KafkaLine) -> KafkaLine:
     for line in LINES.values():
         if version in (line.name, line.version, line.name.split(".")[0]):
             return line
-    raise ValueError(f"unknown Kafka line {version!r}; known: {sorted(LINES)}")
+    for line in COMPAT_LINES.values():
+        if version in (line.name, line.version):
+            return line
+    raise ValueError(f"unknown Kafka line {version!r}; known: {sorted(LINES | COMPAT_LINES)}")
 
 
 def fetch_main(argv: list[str] | None = None) -> int:

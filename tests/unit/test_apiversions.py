@@ -107,3 +107,23 @@ def test_kip511_answer() -> None:
     kp = KpApiVersionsResponse.decode(body, version=3)
     assert kp.error_code == 35
     assert [(a.api_key, a.min_version, a.max_version) for a in kp.api_keys] == [(18, lo, hi)]
+
+
+def test_a_bridged_api_is_offered_one_version_beyond_a_broker_one_short() -> None:
+    parse = apiversions.default_parse_table()
+    assert parse[8][1] >= 9  # the proxy parses OffsetCommit v9
+
+    def offered(broker_max: int) -> tuple[int, int]:
+        view = apiversions.client_view(
+            {"error_code": 0, "api_keys": [
+                {"api_key": 8, "min_version": 0, "max_version": broker_max}]},
+            parse, bridged=apiversions.BRIDGED)
+        (entry,) = view["api_keys"]
+        return entry["min_version"], entry["max_version"]
+
+    low = parse[8][0]
+    assert offered(8) == (low, 9)  # Kafka 3.0-3.6: v9 offered, sent as v8
+    assert offered(9) == (low, 9)  # Kafka 3.7+: its own
+    assert offered(7) == (low, 7)  # v8 differs from v7: not bridged
+    frame = bytes([0, 8, 0, 9]) + b"rest"
+    assert apiversions.downgraded(frame, 8) == bytes([0, 8, 0, 8]) + b"rest"

@@ -15,7 +15,12 @@ remain. Behind the proxy the classic group lives in the broker, so:
   refused (the group stays with the broker) when the policy does not allow upgrades, the
   protocol type is not ``consumer``, the protocol is not a known client assignor, a member's
   subscription does not parse, an assignment carries userData (a custom assignor's state would
-  be lost: Kafka's rule), two members claim the same partition, or the group is too big;
+  be lost: Kafka's rule), two members claim the same partition, or the group is too big.
+  Unlike Kafka, userData in the assignments of a ``sticky`` or ``cooperative-sticky`` group is
+  not a refusal (:data:`STATE_IN_ASSIGNMENT`): librdkafka's sticky assignors keep their own
+  stickiness state there (each member's partitions and generation), which only makes the
+  next client-side assignment sticky; the engine assigns from what members own, so nothing of
+  it is lost (a librdkafka cooperative-sticky group would otherwise never convert);
 * downgrade = the :class:`~translation.effects.GroupHandedBack` effect, emitted by
   :class:`~translation.classic.coordinator.ClassicGroupCoordinator` when the last
   consumer-protocol member leaves or is fenced, classic members remain, the policy allows
@@ -38,6 +43,10 @@ from translation.topics import TopicId
 
 from .member import ClassicMemberMetadata, ClassicMemberState
 from .messages import CONSUMER_PROTOCOL_TYPE, ClassicAssignment, ClassicProtocol
+
+STATE_IN_ASSIGNMENT = frozenset({"sticky", "cooperative-sticky"})
+"""Protocols whose assignment userData is the client assignor's stickiness state (librdkafka),
+lost without harm when the engine takes the group over."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +99,7 @@ def conversion_refusal(engine: GroupCoordinator, snapshot: ClassicGroupSnapshot)
             return f"member {m.member_id} has no consumer-protocol subscription"
         if m.assignment_malformed:
             return f"member {m.member_id}'s assignment is malformed"
-        if m.assignment_user_data:
+        if m.assignment_user_data and snapshot.protocol_name not in STATE_IN_ASSIGNMENT:
             return f"member {m.member_id}'s assignment carries userData that would be lost"
         if m.assignment is not None:
             for name, ps in m.assignment.partitions:

@@ -323,6 +323,8 @@ class GroupRecord:
     """The first offset each member consumed of a partition after being given it."""
     awaiting: dict[tuple[str, int], float] = field(default_factory=dict)
     """(member, partition) given to the member at this time, not consumed from since."""
+    reads: list[tuple[float, str, int, int, int]] = field(default_factory=list)
+    """What each member reported reading, when: (t, member, partition, first, last offset)."""
 
 
 class Soak:
@@ -391,6 +393,7 @@ class Soak:
                     runs = g.consumed.get(partition, [])
                     g.consumed[partition] = checks.add_run(runs, first, last)
                     g.records_consumed += last - first + 1
+                    g.reads.append((t, member.name, partition, first, last))
             elif kind == "commit":
                 if event["ok"]:
                     sent = float(event.get("sent", t))
@@ -894,6 +897,8 @@ class Soak:
                     "stalls": len(g.stalls), "exited_on_their_own": g.exits,
                     "timeline": [[round(e.t, 3), e.member, e.kind, list(e.partitions)]
                                  for e in g.events],
+                    "reads": [[round(t, 3), member, partition, first, last]
+                              for t, member, partition, first, last in g.reads],
                 }
                 if gaps:
                     violations.append(f"{name}: {sum(gaps.values())} records never consumed")

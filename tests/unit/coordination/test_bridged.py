@@ -157,7 +157,7 @@ async def test_a_kip848_join_refused_the_lock_is_bridged_into_the_broker_group(
         link = service.pool.fake  # type: ignore[attr-defined]
         marks = {c for (k, _v, _val), c in zip(link.requests, link.client_ids, strict=True)
                  if k in (ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT)}
-        assert marks == {"gg3|-|m1|app"}
+        assert marks == {f"gg3|{service.upgrades.mark_address}|m1|app"}
         subscription = parse_subscription(joins[-1]["protocols"][0]["metadata"])
         assert subscription is not None and list(subscription.topics) == [TOPIC]
         # the broker's heartbeats are the bridged member's own; the client's answer keeps

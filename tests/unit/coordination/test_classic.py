@@ -12,7 +12,7 @@ import trio.testing
 
 from proxy.codec import messages
 from proxy.codec.header import encode_request_header
-from proxy.connection import EXAMINE, FORWARD, Local, RequestInfo
+from proxy.connection import EXAMINE, FORWARD, Local, RequestInfo, Rewrite
 from proxy.coordination import offsets
 from proxy.coordination.fleet import Holder
 from translation.classic.messages import ClassicProtocol, ClassicSubscription, JoinGroupRequest
@@ -54,8 +54,8 @@ async def _action(service: Any, info: RequestInfo) -> str:
     if r.classify(info) != EXAMINE:
         return "forward"
     decision = r.decide(info)
-    if decision == FORWARD:
-        return "forward"
+    if decision == FORWARD or isinstance(decision, Rewrite):
+        return "forward"  # a forwarded JoinGroup carries the member mark (a Rewrite)
     assert isinstance(decision, Local)
     if isinstance(decision.answer, Coroutine):
         decision.answer.close()  # never started: the handler's own coroutine is dropped too

@@ -76,6 +76,28 @@ def test_who_holds_a_group() -> None:
     assert read_holder({"error_code": 15, "group_id": "g"}).kind == "unknown"
 
 
+def test_the_holder_is_the_leader_whatever_order_the_broker_lists_the_members_in() -> None:
+    """Two sidecars joined the broker's group at about the same time (a start-up race): until
+    the one that lost the election has left, DescribeGroups lists both cards, in no
+    particular order. The holder is the leader, whose assignment carries its card (it gives
+    the card to itself only); the loser's empty assignment says nothing."""
+    from proxy.coordination.membership import _ASSIGNMENT, lock_assignment
+
+    holder_card, loser_card = Card(PEER, "0.2.0"), Card(("10.233.0.9", 9093), "0.2.0")
+    holder = dict(member("m-holder", subscription_metadata(["t"], holder_card)),
+                  member_assignment=lock_assignment(holder_card))
+    loser = dict(member("m-loser", subscription_metadata(["t"], loser_card)),
+                 member_assignment=_ASSIGNMENT)
+    for members in ((holder, loser), (loser, holder)):
+        seen = read_holder(described(*members))
+        assert (seen.kind, seen.card, seen.member_id) == ("sidecar", holder_card, "m-holder")
+    # before anyone synced (no assignment yet): the first card, as before
+    unsynced = [dict(m, member_assignment=b"") for m in (loser, holder)]
+    assert read_holder(described(*unsynced)).member_id == "m-loser"
+    garbled = dict(holder, member_assignment=b"\x00\x01junk")
+    assert read_holder(described(loser, garbled)).member_id == "m-loser"
+
+
 def test_relayed_requests_carry_the_application_s_client_id_host_listener_and_software(
 ) -> None:
     from proxy.coordination.fleet import Relayed
@@ -323,10 +345,12 @@ async def test_a_relayed_commit_goes_to_the_group_s_broker_coordinator_stamped()
     """On the fleet listener, the connection's own upstream leads to a bootstrap server; the
     commit must go to the broker that coordinates the group, under the proxy's membership."""
     commits: list[dict[str, Any]] = []
+    versions: list[int] = []
 
     def broker(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
         if key == ApiKey.OFFSET_COMMIT:
             commits.append(value)
+            versions.append(version)
             return {"throttle_time_ms": 0, "topics": [
                 {"name": t["name"], "partitions": [
                     {"partition_index": p["partition_index"], "error_code": 0}
@@ -351,6 +375,7 @@ async def test_a_relayed_commit_goes_to_the_group_s_broker_coordinator_stamped()
     assert service.pool.addresses == [COORDINATOR]  # type: ignore[attr-defined]
     assert [(c["member_id"], c["generation_id_or_member_epoch"]) for c in commits] == [
         ("proxy-member", 7)]
+    assert versions == [8]  # v9 is v8 on the wire, and brokers before 3.7 lack v9
     membership = service.memberships["g"]
     assert membership.in_flight == 0  # released once answered
 

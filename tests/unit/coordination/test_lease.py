@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
@@ -14,7 +15,13 @@ from proxy.coordination.membership import LEASE_FRACTION, BrokerMembership
 from proxy.coordination.service import CoordinatorService
 from proxy.upstream import UpstreamError
 from tests.unit.coordination.test_fuzz_requests import stub_broker
-from translation.classic.messages import ClassicProtocol, ClassicSubscription, JoinGroupRequest
+from translation.classic.messages import (
+    ClassicProtocol,
+    ClassicSubscription,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    SyncGroupRequest,
+)
 from translation.heartbeat import ConsumerGroupHeartbeatRequest
 
 from .helpers import (
@@ -216,11 +223,11 @@ async def test_a_membership_the_broker_does_not_answer_for_a_session_is_cut_off(
 
 async def test_members_behind_a_cut_off_sidecar_are_told_to_let_go_one_session_after(
         autojump_clock: trio.testing.MockClock) -> None:
-    """The broker stops answering: the members wait (COORDINATOR_NOT_AVAILABLE) until a
-    whole broker session has passed since the last heartbeat it answered was sent; from then
-    on another sidecar may hold the group, and each member is told to let go
-    (UNKNOWN_MEMBER_ID) on its next request, also when the broker answers again before it
-    heard."""
+    """The broker stops answering: the members wait until a whole broker session has passed
+    since the last heartbeat it answered was sent (a heartbeat arriving after the lease ran
+    out waits for the session's end); from then on another sidecar may hold the group, and
+    each member is told to let go (UNKNOWN_MEMBER_ID) on its next request, also when the
+    broker answers again before it heard."""
     broker = Broker()
     service = make_service(broker.answer, connect_timeout=2)
     async with trio.open_nursery() as nursery:
@@ -233,16 +240,17 @@ async def test_members_behind_a_cut_off_sidecar_are_told_to_let_go_one_session_a
         broker.silent = True
         lease, session = membership.lease_deadline, _session_deadline(membership)
         await trio.sleep_until(lease + 0.01)
-        assert (await service.heartbeat(_hb("m1", epochs["m1"]))).error_code == \
-            COORDINATOR_NOT_AVAILABLE
-        await trio.sleep_until(session - 0.01)
-        assert (await service.heartbeat(_hb("m1", epochs["m1"]))).error_code == \
-            COORDINATOR_NOT_AVAILABLE
         assert set(service.engine.groups["g"].members) == {"m1", "m2", "m3"}
-        await trio.sleep_until(session + 0.01)
+        # within the session's last fifth: each heartbeat waits half an interval, then hears
+        # the retriable COORDINATOR_LOAD_IN_PROGRESS (never COORDINATOR_NOT_AVAILABLE: the
+        # client keeps its coordinator), until the session's end: told
+        answers: list[tuple[float, int]] = []
+        while not answers or answers[-1][1] == COORDINATOR_LOAD_IN_PROGRESS:
+            answer = await service.heartbeat(_hb("m1", epochs["m1"]))
+            answers.append((trio.current_time(), answer.error_code))
+        assert answers[-1] == (session, UNKNOWN_MEMBER_ID), answers
+        assert len(answers) > 1 and all(t < session for t, _e in answers[:-1])
         assert "g" not in service.engine.groups and "g" not in service.memberships
-        assert (await service.heartbeat(_hb("m1", epochs["m1"]))).error_code == \
-            UNKNOWN_MEMBER_ID
         # a member behind this sidecar's fleet routing: decided here, not looked up at the
         # broker that cannot be reached
         told = await exchange(router(service, fleet=True), _hb_wire("m2", epochs["m2"]))
@@ -280,7 +288,7 @@ async def test_a_sidecar_whose_broker_answers_again_within_the_session_tells_nob
         lease, session = membership.lease_deadline, _session_deadline(membership)
         await trio.sleep_until(lease + 0.01)
         assert (await service.heartbeat(_hb("m1", epochs["m1"]))).error_code == \
-            COORDINATOR_NOT_AVAILABLE
+            COORDINATOR_LOAD_IN_PROGRESS
         broker.silent = False
         await trio.sleep_until(session + 1)
         assert service.memberships["g"] is membership and membership.stable
@@ -308,4 +316,165 @@ async def test_a_classic_member_of_a_cut_off_group_is_told_on_any_request(
         answer = await service.join_group(_join(joined.member_id))
         assert answer.error_code == UNKNOWN_MEMBER_ID
         assert not service.hand_off.lost
+        nursery.cancel_scope.cancel()
+
+
+def _heartbeat(member: str, generation: int) -> HeartbeatRequest:
+    return HeartbeatRequest(group_id="g", generation_id=generation, member_id=member,
+                            api_version=4)
+
+
+async def _classic_member(service: CoordinatorService) -> tuple[str, int]:
+    """A classic member that joined and synced (member id, generation)."""
+    first = await service.join_group(_join())
+    assert first.error_code == MEMBER_ID_REQUIRED
+    joined = await service.join_group(_join(first.member_id))
+    assert joined.error_code == 0
+    synced = await service.sync_group(SyncGroupRequest(
+        group_id="g", generation_id=joined.generation_id, member_id=joined.member_id,
+        api_version=3))
+    assert synced.error_code == 0
+    return joined.member_id, joined.generation_id
+
+
+async def test_a_classic_heartbeat_after_the_lease_ran_out_waits_and_is_told_to_let_go(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """The broker stops answering; a classic member's heartbeat arrives after the lease ran
+    out, before the session's end. Answered COORDINATOR_NOT_AVAILABLE, a classic client
+    (Java, kafka-python) would mark its coordinator dead and send only FindCoordinator, which
+    a sidecar cut off from the broker cannot answer: it would never hear that it must let
+    go. The heartbeat waits for the session's end instead and is answered UNKNOWN_MEMBER_ID
+    then; the member's next requests are routed afresh."""
+    broker = Broker()
+    service = make_service(broker.answer, connect_timeout=2, classic_translation=True)
+    async with trio.open_nursery() as nursery:
+        await _started(service, nursery)
+        member, generation = await _classic_member(service)
+        assert (await service.classic_heartbeat(_heartbeat(member, generation))).error_code == 0
+        membership = service.memberships["g"]
+        await trio.sleep(2.5)
+        broker.silent = True
+        lease, session = membership.lease_deadline, _session_deadline(membership)
+        await trio.sleep_until(lease + 0.01)
+        answer = await service.classic_heartbeat(_heartbeat(member, generation))
+        assert (answer.error_code, trio.current_time()) == (UNKNOWN_MEMBER_ID, session)
+        assert membership.cut_off and "g" not in service.engine.groups
+        assert not service.hand_off.lost  # its only member was told
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_classic_heartbeat_waiting_after_the_lease_ran_out_is_served_once_held_again(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """The same, but the broker answers again before the session's end: the waiting
+    heartbeat is answered as usual once the group is held again, and nobody is told
+    anything."""
+    broker = Broker()
+    service = make_service(broker.answer, connect_timeout=2, classic_translation=True)
+    async with trio.open_nursery() as nursery:
+        await _started(service, nursery)
+        member, generation = await _classic_member(service)
+        membership = service.memberships["g"]
+        await trio.sleep(2.5)
+        broker.silent = True
+        lease, session = membership.lease_deadline, _session_deadline(membership)
+        await trio.sleep_until(lease + 0.01)
+        answers: list[tuple[float, int]] = []
+
+        async def beat() -> None:
+            answer = await service.classic_heartbeat(_heartbeat(member, generation))
+            answers.append((trio.current_time(), answer.error_code))
+
+        nursery.start_soon(beat)
+        await trio.sleep(0.1)
+        assert not answers and membership.undecided()
+        broker.silent = False
+        while not answers:
+            await trio.sleep(0.01)
+        (t, error), = answers
+        assert t < session and error not in (COORDINATOR_NOT_AVAILABLE, UNKNOWN_MEMBER_ID)
+        assert membership.stable and not membership.cut_off and not service.hand_off.lost
+        assert service.memberships["g"] is membership
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_commit_waiting_while_the_lease_is_cut_off_is_told_to_let_go(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A classic member's commit that waits for the broker membership when the lease is
+    cut off is answered UNKNOWN_MEMBER_ID (the member must let go), not a retriable error
+    that would leave it owning its partitions."""
+    broker = Broker()
+    service = make_service(broker.answer, connect_timeout=2, classic_translation=True)
+    async with trio.open_nursery() as nursery:
+        await _started(service, nursery)
+        member, generation = await _classic_member(service)
+        membership = service.memberships["g"]
+        await trio.sleep(2.5)
+        broker.silent = True
+        await trio.sleep_until(membership.lease_deadline + 0.01)
+        commit = request(8, 8, {
+            "group_id": "g", "generation_id_or_member_epoch": generation, "member_id": member,
+            "group_instance_id": None, "retention_time_ms": -1,
+            "topics": [{"name": TOPIC, "partitions": [{
+                "partition_index": 0, "committed_offset": 5, "committed_leader_epoch": -1,
+                "committed_metadata": ""}]}]})
+        answered = await exchange(router(service), commit)
+        assert answered.response is not None, answered
+        (topic,) = answered.response["topics"]
+        assert [p["error_code"] for p in topic["partitions"]] == [UNKNOWN_MEMBER_ID]
+        assert membership.cut_off
+        nursery.cancel_scope.cancel()
+
+
+def _commit(member: str, generation: int) -> Any:
+    return request(8, 8, {
+        "group_id": "g", "generation_id_or_member_epoch": generation, "member_id": member,
+        "group_instance_id": None, "retention_time_ms": -1,
+        "topics": [{"name": TOPIC, "partitions": [{
+            "partition_index": 0, "committed_offset": 5, "committed_leader_epoch": -1,
+            "committed_metadata": ""}]}]})
+
+
+async def test_a_relayed_commit_the_broker_never_answers_is_answered_when_the_lease_is_lost(
+        autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The holder is cut off from the broker (nothing comes back: every request to it hangs)
+    while a commit relayed by another sidecar is on its way to the broker. The relaying
+    sidecar holds the member's later requests (its heartbeats) behind that commit, so it
+    must not wait for the broker for ever: once the lease is lost (a whole session after the
+    last answered heartbeat was sent), the commit is answered UNKNOWN_MEMBER_ID, and the
+    member lets go."""
+    broker = Broker()
+    service = make_service(broker.answer, connect_timeout=2, classic_translation=True)
+    link = service.pool.fake
+    answer = link.request
+    cut = False
+
+    async def partitioned(api_key: int, version: int, value: dict[str, Any],
+                          **kwargs: Any) -> dict[str, Any]:
+        if cut:
+            await trio.sleep_forever()
+        if api_key == 8:  # OffsetCommit: every partition written
+            return {"throttle_time_ms": 0, "topics": [
+                {"name": t["name"], "partitions": [
+                    {"partition_index": p["partition_index"], "error_code": 0}
+                    for p in t["partitions"]]} for t in value["topics"]]}
+        return await answer(api_key, version, value, **kwargs)
+
+    monkeypatch.setattr(link, "request", partitioned)
+    async with trio.open_nursery() as nursery:
+        await _started(service, nursery)
+        member, generation = await _classic_member(service)
+        relayed = router(service, None, inbound=True)
+        written = (await exchange(relayed, _commit(member, generation))).response
+        assert written is not None
+        assert [p["error_code"] for t in written["topics"] for p in t["partitions"]] == [0]
+        membership = service.memberships["g"]
+        await trio.sleep(0.5)
+        cut = True
+        session = _session_deadline(membership)
+        with trio.fail_after(60):  # virtual time: the broker's answer never comes
+            answered = await exchange(relayed, _commit(member, generation))
+        assert answered.response is not None
+        (topic,) = answered.response["topics"]
+        assert [p["error_code"] for p in topic["partitions"]] == [UNKNOWN_MEMBER_ID]
+        assert trio.current_time() == session and membership.cut_off
         nursery.cancel_scope.cancel()

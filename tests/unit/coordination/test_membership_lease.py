@@ -8,12 +8,15 @@ from typing import Any
 
 import trio
 
+from proxy.coordination.fleet import PROTOCOL_NAME, Card, subscription_metadata
 from proxy.coordination.membership import BrokerMembership
 from tests.unit.coordination.test_fuzz_requests import stub_broker
 
 from .helpers import FakePool
 
 INVALID_SESSION_TIMEOUT = 26
+MEMBER_ID_REQUIRED = 79
+REBALANCE_IN_PROGRESS = 27
 
 
 def broker(min_session_ms: int, sent: list[tuple[int, dict[str, Any]]]) -> Any:
@@ -120,3 +123,95 @@ async def test_the_lock_assigns_itself_its_card_as_user_data(
     (own,) = [a for a in sync["assignments"] if a["member_id"] == membership.member_id]
     _version, decoded = messages.decode_data("ConsumerProtocolAssignment", own["assignment"])
     assert decoded["assigned_partitions"] == [] and Card.decode(decoded["user_data"]) == card
+
+
+def _racing_broker(sent: list[tuple[int, dict[str, Any]]], held_by: bytes | None) -> Any:
+    """A broker whose group another sidecar formed while this one was on its way: the first
+    JoinGroup (no member id) asks for one, DescribeGroups shows the group Stable with the
+    other sidecar's member (``held_by``: its JoinGroup metadata; None: the group is still
+    free)."""
+    def answer(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
+        sent.append((key, value))
+        if key == 11 and not value["member_id"]:
+            return {"throttle_time_ms": 0, "error_code": MEMBER_ID_REQUIRED,
+                    "generation_id": -1, "protocol_type": None, "protocol_name": None,
+                    "leader": "", "skip_assignment": False, "member_id": "pending-1",
+                    "members": []}
+        if key == 15:
+            members = [] if held_by is None else [{
+                "member_id": "other-sidecar", "group_instance_id": None,
+                "client_id": "groupgate", "client_host": "/10.233.0.2",
+                "member_metadata": held_by, "member_assignment": b""}]
+            return {"throttle_time_ms": 0, "groups": [{
+                "error_code": 0, "group_id": "g",
+                "group_state": "Stable" if members else "Empty",
+                "protocol_type": "consumer" if members else "",
+                "protocol_data": PROTOCOL_NAME if members else "", "members": members,
+                "authorized_operations": -2147483648}]}
+        return stub_broker(key, version, value)
+    return answer
+
+
+async def test_a_sidecar_that_finds_the_group_held_by_another_before_joining_it_does_not_join(
+        autojump_clock: trio.abc.Clock) -> None:
+    """Two sidecars whose members asked for a new group at the same moment both looked it up
+    free and took it over. The second one's JoinGroup used to land tens of milliseconds after
+    the first had formed the group (seen in the fleet soak: 44 ms after the holder's first
+    JoinGroup), which made the broker rebalance the holder's group twice (the join, then the
+    leave after the lost election), each time at the holder's next heartbeat, up to 2 s
+    later. Between the JoinGroup that asks for a member id and the one that joins, it now
+    looks at the group: held by another sidecar, it loses the election without joining
+    (and leaves its pending member id)."""
+    sent: list[tuple[int, dict[str, Any]]] = []
+    other = subscription_metadata(["t"], Card(("10.233.0.2", 9191), "0.2.0"))
+    membership = BrokerMembership("g", FakePool(_racing_broker(sent, other)), [("b", 1)],
+                                  connect_timeout=5, session_timeout_ms=6000,
+                                  card=Card(("10.233.0.3", 9191), "0.2.0"))
+    await hold(membership, 1)
+    assert membership.failure_kind == "lost-election" and not membership.established
+    assert [k for k, _v in sent if k in (11, 13, 15)] == [11, 15, 13]  # no second JoinGroup
+    assert [v["members"][0]["member_id"] for k, v in sent if k == 13] == ["pending-1"]
+
+
+async def test_a_sidecar_that_finds_the_group_free_or_held_by_its_former_self_joins_it(
+        autojump_clock: trio.abc.Clock) -> None:
+    own = Card(("10.233.0.3", 9191), "0.2.0")
+    for held_by in (None, subscription_metadata(["t"], own)):
+        sent: list[tuple[int, dict[str, Any]]] = []
+        membership = BrokerMembership("g", FakePool(_racing_broker(sent, held_by)),
+                                      [("b", 1)], connect_timeout=5, session_timeout_ms=6000,
+                                      card=own)
+        await hold(membership, 1)
+        assert membership.failure is None and membership.stable
+        assert [k for k, _v in sent if k in (11, 15)] == [11, 15, 11]
+
+
+async def test_a_group_formed_twice_while_taking_it_over_had_no_holder_before(
+        autojump_clock: trio.abc.Clock) -> None:
+    """Two sidecars take a new group over at about the same moment: the first joins
+    (generation 1), the second's join comes before the first's SyncGroup, which fails with
+    REBALANCE_IN_PROGRESS, and the first holds the group at generation 2. Nobody held the
+    group before it: its generation before the first join is 0, so no takeover wait (seen in
+    the fleet's SIGKILL test: the holder took generation 1 for an earlier coordinator and made
+    its members wait 20 s for partitions, so the state log had nothing when it was killed)."""
+    sent: list[tuple[int, dict[str, Any]]] = []
+    syncs = 0
+
+    def answer(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
+        nonlocal syncs
+        sent.append((key, value))
+        if key == 11:
+            joined = stub_broker(key, version, value)
+            return dict(joined, generation_id=1 + syncs)
+        if key == 14:
+            syncs += 1
+            if syncs == 1:
+                return {"throttle_time_ms": 0, "error_code": REBALANCE_IN_PROGRESS,
+                        "protocol_type": None, "protocol_name": None, "assignment": b""}
+        return stub_broker(key, version, value)
+
+    membership = BrokerMembership("g", FakePool(answer), [("b", 1)], connect_timeout=5,
+                                  session_timeout_ms=6000)
+    await hold(membership, 1)
+    assert membership.stable and membership.generation == 2
+    assert membership.previous_generation == 0

@@ -3,13 +3,18 @@ connection, stamped with the proxy's membership."""
 
 from __future__ import annotations
 
+import struct
 import uuid
 from typing import Any
 
 import trio
 import trio.testing
 
+from proxy.codec import messages
+from proxy.codec.header import parse_request_header, response_header_for
+from proxy.connection import EXAMINE, FORWARD, Rewrite
 from proxy.coordination import offsets
+from proxy.router import body_offset
 from translation.topics import TopicMetadata, TopicsImage
 
 from .helpers import (
@@ -247,3 +252,62 @@ async def test_a_commit_for_a_membership_lost_but_not_yet_removed_is_refused_onc
     membership.failure = "the broker forgot member proxy-member"
     result = await exchange(router(service), request(8, 9, _commit("m1", epoch, [0])))
     assert (result.action, _errors(result.response)) == ("local", {15})
+
+
+# -- OffsetCommit v9 in front of a broker without it (Kafka 3.6 and older) -------------------
+
+def _api_versions_answer(offset_commit_max: int) -> bytes:
+    """A broker's ApiVersions v3 answer (header and body) naming OffsetCommit 0..max."""
+    body = messages.encode_response(18, 3, {
+        "error_code": 0, "throttle_time_ms": 0, "api_keys": [
+            {"api_key": 8, "min_version": 0, "max_version": offset_commit_max},
+            {"api_key": 18, "min_version": 0, "max_version": 3}]})
+    return struct.pack(">i", 1) + body
+
+
+def _learned(r: Any, offset_commit_max: int) -> int:
+    """Pass the broker's ApiVersions answer through ``r``; the newest OffsetCommit the
+    client is offered."""
+    rewrite = r.response_rewriter(18, 3)
+    out = rewrite(memoryview(_api_versions_answer(offset_commit_max)))
+    view, _ = messages.decode_response(18, 3, out, 4)
+    return int({e["api_key"]: e["max_version"] for e in view["api_keys"]}[8])
+
+
+async def test_a_v9_commit_of_a_coordinated_group_goes_to_the_broker_as_v8() -> None:
+    service = make_service()
+    coordinate(service, "g")
+    epoch = _join(service, "g", "m1")
+    r = router(service)
+    assert _learned(r, 8) == 9
+    info = request(8, 9, _commit("m1", epoch, [0, 1]))
+    assert r.classify(info) == EXAMINE
+    decision = r.decide(info)
+    assert isinstance(decision, Rewrite)
+    header = parse_request_header(decision.payload)
+    assert (header.api_key, header.api_version) == (8, 8)
+    sent, _ = messages.decode_request(8, 8, decision.payload, header.header_length)
+    assert sent["member_id"] == "proxy-member"
+    reply = (response_header_for(8, 8, info.correlation_id)
+             + messages.encode_response(8, 8, offsets.commit_error(sent, 0)))
+    out = decision.on_response(memoryview(reply))
+    assert out is not None
+    answer, _ = messages.decode_response(8, 9, out, body_offset(memoryview(out), 1))
+    assert _errors(answer) == {0}  # the client's v9 answer
+
+
+async def test_a_v9_commit_passed_to_a_broker_without_v9_is_relabelled_v8() -> None:
+    service = make_service()
+    coordinate(service, "g")
+    info = request(8, 9, _commit("m", 3, [0], "theirs"))  # the broker's own group
+    older = router(service)
+    _learned(older, 8)
+    decision = older.decide(info)
+    assert isinstance(decision, Rewrite)
+    assert bytes(decision.payload) == bytes(info.frame[:2]) + b"\x00\x08" + bytes(
+        info.frame[4:])
+    assert decision.on_response(memoryview(b"any answer")) is None  # passed on unchanged
+    newer = router(service)
+    assert _learned(newer, 9) == 9
+    assert newer.decide(info) == FORWARD  # a broker with v9 gets it as it is
+    assert router(service).decide(info) == FORWARD  # nothing known of the broker: as it is

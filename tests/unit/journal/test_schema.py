@@ -76,3 +76,17 @@ def test_not_json_is_refused() -> None:
         decode(b"\xff{")
     with pytest.raises(SchemaError):
         decode(b"[1, 2]")
+
+
+def test_new_event_types_are_version_2_and_old_ones_stay_version_1() -> None:
+    converted = Event(EventType.GROUP_CONVERTED, "orders", 1, "s", 1, {
+        "group_epoch": 5, "assignor": "range", "member_count": 2, "member_ids": ["a", "b"]})
+    value = json.loads(converted.encode())
+    assert value["v"] == 2
+    assert decode(converted.encode()).fields["member_ids"] == ["a", "b"]
+    aborted = Event(EventType.CONVERSION_ABORTED, "orders", 1, "s", 2,
+                    {"group_epoch": 5, "reason": "a member is direct"})
+    assert json.loads(aborted.encode())["v"] == 2
+    assert json.loads(Event(EventType.GROUP_EXPIRED, "g", 1, "s", 3, {}).encode())["v"] == 1
+    # a version-1 reader skips them: they are not version-1 events
+    assert check(dict(value, v=1))

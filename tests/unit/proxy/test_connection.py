@@ -19,7 +19,7 @@ import trio.testing
 from proxy import connection as connection_module
 from proxy.connection import FORWARD, Connection, RequestInfo
 from proxy.frames import FrameSplitter, encode_frame
-from proxy.metrics import RequestCounters
+from proxy.metrics import RequestCounters, Traffic
 from proxy.rewrite import DictAddressMap
 from proxy.router import ForwardingRouter, parse_table
 
@@ -52,7 +52,7 @@ async def read_frames(stream: trio.SocketStream, count: int) -> list[bytes]:
 
 async def run_with_peer(router: object, script: Callable[[trio.SocketStream, trio.SocketStream],
                                                            Awaitable[None]],
-                        *, splice: bool = True) -> None:
+                        *, splice: bool = True, traffic: Traffic | None = None) -> None:
     """Connect client <-> Connection <-> peer over loopback and run ``script(client, peer)``."""
     async with trio.open_nursery() as nursery:
         listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
@@ -65,7 +65,7 @@ async def run_with_peer(router: object, script: Callable[[trio.SocketStream, tri
             upstream = await trio.open_tcp_stream("127.0.0.1", port)
             conn = Connection(client_side, upstream, router,  # type: ignore[arg-type]
                               max_frame_bytes=1 << 26, max_in_flight=16, name="test",
-                              splice=splice)
+                              splice=splice, traffic=traffic)
             await conn.run()
 
         nursery.start_soon(serve_one)

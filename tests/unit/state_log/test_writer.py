@@ -12,9 +12,11 @@ from collections import deque
 from typing import Any
 
 import pytest
+import trio
 
 from proxy.codec.api_keys import ApiKey
 from proxy.kafka_client.links import Address
+from proxy.metrics import REGISTRY
 from proxy.state_log.errors import WriteFailed
 from proxy.state_log.writer import Writer, WriterConfig
 from translation.errors import ErrorCode
@@ -84,3 +86,28 @@ async def test_an_error_no_retry_fixes_fails_the_write_at_once() -> None:
     assert cluster.sent == ["ADD_PARTITIONS_TO_TXN", "INIT_PRODUCER_ID"]
     await w.write([(b"k", b"v")])
     assert w.transactions == 1
+
+
+def _writes(outcome: str, suffix: str) -> float:
+    return REGISTRY.get_sample_value(f"groupgate_state_log_write_seconds_{suffix}",
+                                     {"outcome": outcome}) or 0.0
+
+
+async def test_each_transaction_s_time_is_observed_by_outcome(
+        autojump_clock: trio.abc.Clock) -> None:
+    committed, took = _writes("committed", "count"), _writes("committed", "sum")
+    failed = _writes("failed", "count")
+    cluster = ScriptedCluster({ApiKey.ADD_PARTITIONS_TO_TXN: [
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]})
+    w = writer(cluster)
+    began = trio.current_time()
+    await w.write([(b"k", b"v")])  # committed after one backoff
+    elapsed = trio.current_time() - began
+    assert elapsed > 0
+    assert _writes("committed", "count") == committed + 1
+    assert _writes("committed", "sum") == pytest.approx(took + elapsed)
+    cluster.answers[ApiKey.ADD_PARTITIONS_TO_TXN].append(ErrorCode.INVALID_TXN_STATE)
+    with pytest.raises(WriteFailed):
+        await w.write([(b"k", b"v")])
+    assert _writes("failed", "count") == failed + 1
+    assert _writes("committed", "count") == committed + 1

@@ -22,6 +22,7 @@ coordinate-groups
 classic-translation
 classic-quiet-advance
 classic-sync-hold-ms
+migration-policy
 pod-local-liveness
 liveness-window-ms
 liveness-grace-ms

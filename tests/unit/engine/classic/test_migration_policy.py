@@ -225,3 +225,22 @@ def test_session_timeout_of_the_last_new_protocol_member_hands_back_too() -> Non
         assert not any(isinstance(e, GroupHandedBack) for e in c.tick(now))
     effects = c.tick(45_000)  # n1's session (45 s) runs out
     assert any(isinstance(e, GroupHandedBack) for e in effects)
+
+
+
+@pytest.mark.parametrize("name", ["sticky", "cooperative-sticky"])
+def test_sticky_assignors_state_in_the_assignment_does_not_refuse_a_conversion(
+        name: str) -> None:
+    """librdkafka's (cooperative-)sticky assignor writes its stickiness state into each
+    member's assignment userData; the engine needs none of it (range: refused, above)."""
+    c = fresh()
+    members = [ClassicGroupMemberSnapshot(
+        m, [ClassicProtocol(name, subscription(("foo",)))],
+        ClassicAssignment(1, [("foo", ps)]), assignment_user_data=b"state")
+        for m, ps in (("c1", [0, 1]), ("c2", [2, 3]))]
+    refusal, _ = convert_classic_group(c.engine, snapshot(protocol_name=name,
+                                                          members=members), 0)
+    assert refusal is None
+    assert {m: sorted(p for ps in member.assigned.values() for p in ps)
+            for m, member in c.engine.groups[G].members.items()} == {"c1": [0, 1],
+                                                                     "c2": [2, 3]}

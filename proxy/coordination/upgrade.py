@@ -1,0 +1,559 @@
+"""Upgrade without a stop: a live classic group of the broker moves to the engine once no
+member is connected straight to the broker (decision record 0018, section 1).
+
+While any member of a group is *direct* (a client connected straight to the broker), the
+broker's classic coordinator coordinates the group and the sidecars forward their classic
+members to it. Three things here move such a group to the engine as soon as the last direct
+member is gone, without calling anybody back:
+
+* **Member marks.** A classic JoinGroup this sidecar forwards to the broker carries the client
+  id ``gg3|<fleet address>|-|<client id>`` (:func:`member_mark`) in its request header. The
+  broker builds the member id from it (client id, dash, UUID) and shows it as the member's
+  ``client_id`` in DescribeGroups in every group state, so whoever looks at the broker's group
+  sees which members sit behind a sidecar of fleet protocol 3 (:func:`read_mark`). Nothing else
+  of the request changes, and the client gets the broker's answer as it is.
+* **Detection.** The JoinGroup answer of the broker group's *leader* lists every member id;
+  only the sidecar that forwarded the leader's join sees it, so there is one candidate per
+  generation and no election (:meth:`Upgrades.observe_join`). A group whose members are all
+  marked *by this sidecar* becomes a *candidate* (bounded, expiring: :data:`CANDIDATES_MAX`,
+  :data:`CANDIDATE_SECONDS`). Every :data:`POLL_SECONDS` the sidecar describes each candidate
+  at the broker; one seen Stable with the same marked members on two polls at least
+  :data:`POLL_SECONDS` apart, at the generation of the last leader answer, is converted.
+* **Conversion** (:meth:`Upgrades.convert`): *hold* the group's requests on this sidecar's
+  connections (:meth:`Upgrades.holding`, bounded by :data:`HOLD_SECONDS`) and wait for the
+  forwarded ones still at the broker (:data:`DRAIN_SECONDS` at most); *snapshot* the broker's
+  group (DescribeGroups: member ids, client ids, protocol, subscriptions, assignments; the
+  sessions and rebalance timeouts from the members' joins this sidecar forwarded); check it
+  with the engine (:func:`~translation.classic.migration.conversion_refusal`); *empty and
+  lock*: the group's broker membership is started with a LeaveGroup naming every member sent
+  back to back with its JoinGroup on one connection (the service's takeover,
+  ``leave_first``); once the lock is held, *convert*
+  (:func:`~translation.classic.migration.convert_classic_group`: every member keeps its member
+  id, generation and partitions; the target is what they own), write it to the state log,
+  journal ``group_converted`` and count it (``groupgate_group_conversions_total``). Held
+  requests then reach the engine, which answers every member's next Heartbeat, SyncGroup and
+  commit at the generation it had.
+
+The conversion needs ``classic-translation`` (the engine serves the members afterwards) and a
+``migration-policy`` that allows upgrades (``bidirectional`` or ``upgrade``). A refused or
+failed attempt is journalled (``conversion_aborted``) and tried again after
+:data:`RETRY_SECONDS`. A group with members behind other sidecars is not converted: the
+leader's sidecar would first have to announce the conversion to them (FleetControl
+``GroupConverting``, decision record 0018, step 1), which is not built; such a group stays
+the broker's (decision record 0018, "What is built").
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+import trio
+from cachetools import TTLCache
+
+from proxy import metrics
+from proxy.codec.api_keys import ApiKey
+from proxy.codec.header import encode_request_header
+from proxy.coordination import convert
+from proxy.coordination.handler import PASS, GroupRequest, Outcome, Upstream, Value
+from proxy.coordination.membership import (
+    CoordinatorUnavailable,
+    MembershipRefused,
+    find_coordinator,
+)
+from proxy.upstream import UpstreamError
+from translation.classic.messages import CONSUMER_PROTOCOL_TYPE, ClassicProtocol
+from translation.classic.migration import (
+    ClassicGroupMemberSnapshot,
+    ClassicGroupSnapshot,
+    conversion_refusal,
+    convert_classic_group,
+)
+from translation.config import MigrationPolicy
+from translation.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from proxy.coordination.service import CoordinatorService
+    from proxy.journal.observer import JournalObserver
+    from proxy.journal.schema import Event
+
+log = logging.getLogger("groupgate.coordination")
+
+MARK_PREFIX: Final = "gg3|"
+"""How a member mark of fleet protocol 3 starts."""
+NO_MEMBER: Final = "-"
+"""The KIP-848 member id field of a forwarded classic member's mark."""
+POLL_SECONDS = 1.0
+"""How often candidates are described at the broker; a candidate is converted once it was
+seen Stable, all marked, on two polls at least this far apart (one heartbeat interval of
+librdkafka's and the Java client's defaults is 3 s or less: the members have heard of the
+generation)."""
+CANDIDATES_MAX = 1000
+CANDIDATE_SECONDS = 600.0
+"""Candidates kept at once, and how long one is kept after the leader's join answer that made
+it (a group still not converted by then waits for its next rebalance)."""
+JOINS_MAX = 10_000
+JOINS_SECONDS = 3600.0
+"""Forwarded joins remembered (for the members' session and rebalance timeouts), and for how
+long after the join."""
+HOLD_SECONDS = 3.0
+"""Longest a request of a group being converted is held before it is decided again (by then
+the group's takeover is registered, and the request waits for it there)."""
+DRAIN_SECONDS = 1.0
+"""Longest a conversion waits for the group's forwarded requests still at the broker."""
+RETRY_SECONDS = 30.0
+"""How long after a refused or failed conversion a candidate is tried again."""
+DESCRIBE_VERSION = 5
+SAFETY_NET_ERRORS = frozenset({int(ErrorCode.UNKNOWN_MEMBER_ID),
+                               int(ErrorCode.ILLEGAL_GENERATION),
+                               int(ErrorCode.REBALANCE_IN_PROGRESS),
+                               int(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)})
+"""Broker answers to a forwarded request that a conversion may have caused (0018's safety
+net): counted (``groupgate_group_conversion_late_answers_total``) when one comes back for a
+group converted or being converted here."""
+
+
+# ---- member marks ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MemberMark:
+    """What a member mark says: which sidecar forwards the member (its fleet address), the
+    KIP-848 member id of a bridged member (None for a forwarded classic member), and the
+    application's own client id."""
+
+    address: str
+    kip848_member_id: str | None
+    client_id: str
+
+
+def member_mark(address: str, client_id: str | None, kip848_member_id: str | None = None
+                ) -> str:
+    """The client id a forwarded classic JoinGroup carries to the broker."""
+    return f"{MARK_PREFIX}{address}|{kip848_member_id or NO_MEMBER}|{client_id or ''}"
+
+
+def read_mark(client_id: str | None) -> MemberMark | None:
+    """The mark in a client id (or in a member id the broker built from one); None: the member
+    is direct (or behind a sidecar of fleet protocol 2 or older, which cannot convert)."""
+    if not client_id or not client_id.startswith(MARK_PREFIX):
+        return None
+    parts = client_id[len(MARK_PREFIX):].split("|", 2)
+    if len(parts) != 3 or not parts[0]:
+        return None
+    address, member, rest = parts
+    return MemberMark(address, None if member == NO_MEMBER else member, rest)
+
+
+def bridged(member_id: str) -> bool:
+    """Whether the mark in ``member_id`` is a bridged member's (it names a KIP-848 member)."""
+    mark = read_mark(member_id)
+    return mark is not None and mark.kip848_member_id is not None
+
+
+def all_marked(ids: Iterable[str], address: str | None = None) -> bool:
+    """Whether every id (client ids, or member ids built from them) carries a mark (naming the
+    sidecar at ``address``, when given); False for none at all."""
+    seen = False
+    for x in ids:
+        mark = read_mark(x)
+        if mark is None or (address is not None and mark.address != address):
+            return False
+        seen = True
+    return seen
+
+
+# ---- what this sidecar saw of the broker's groups ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JoinSeen:
+    """A forwarded member's join, as it was sent (what DescribeGroups does not show)."""
+
+    protocols: tuple[ClassicProtocol, ...]
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+
+
+@dataclass(slots=True)
+class Candidate:
+    """A broker group whose leader's join answer, forwarded here, named only marked members."""
+
+    generation: int
+    member_ids: frozenset[str]
+    stable_since: float | None = None
+    """trio time of the first poll that saw it Stable at :attr:`generation` (None: not yet)."""
+    not_before: float = 0.0
+    """No conversion attempt before this trio time (after a refused one)."""
+
+
+def snapshot_of(group_id: str, generation: int, described: Value,
+                joins: Callable[[str], JoinSeen | None], default_session_ms: int
+                ) -> ClassicGroupSnapshot | str:
+    """The engine's snapshot of the broker's group from its DescribeGroups entry, or why it
+    cannot be converted now."""
+    if described.get("error_code"):
+        return f"DescribeGroups error {described['error_code']}"
+    if described.get("group_state") != "Stable":
+        return f"the broker's group is {described.get('group_state')}"
+    if described.get("protocol_type") != CONSUMER_PROTOCOL_TYPE:
+        return f"protocol type {described.get('protocol_type')!r} is not 'consumer'"
+    members_in = described.get("members") or []
+    if not all_marked(m.get("client_id") or "" for m in members_in):
+        return "a member is connected straight to the broker"
+    protocol_name = described.get("protocol_data") or ""
+    members: list[ClassicGroupMemberSnapshot] = []
+    for m in members_in:
+        member_id = m["member_id"]
+        seen = joins(member_id)
+        subscription = convert.parse_subscription(m.get("member_metadata") or b"")
+        protocols = [ClassicProtocol(protocol_name, subscription)]
+        if seen is not None:
+            protocols += [p for p in seen.protocols if p.name != protocol_name]
+        raw = m.get("member_assignment") or b""
+        assignment = None
+        user_data: bytes | None = None
+        malformed = False
+        if raw:
+            try:
+                assignment, user_data = convert.parse_assignment(raw)
+            except convert.ShapeError:
+                malformed = True
+        mark = read_mark(m.get("client_id"))
+        members.append(ClassicGroupMemberSnapshot(
+            member_id=member_id,
+            protocols=tuple(protocols),
+            assignment=assignment,
+            assignment_user_data=user_data,
+            assignment_malformed=malformed,
+            group_instance_id=m.get("group_instance_id"),
+            client_id=mark.client_id if mark is not None else (m.get("client_id") or ""),
+            client_host=m.get("client_host") or "",
+            session_timeout_ms=seen.session_timeout_ms if seen else default_session_ms,
+            rebalance_timeout_ms=seen.rebalance_timeout_ms if seen else default_session_ms,
+        ))
+    return ClassicGroupSnapshot(group_id, generation, CONSUMER_PROTOCOL_TYPE, protocol_name,
+                                members)
+
+
+class ConversionRefused(Exception):
+    """The group cannot be converted now (the reason is journalled and logged)."""
+
+
+class Upgrades:
+    """The online upgrade of one sidecar: marks, candidates, the hold and the conversions."""
+
+    def __init__(self, policy: MigrationPolicy, mark_address: str, *,
+                 default_session_ms: int = 45_000) -> None:
+        self.policy = policy
+        self.mark_address = mark_address
+        """The fleet address (``host:port``) this sidecar's marks carry; without a fleet
+        listener, its client listener's address."""
+        self.default_session_ms = default_session_ms
+        # Fed by client requests: bounded, entries expire (docs/decisions/0008).
+        self.joins: TTLCache[tuple[str, str], JoinSeen] = TTLCache(
+            maxsize=JOINS_MAX, ttl=JOINS_SECONDS, timer=trio.current_time)
+        self.candidates: TTLCache[str, Candidate] = TTLCache(
+            maxsize=CANDIDATES_MAX, ttl=CANDIDATE_SECONDS, timer=trio.current_time)
+        self._in_flight: dict[str, int] = {}
+        """Forwarded requests of candidate groups not answered yet (only candidates' entries;
+        an entry goes with its last request)."""
+        self._drained: dict[str, trio.Event] = {}
+        self._holds: dict[str, trio.Event] = {}
+        """Groups being converted (at most one conversion at a time: see :meth:`run`)."""
+        self.converted: TTLCache[str, int] = TTLCache(
+            maxsize=CANDIDATES_MAX, ttl=CANDIDATE_SECONDS, timer=trio.current_time)
+        """Groups converted here recently, with the generation they were converted at."""
+
+    # -- step 1: marks ---------------------------------------------------------------------
+
+    def forward_join(self, request: GroupRequest) -> Outcome:
+        """A classic JoinGroup the engine does not take: forwarded with the member mark, its
+        answer noted (:meth:`observe_join`) and passed back unchanged."""
+        value = request.value
+        if value.get("protocol_type") != CONSUMER_PROTOCOL_TYPE:
+            return PASS  # only consumer groups can move to the engine
+        group_id = value["group_id"]
+        marked = member_mark(self.mark_address, request.client_id)
+        header = encode_request_header(request.api_key, request.version,
+                                       request.correlation_id, marked)
+        release = self._track(group_id)
+
+        def on_response(response: Value) -> Value:
+            if release is not None:
+                release()
+            try:
+                self.observe_join(group_id, request, response)
+            except (KeyError, TypeError, ValueError, convert.ShapeError):
+                log.debug("group %s: JoinGroup answer not noted", group_id, exc_info=True)
+            return response
+
+        return Upstream(value, on_response, release, header=header)
+
+    # -- step 2: detection -------------------------------------------------------------------
+
+    def observe_join(self, group_id: str, request: GroupRequest, response: Value) -> None:
+        """The broker's answer to a forwarded JoinGroup: remember the member's join; if it is
+        the leader's answer, the group is a candidate when every member is marked."""
+        if response.get("error_code") != ErrorCode.NONE:
+            return
+        member_id = response.get("member_id") or ""
+        if not member_id:
+            return
+        join = convert.join_group_request(request.value, request.version,
+                                          client_id=request.client_id,
+                                          client_host=request.client_host)
+        self.joins[(group_id, member_id)] = JoinSeen(
+            tuple(join.protocols), join.session_timeout_ms,
+            join.rebalance_timeout_ms if join.rebalance_timeout_ms > 0
+            else join.session_timeout_ms,
+            join.group_instance_id, join.client_id, join.client_host)
+        if response.get("leader") != member_id:
+            return
+        member_ids = frozenset(m["member_id"] for m in response.get("members") or ())
+        if (not self.policy.upgrade_enabled or not all_marked(member_ids, self.mark_address)
+                or any(bridged(m) for m in member_ids)):
+            # a direct member, or members behind other sidecars: the conversion would have to
+            # be announced to them first (not built), so the group stays the broker's; so does
+            # a group with bridged members (:mod:`.bridged`), whose conversion is not built
+            self.candidates.pop(group_id, None)
+            return
+        previous = self.candidates.get(group_id)
+        candidate = Candidate(response["generation_id"], member_ids)
+        if previous is not None:
+            candidate.not_before = previous.not_before
+        self.candidates[group_id] = candidate
+        log.info("group %s: every member of the broker's group is behind a sidecar "
+                 "(generation %d, %d member(s)); converting it once it is stable", group_id,
+                 candidate.generation, len(member_ids))
+
+    # -- forwarded requests of candidates, and the hold --------------------------------------
+
+    def _track(self, group_id: str) -> Callable[[], None] | None:
+        if group_id not in self.candidates:
+            return None
+        self._in_flight[group_id] = self._in_flight.get(group_id, 0) + 1
+        done = False
+
+        def release() -> None:
+            nonlocal done
+            if done:
+                return
+            done = True
+            left = self._in_flight.get(group_id, 1) - 1
+            if left > 0:
+                self._in_flight[group_id] = left
+                return
+            self._in_flight.pop(group_id, None)
+            drained = self._drained.pop(group_id, None)
+            if drained is not None:
+                drained.set()
+
+        return release
+
+    def tracked(self, request: GroupRequest, group_ids: Sequence[str]) -> Upstream | None:
+        """A forwarded (untouched) request of a candidate group, counted while it is at the
+        broker so that a conversion can wait for it; None: forward it as it is."""
+        if len(group_ids) != 1 or group_ids[0] not in self.candidates:
+            return None
+        group_id = group_ids[0]
+        release = self._track(group_id)
+        if release is None:
+            return None
+        done = release
+
+        def on_response(response: Value) -> Value:
+            done()
+            if (self._late(group_id)
+                    and response.get("error_code") in SAFETY_NET_ERRORS):
+                metrics.GROUP_CONVERSION_LATE_ANSWERS.inc()
+            return response
+
+        return Upstream(request.value, on_response, release)
+
+    def _late(self, group_id: str) -> bool:
+        return group_id in self._holds or group_id in self.converted
+
+    @property
+    def converting(self) -> bool:
+        """Whether a conversion is under way (its group's requests are held)."""
+        return bool(self._holds)
+
+    def holding(self, group_ids: Sequence[str]) -> trio.Event | None:
+        """The event set when the conversion of one of ``group_ids`` is over (None: none is
+        being converted): their requests wait for it (at most :data:`HOLD_SECONDS`) and are
+        decided again."""
+        if not self._holds:
+            return None
+        for group_id in group_ids:
+            hold = self._holds.get(group_id)
+            if hold is not None:
+                return hold
+        return None
+
+    async def _drain(self, group_id: str) -> bool:
+        if not self._in_flight.get(group_id):
+            return True
+        drained = self._drained.setdefault(group_id, trio.Event())
+        with trio.move_on_after(DRAIN_SECONDS):
+            await drained.wait()
+        return not self._in_flight.get(group_id)
+
+    # -- step 3: conversion ------------------------------------------------------------------
+
+    async def run(self, service: CoordinatorService) -> None:
+        """Poll the candidates every :data:`POLL_SECONDS`; convert those that are ready, one
+        at a time."""
+        while True:
+            await trio.sleep(POLL_SECONDS)
+            for group_id in list(self.candidates):
+                candidate = self.candidates.get(group_id)
+                if candidate is None or trio.current_time() < candidate.not_before:
+                    continue
+                if service.claims(group_id) or not self.policy.upgrade_enabled:
+                    self.candidates.pop(group_id, None)
+                    continue
+                await self.poll(service, group_id, candidate)
+
+    async def poll(self, service: CoordinatorService, group_id: str, candidate: Candidate
+                   ) -> None:
+        """One look at a candidate: note it Stable, or convert it if it was on an earlier
+        poll at least :data:`POLL_SECONDS` ago."""
+        if group_id in self._holds:
+            return  # being converted
+        try:
+            described = await self._describe(service, group_id)
+        except (CoordinatorUnavailable, UpstreamError, trio.TooSlowError) as exc:
+            log.info("group %s: could not describe the broker's group: %s", group_id, exc)
+            return
+        ready = self._still_ready(group_id, candidate, described)
+        now = trio.current_time()
+        if not ready:
+            candidate.stable_since = None
+            return
+        if candidate.stable_since is None:
+            candidate.stable_since = now
+            return
+        if now - candidate.stable_since < POLL_SECONDS:
+            return
+        await self.convert(service, group_id, candidate)
+
+    def _still_ready(self, group_id: str, candidate: Candidate, described: Value) -> bool:
+        if self.candidates.get(group_id) is not candidate:
+            return False  # a newer leader answer replaced it meanwhile
+        if described.get("error_code") or described.get("group_state") != "Stable":
+            return False
+        members = described.get("members") or []
+        return (frozenset(m["member_id"] for m in members) == candidate.member_ids
+                and all_marked((m.get("client_id") or "" for m in members), self.mark_address))
+
+    async def _describe(self, service: CoordinatorService, group_id: str) -> Value:
+        deadline = trio.current_time() + service.config.connect_timeout
+        _, address = await find_coordinator(service.pool, service.config.upstream, group_id,
+                                            deadline)
+        with trio.fail_after(max(deadline - trio.current_time(), 1.0)):
+            response = await service.pool.link(address).request(
+                ApiKey.DESCRIBE_GROUPS, DESCRIBE_VERSION,
+                {"groups": [group_id], "include_authorized_operations": False})
+        groups = response.get("groups") or []
+        if len(groups) != 1:
+            raise UpstreamError("DescribeGroups answered no group")
+        described: Value = groups[0]
+        return described
+
+    async def convert(self, service: CoordinatorService, group_id: str, candidate: Candidate
+                      ) -> str | None:
+        """Convert the candidate: hold, drain, snapshot, empty and lock, adopt. Returns why
+        not (None: converted)."""
+        hold = self._holds[group_id] = trio.Event()
+        reason: str | None = None
+        try:
+            reason = await self._convert_held(service, group_id, candidate)
+        except (CoordinatorUnavailable, UpstreamError, trio.TooSlowError) as exc:
+            reason = f"the broker could not be asked: {exc}"
+        finally:
+            del self._holds[group_id]
+            hold.set()
+        if reason is None:
+            self.candidates.pop(group_id, None)
+            self.converted[group_id] = candidate.generation
+            return None
+        metrics.GROUP_CONVERSIONS.labels("aborted").inc()
+        log.warning("group %s: not moved to the engine: %s; trying again in %.0f s",
+                    group_id, reason, RETRY_SECONDS)
+        candidate.stable_since = None
+        candidate.not_before = trio.current_time() + RETRY_SECONDS
+        journal(service, lambda observer, now: observer.conversion_aborted(
+            group_id, candidate.generation, reason, now))
+        return reason
+
+    async def _convert_held(self, service: CoordinatorService, group_id: str,
+                            candidate: Candidate) -> str | None:
+        if not await self._drain(group_id):
+            return "forwarded requests of the group are still unanswered"
+        if self.candidates.get(group_id) is not candidate:
+            return "the broker's group rebalanced meanwhile"
+        described = await self._describe(service, group_id)
+        if not self._still_ready(group_id, candidate, described):
+            return "the broker's group changed meanwhile"
+        snapshot = snapshot_of(group_id, candidate.generation, described,
+                               lambda m: self.joins.get((group_id, m)),
+                               self.default_session_ms)
+        if isinstance(snapshot, str):
+            return snapshot
+        refusal = conversion_refusal(service.engine, snapshot)
+        if refusal is not None:
+            return refusal
+        leaving = [(m.member_id, m.group_instance_id) for m in snapshot.members]
+        failure = await service.take_over_converting(snapshot, leaving)
+        if failure is not None:
+            return f"the broker's group could not be locked: {failure}"
+        metrics.GROUP_CONVERSIONS.labels("converted").inc()
+        log.info("group %s: moved from the broker's classic coordinator to the engine at "
+                 "generation %d with its %d member(s); nobody was called back", group_id,
+                 snapshot.generation_id, len(snapshot.members))
+        return None
+
+
+
+async def adopt_snapshot(service: CoordinatorService, snapshot: ClassicGroupSnapshot) -> None:
+    """Once the lock is held (the membership's ``on_established``): the engine adopts the
+    broker's group as the snapshot shows it, and that is written to the state log before any
+    held request is answered. Raises (the membership then leaves the broker's group, whose
+    members rejoin it) if the group cannot be adopted after all."""
+    group_id = snapshot.group_id
+    if service.durability is not None:
+        loaded = await service.durability.take_over(group_id)
+        service.apply(loaded.effects)
+        group = service.engine.group(group_id)
+        if group is not None and group.members:
+            raise MembershipRefused(f"the state log holds members of group {group_id} from an "
+                                    "earlier time; not converting it")
+    names = {t for m in snapshot.members for p in m.protocols[:1]
+             if p.subscription is not None for t in p.subscription.topics}
+    await service.refresh_topics(names)
+    refusal, effects = convert_classic_group(service.engine, snapshot, service.now_ms())
+    if refusal is not None:
+        raise MembershipRefused(f"group {group_id} cannot be converted: {refusal}")
+    service.apply(effects)
+    if service.durability is not None:
+        failed = await service.durability.settled(group_id)
+        if failed is not None:
+            raise MembershipRefused(f"group {group_id}: the converted group was not written: "
+                                    f"{failed}")
+    journal(service, lambda observer, now: observer.converted(
+        group_id, snapshot.generation_id, snapshot.protocol_name,
+        [m.member_id for m in snapshot.members], now))
+
+
+def journal(service: CoordinatorService,
+            events: Callable[[JournalObserver, int], list[Event]]) -> None:
+    """Write the events ``events`` makes, if the journal is on."""
+    if service.journal is not None and service.observer is not None:
+        service.journal.record_all(events(service.observer, int(time.time() * 1000)))

@@ -1,0 +1,320 @@
+"""Upgrade without a stop (:mod:`proxy.coordination.upgrade`), against scripted brokers.
+
+A classic group of the broker whose members are all behind this sidecar moves to the engine:
+forwarded joins carry the member mark, the leader's join answer makes the group a candidate,
+and a candidate seen Stable on two polls is converted (hold, snapshot, LeaveGroup for every
+member back to back with the lock's JoinGroup, adopted by the engine) so that every member's
+next Heartbeat, SyncGroup and commit are answered by the engine at the generation it had.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+import trio.testing
+
+from proxy.codec import messages
+from proxy.codec.header import parse_request_header
+from proxy.connection import Local, Prepare, Rewrite
+from proxy.coordination import upgrade
+from proxy.coordination.convert import encode_assignment
+from proxy.coordination.upgrade import all_marked, member_mark, read_mark
+from tests.unit.coordination.test_fuzz_requests import stub_broker
+from translation.classic.messages import ClassicAssignment, HeartbeatRequest, SyncGroupRequest
+from translation.errors import ErrorCode
+
+from .helpers import TOPIC, FakeLink, exchange, make_service, request, router
+
+GROUP = "orders-app"
+GENERATION = 5
+A = member_mark("127.0.0.1:9092", "app-a") + "-1b4e28ba-2fa1-11d2-883f-0016d3cca427"
+B = member_mark("127.0.0.1:9092", "app-b") + "-6fa459ea-ee8a-3ca4-894e-db77e160355e"
+DIRECT = "app-c-1b4e28ba-2fa1-11d2-883f-b9a761bde3fb"
+ELSEWHERE = member_mark("10.0.0.9:9095", "app-d") + "-0f8fad5b-d9cb-469f-a165-70867728950e"
+OWNED = {A: (0, 1), B: (2, 3)}
+
+
+def _subscription() -> bytes:
+    return messages.encode_data("ConsumerProtocolSubscription", 1,
+                                {"topics": [TOPIC], "owned_partitions": []})
+
+
+def _join(member: str = "", client: str = "app-a") -> dict[str, Any]:
+    return {"group_id": GROUP, "session_timeout_ms": 10_000, "rebalance_timeout_ms": 20_000,
+            "member_id": member, "group_instance_id": None, "protocol_type": "consumer",
+            "protocols": [{"name": "cooperative-sticky", "metadata": _subscription()}]}
+
+
+def _join_answer(member: str, leader: str, members: list[str]) -> dict[str, Any]:
+    return {"throttle_time_ms": 0, "error_code": 0, "generation_id": GENERATION,
+            "protocol_type": "consumer", "protocol_name": "cooperative-sticky",
+            "leader": leader, "skip_assignment": False, "member_id": member,
+            "members": [{"member_id": m, "group_instance_id": None,
+                         "metadata": _subscription()} for m in members]
+            if member == leader else []}
+
+
+def _described(members: list[str], state: str = "Stable") -> dict[str, Any]:
+    return {"throttle_time_ms": 0, "groups": [{
+        "error_code": 0, "group_id": GROUP, "group_state": state,
+        "protocol_type": "consumer", "protocol_data": "cooperative-sticky",
+        "members": [{"member_id": m, "group_instance_id": None,
+                     "client_id": m.rsplit("-", 5)[0], "client_host": "/10.0.0.7",
+                     "member_metadata": _subscription(),
+                     "member_assignment": encode_assignment(ClassicAssignment(
+                         1, ((TOPIC, OWNED.get(m, ())),)))}
+                    for m in members],
+        "authorized_operations": -2147483648}]}
+
+
+class Broker(FakeLink):
+    """The broker's group of ``members`` (Stable), then whatever the lock does; LeaveGroup
+    waits for ``gate`` when one is set."""
+
+    def __init__(self, members: list[str]) -> None:
+        super().__init__(self._answer)
+        self.members = members
+        self.gate: trio.Event | None = None
+        self.leaving: list[str] = []
+
+    async def request(self, api_key: int, version: int, value: dict[str, Any], *,
+                      timeout: float | None = None, client_id: str | None = None
+                      ) -> dict[str, Any]:
+        if api_key == 13 and self.gate is not None:
+            await self.gate.wait()
+        return await super().request(api_key, version, value, timeout=timeout,
+                                     client_id=client_id)
+
+    def _answer(self, key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
+        if key == 15:  # DescribeGroups
+            return _described(self.members)
+        if key == 13 and value["members"] and value["members"][0]["member_id"] != (
+                "proxy-member-1"):
+            self.leaving = [m["member_id"] for m in value["members"]]
+            self.members = []
+        return stub_broker(key, version, value)
+
+
+def _service(broker: Broker | None = None, **settings: Any) -> Any:
+    """A sidecar that found the broker's group held by clients (its joins are forwarded);
+    the tests poll its candidates themselves."""
+    service = make_service(**settings)
+    service.upgrades.run = _no_polls
+    if broker is not None:
+        service.pool.fake = broker
+    service._broker_active[GROUP] = True
+    return service
+
+
+async def _forward_join(service: Any, member: str, leader: str, members: list[str]) -> None:
+    """A member's JoinGroup through the router, answered by the broker."""
+    await exchange(router(service), request(11, 5, _join(member)),
+                   lambda k, v, sent: _join_answer(member, leader, members))
+
+
+async def _no_polls(service: Any) -> None:
+    await trio.sleep_forever()
+
+
+# ---- marks -----------------------------------------------------------------------------------
+
+
+async def test_a_forwarded_join_carries_the_member_mark_and_its_answer_is_unchanged() -> None:
+    service = _service()
+    r = router(service)
+    info = request(11, 5, _join(), client_id="rdkafka")
+    decision = r.decide(info)
+    assert isinstance(decision, Rewrite)
+    header = parse_request_header(decision.payload)
+    assert header.client_id == f"gg3|{service.upgrades.mark_address}|-|rdkafka"
+    assert header.correlation_id == info.correlation_id
+    sent, _ = messages.decode_request(11, 5, decision.payload, header.header_length)
+    assert sent == messages.decode_request(11, 5, info.frame,
+                                           parse_request_header(info.frame).header_length)[0]
+    answer = _join_answer(A, A, [A])
+    done = await exchange(r, request(11, 5, _join(), client_id="rdkafka"),
+                          lambda k, v, value: answer)
+    assert done.response == dict(answer, protocol_type=None)  # (v7+ carries it)
+
+
+def test_marks_are_read_back_from_client_ids_and_member_ids() -> None:
+    mark = read_mark(A)
+    assert mark is not None and mark.address == "127.0.0.1:9092"
+    assert mark.kip848_member_id is None and mark.client_id.startswith("app-a-")
+    bridged = read_mark(member_mark("10.0.0.2:9095", "app", "kip848-member"))
+    assert bridged is not None and bridged.kip848_member_id == "kip848-member"
+    assert read_mark(DIRECT) is None
+    assert read_mark("groupgate-fleet3|1|h|s|p|a|v|c") is None  # a relay mark, not a member's
+    assert all_marked([A, B]) and not all_marked([A, DIRECT]) and not all_marked([])
+    assert all_marked([A, B], "127.0.0.1:9092") and not all_marked([A, ELSEWHERE],
+                                                                    "127.0.0.1:9092")
+
+
+async def test_other_protocol_types_are_forwarded_untouched() -> None:
+    connect = dict(_join(), protocol_type="connect")
+    assert (await exchange(router(_service()), request(11, 5, connect))).action == "forward"
+
+
+# ---- detection -------------------------------------------------------------------------------
+
+
+async def test_the_leaders_answer_with_only_marked_members_makes_a_candidate() -> None:
+    service = _service()
+    await _forward_join(service, B, A, [A, B])  # a follower's answer names nobody
+    assert GROUP not in service.upgrades.candidates
+    assert (GROUP, B) in service.upgrades.joins
+    await _forward_join(service, A, A, [A, B])
+    candidate = service.upgrades.candidates[GROUP]
+    assert (candidate.generation, candidate.member_ids) == (GENERATION, frozenset({A, B}))
+    seen = service.upgrades.joins[(GROUP, A)]
+    assert (seen.session_timeout_ms, seen.rebalance_timeout_ms) == (10_000, 20_000)
+
+
+async def test_a_direct_member_another_sidecars_member_or_the_policy_makes_none() -> None:
+    service = _service()
+    await _forward_join(service, A, A, [A, B])
+    await _forward_join(service, A, A, [A, B, DIRECT])  # a direct member joined since
+    assert GROUP not in service.upgrades.candidates
+    # a member behind another sidecar: it would have to be told first (not built)
+    await _forward_join(service, A, A, [A, B, ELSEWHERE])
+    assert GROUP not in service.upgrades.candidates
+    disabled = _service(migration_policy="disabled")
+    await _forward_join(disabled, A, A, [A, B])
+    assert GROUP not in disabled.upgrades.candidates
+
+
+async def test_what_detection_remembers_is_bounded_and_expires() -> None:
+    upgrades = _service().upgrades
+    for cache, most, ttl in ((upgrades.joins, upgrade.JOINS_MAX, upgrade.JOINS_SECONDS),
+                             (upgrades.candidates, upgrade.CANDIDATES_MAX,
+                              upgrade.CANDIDATE_SECONDS)):
+        assert (cache.maxsize, cache.ttl) == (most, ttl)
+
+
+# ---- conversion ------------------------------------------------------------------------------
+
+
+async def _candidate(service: Any) -> Any:
+    await _forward_join(service, B, A, [A, B])
+    await _forward_join(service, A, A, [A, B])
+    return service.upgrades.candidates[GROUP]
+
+
+async def test_a_stable_candidate_moves_to_the_engine_and_nobody_notices(
+        autojump_clock: trio.testing.MockClock) -> None:
+    broker = Broker([A, B])
+    service = _service(broker)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lambda task_status: service.run(watch_topics=False,
+                                                             task_status=task_status))
+        candidate = await _candidate(service)
+        await service.upgrades.poll(service, GROUP, candidate)  # Stable: noted
+        assert service.engine.group(GROUP) is None
+        await trio.sleep(upgrade.POLL_SECONDS)
+        await service.upgrades.poll(service, GROUP, candidate)  # still Stable: converted
+        # the members were removed by one LeaveGroup, sent just before the lock's JoinGroup
+        keys = [k for k, _, _ in broker.requests]
+        leave = keys.index(13)
+        assert keys[leave + 1] == 11 and sorted(broker.leaving) == [A, B]
+        assert service.coordinates(GROUP)
+        group = service.engine.group(GROUP)
+        assert group is not None
+        for member_id, partitions in OWNED.items():
+            member = group.members[member_id]
+            assert member.member_epoch == GENERATION
+            assert tuple(sorted(p for ps in member.assigned.values() for p in ps)) == partitions
+            assert member.session_timeout_ms == 10_000
+            assert member.client_id.startswith("app-")  # the application's, not the mark
+        # each member's next requests at its generation are answered as if nothing happened
+        for member_id, partitions in OWNED.items():
+            beat = await service.classic_heartbeat(HeartbeatRequest(
+                GROUP, member_id, GENERATION, api_version=4))
+            assert beat.error_code == ErrorCode.NONE
+            sync = await service.sync_group(SyncGroupRequest(
+                GROUP, member_id, GENERATION, api_version=5))
+            assert sync.error_code == ErrorCode.NONE and sync.assignment is not None
+            assert [(t, tuple(ps)) for t, ps in sync.assignment.partitions] == [
+                (TOPIC, partitions)]
+        assert GROUP not in service.upgrades.candidates
+        nursery.cancel_scope.cancel()
+
+
+async def test_requests_of_the_group_wait_for_the_conversion_and_reach_the_engine(
+        autojump_clock: trio.testing.MockClock) -> None:
+    broker = Broker([A, B])
+    broker.gate = trio.Event()
+    service = _service(broker)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lambda task_status: service.run(watch_topics=False,
+                                                             task_status=task_status))
+        candidate = await _candidate(service)
+        await service.upgrades.poll(service, GROUP, candidate)
+        await trio.sleep(upgrade.POLL_SECONDS)
+        nursery.start_soon(service.upgrades.poll, service, GROUP, candidate)
+        await trio.testing.wait_all_tasks_blocked()
+        assert service.upgrades.converting  # held at the LeaveGroup
+        beat = request(12, 4, {"group_id": GROUP, "generation_id": GENERATION,
+                               "member_id": A, "group_instance_id": None})
+        decision = router(service).decide(beat)
+        assert isinstance(decision, Prepare)  # not forwarded to the emptied broker group
+        answered: list[Any] = []
+
+        async def settle() -> None:
+            answered.append(await decision.decision)
+
+        nursery.start_soon(settle)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not answered
+        broker.gate.set()
+        while not answered:
+            await trio.sleep(0.01)
+        local = answered[0]
+        assert isinstance(local, Local)
+        payload = local.answer
+        if not isinstance(payload, bytes | bytearray | memoryview):
+            payload = await payload
+        assert isinstance(payload, bytes | bytearray)
+        response, _ = messages.decode_response(12, 4, payload, 5)
+        assert response["error_code"] == ErrorCode.NONE
+        assert 12 not in [k for k, _, value in broker.requests if value.get("member_id") == A]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_group_that_changed_since_the_candidate_is_not_converted(
+        autojump_clock: trio.testing.MockClock) -> None:
+    broker = Broker([A, B])
+    service = _service(broker)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lambda task_status: service.run(watch_topics=False,
+                                                             task_status=task_status))
+        candidate = await _candidate(service)
+        await service.upgrades.poll(service, GROUP, candidate)
+        broker.members = [A, B, DIRECT]  # a direct client joined
+        await trio.sleep(upgrade.POLL_SECONDS)
+        await service.upgrades.poll(service, GROUP, candidate)
+        assert candidate.stable_since is None
+        assert 13 not in [k for k, _, _ in broker.requests]
+        assert service.engine.group(GROUP) is None
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_refused_snapshot_leaves_the_brokers_group_alone(
+        autojump_clock: trio.testing.MockClock) -> None:
+    broker = Broker([A, B])
+    service = _service(broker)
+    OWNED[B] = (1, 3)  # partition 1 owned twice: the engine refuses the snapshot
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(lambda task_status: service.run(watch_topics=False,
+                                                                 task_status=task_status))
+            candidate = await _candidate(service)
+            await service.upgrades.poll(service, GROUP, candidate)
+            await trio.sleep(upgrade.POLL_SECONDS)
+            await service.upgrades.poll(service, GROUP, candidate)
+            assert 13 not in [k for k, _, _ in broker.requests]
+            assert service.engine.group(GROUP) is None and not service.claims(GROUP)
+            assert candidate.not_before > trio.current_time()  # tried again later
+            nursery.cancel_scope.cancel()
+    finally:
+        OWNED[B] = (2, 3)
