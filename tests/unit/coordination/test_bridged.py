@@ -361,3 +361,21 @@ async def test_stopping_tells_bridged_clients_to_let_go_then_leaves(
         await service.aclose()
         assert not service.bridges.members
 
+
+
+async def test_a_group_with_a_bridged_member_is_never_a_conversion_candidate() -> None:
+    """Its conversion is not built: emptying the broker's group would leave the bridged member
+    (and its client) without a group to rejoin."""
+    from proxy.coordination.upgrade import member_mark
+
+    from .test_upgrade import GROUP as UPGRADED
+    from .test_upgrade import _forward_join, _service
+
+    service = _service()
+    here = service.upgrades.mark_address
+    forwarded = member_mark(here, "app-a") + "-0b6f9a4c-1d2e-4f3a-9b8c-7d6e5f4a3b2c"
+    bridged = member_mark(here, "app-b", "kip848-m1") + "-1b6f9a4c-1d2e-4f3a-9b8c-7d6e5f4a3b2c"
+    await _forward_join(service, forwarded, forwarded, [forwarded])
+    assert UPGRADED in service.upgrades.candidates  # all forwarded here: a candidate
+    await _forward_join(service, forwarded, forwarded, [forwarded, bridged])
+    assert UPGRADED not in service.upgrades.candidates
