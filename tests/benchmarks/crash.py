@@ -13,7 +13,8 @@ rebalance benchmark's 1 s heartbeat and 6 s session, on both targets) and ``defa
 One invocation measures one target and profile for the given group sizes, ``--repeat`` runs
 each, and writes the runs to ``--json`` after every run. ``--report FILE...`` reads such files
 and prints, per profile and size, the median, minimum and maximum of each target and the ratio
-groupgate / native-4.4 of the medians; ``--summary FILE`` writes that table as JSON with the
+groupgate / native-4.4 of the medians (and of the median partition downtime, partition-seconds
+without a consuming owner); ``--summary FILE`` writes that table as JSON with the
 machine and versions.
 """
 
@@ -140,30 +141,40 @@ def _write(path: Path | None, doc: dict[str, Any]) -> None:
 def summarize(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per (profile, members): each target's median, min, max and runs; the ratio of
     groupgate's median to native-4.4's."""
-    cells: dict[tuple[str, int], dict[str, list[float | None]]] = {}
+    cells: dict[tuple[str, int], dict[str, list[dict[str, Any]]]] = {}
     for doc in docs:
         for run in doc["runs"]:
             key = (doc["profile"], run["members"])
-            cells.setdefault(key, {}).setdefault(run["target"], []).append(run["reassigned_s"])
+            cells.setdefault(key, {}).setdefault(run["target"], []).append(run)
     rows = []
     for (profile, members), by_target in sorted(cells.items()):
         row: dict[str, Any] = {"profile": profile, "members": members}
         for name in TARGETS:
-            values = by_target.get(name, [])
-            done = sorted(v for v in values if v is not None)
-            row[name] = {"runs": len(values), "not_reassigned": len(values) - len(done),
+            runs = by_target.get(name, [])
+            done = sorted(r["reassigned_s"] for r in runs if r["reassigned_s"] is not None)
+            downtimes = [r["downtime_partition_s"] for r in runs
+                         if r.get("downtime_partition_s") is not None]
+            row[name] = {"runs": len(runs), "not_reassigned": len(runs) - len(done),
                          "median_s": round(statistics.median(done), 2) if done else None,
                          "min_s": round(done[0], 2) if done else None,
-                         "max_s": round(done[-1], 2) if done else None}
-        ours, theirs = row["groupgate"]["median_s"], row["native-4.4"]["median_s"]
-        row["ratio"] = round(ours / theirs, 3) if ours is not None and theirs else None
+                         "max_s": round(done[-1], 2) if done else None,
+                         "downtime_median_partition_s": (round(statistics.median(downtimes), 1)
+                                                         if downtimes else None)}
+        row["ratio"] = _ratio(row["groupgate"]["median_s"], row["native-4.4"]["median_s"])
+        row["downtime_ratio"] = _ratio(row["groupgate"]["downtime_median_partition_s"],
+                                       row["native-4.4"]["downtime_median_partition_s"])
         rows.append(row)
     return rows
 
 
+def _ratio(ours: float | None, theirs: float | None) -> float | None:
+    return round(ours / theirs, 3) if ours is not None and theirs else None
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| profile | members | groupgate median (min-max) | native 4.4 median (min-max) "
-             "| ratio |", "|---|---|---|---|---|"]
+             "| ratio | downtime partition-s, groupgate / native 4.4 (ratio) |",
+             "|---|---|---|---|---|---|"]
 
     def cell(c: dict[str, Any]) -> str:
         if c["median_s"] is None:
@@ -172,10 +183,18 @@ def table(rows: list[dict[str, Any]]) -> str:
         return (f"{c['median_s']:.2f} s ({c['min_s']:.2f}-{c['max_s']:.2f}, "
                 f"{c['runs']} runs{missing})")
 
+    def ratio(value: float | None) -> str:
+        return "-" if not value else f"{value:.3f} (1/{1 / value:.1f})"
+
+    def downtime(c: dict[str, Any]) -> str:
+        value = c["downtime_median_partition_s"]
+        return "-" if value is None else f"{value:.1f}"
+
     for row in rows:
-        ratio = "-" if row["ratio"] is None else f"{row['ratio']:.3f} (1/{1 / row['ratio']:.0f})"
         lines.append(f"| {row['profile']} | {row['members']} | {cell(row['groupgate'])} | "
-                     f"{cell(row['native-4.4'])} | {ratio} |")
+                     f"{cell(row['native-4.4'])} | {ratio(row['ratio'])} | "
+                     f"{downtime(row['groupgate'])} / {downtime(row['native-4.4'])} "
+                     f"({ratio(row['downtime_ratio'])}) |")
     return "\n".join(lines)
 
 

@@ -33,11 +33,13 @@ def test_a_partition_never_reassigned_gives_no_figure() -> None:
 
 def test_summary_medians_and_ratio_of_medians() -> None:
     def doc(target: str, values: list[float | None]) -> dict[str, Any]:
-        return {"profile": "bench", "runs": [{"target": target, "members": 10,
-                                              "reassigned_s": v} for v in values]}
+        return {"profile": "bench", "runs": [
+            {"target": target, "members": 10, "reassigned_s": v,
+             "downtime_partition_s": None if v is None else 10 * v} for v in values]}
 
     (row,) = summarize([doc("groupgate", [1.0, 1.4, 1.2]), doc("native-4.4", [7.0, 6.0, None])])
     assert row["groupgate"] == {"runs": 3, "not_reassigned": 0, "median_s": 1.2, "min_s": 1.0,
-                                "max_s": 1.4}
+                                "max_s": 1.4, "downtime_median_partition_s": 12.0}
     assert row["native-4.4"]["median_s"] == 6.5 and row["native-4.4"]["not_reassigned"] == 1
     assert row["ratio"] == round(1.2 / 6.5, 3)
+    assert row["downtime_ratio"] == round(12.0 / 65.0, 3)
