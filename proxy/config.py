@@ -299,7 +299,7 @@ SETTINGS: tuple[Setting, ...] = (
             "still own may be held, so it gets them the moment they are released (bounded by "
             "its rebalance timeout and half its session timeout). 0: answer at once with what "
             "is free (Kafka's behaviour)."),
-    Setting("pod-local-liveness", _bool, "off",
+    Setting("pod-local-liveness", _bool, "on",
             "Fence a member at once (reason pod-local) when every connection of its client "
             "to this sidecar closes together and none reopens within liveness-grace-ms: its "
             "process is gone (docs/decisions/0020-pod-local-liveness.md). Off: a crashed "
