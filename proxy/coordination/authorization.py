@@ -11,7 +11,9 @@ on the client's own connection (:mod:`proxy.security.rights`):
 =========================  =================================================================
 ConsumerGroupHeartbeat     READ group, else GROUP_AUTHORIZATION_FAILED; DESCRIBE on every
                            subscribed topic name, else TOPIC_AUTHORIZATION_FAILED (the whole
-                           request)
+                           request); when the group's regexes are to be resolved, DESCRIBE on
+                           their matches: the engine keeps only those allowed (Kafka 4.x
+                           filters a resolution by the triggering member's DESCRIBE)
 ConsumerGroupDescribe      DESCRIBE per group (refused ones first); a group whose members'
                            assignments name a topic without DESCRIBE is replaced by
                            TOPIC_AUTHORIZATION_FAILED (KAFKA-18813)
@@ -52,6 +54,7 @@ from proxy.coordination.listing import engine_listing
 from proxy.coordination.offsets import commit_error, merge_in_order
 from proxy.security.rights import DELETE, DESCRIBE, READ, Fact, Kind, Needs, Rights
 from translation.errors import ErrorCode
+from translation.regex import TopicRights
 from translation.topics import TopicsImage
 
 if TYPE_CHECKING:
@@ -115,7 +118,8 @@ class AuthorizationStage:
     def wants(self, request: GroupRequest) -> Wants:
         key, value = request.api_key, request.value
         if key == ApiKey.CONSUMER_GROUP_HEARTBEAT:
-            return {READ: {value["group_id"]}}, set(value.get("subscribed_topic_names") or ()), \
+            topics = set(value.get("subscribed_topic_names") or ())
+            return {READ: {value["group_id"]}}, topics | (self._regex_matches(value) or set()), \
                 False
         if key == ApiKey.CONSUMER_GROUP_DESCRIBE:
             return {DESCRIBE: set(value["group_ids"])}, set(), False
@@ -191,7 +195,18 @@ class AuthorizationStage:
         names = value.get("subscribed_topic_names") or ()
         if not all(allowed("topic", t, DESCRIBE) for t in names):
             return convert.consumer_group_heartbeat_error(TOPIC_AUTHORIZATION_FAILED, None)
-        return request
+        matches = self._regex_matches(value)
+        if matches is None:
+            return request
+        return dataclasses.replace(request, topic_rights=TopicRights(
+            matches, frozenset(t for t in matches if allowed("topic", t, DESCRIBE))))
+
+    def _regex_matches(self, value: Value) -> frozenset[str] | None:
+        """The topics the group's regexes (and the heartbeat's) match, when the engine will
+        resolve them under this client's rights (possibly none: the rights then say that
+        nothing was checked); None when it will not (the steady heartbeat asks nothing)."""
+        return self.service.engine.regex_topics_to_check(
+            value["group_id"], value.get("subscribed_topic_regex"))
 
     def _consumer_group_describe(self, request: GroupRequest,
                                  allowed: Callable[[Kind, str, int], bool]) -> Outcome:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import pytest
@@ -509,3 +509,88 @@ async def test_kafka_4_4_answers_every_api_the_same(
         commit_codes = got.pop("commit")
         assert commit_codes[secret] == TOPIC_AUTH, commit_codes
         assert got == EXPECTED_EVERY_API, got
+
+
+async def regex_assignment(connect: Connect, group: str, regex: str) -> set[uuid.UUID]:
+    """The topics bob's member subscribing to ``regex`` is assigned, once it is assigned
+    anything (Kafka 4.4 resolves a regex in the background, so not in the joining answer)."""
+    client = await connect()
+    try:
+        member, epoch = str(uuid.uuid4()), 0
+        assigned: set[uuid.UUID] = set()
+
+        async def beat() -> set[uuid.UUID]:
+            nonlocal epoch
+            value = dict(heartbeat(group, None, member, epoch),
+                         subscribed_topic_regex=regex if epoch == 0 else None)
+            answer = await client.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, value)
+            assert answer["error_code"] == 0, answer
+            epoch = answer["member_epoch"]
+            if answer.get("assignment") is not None:
+                assigned.clear()
+                assigned.update(tp["topic_id"]
+                                for tp in answer["assignment"]["topic_partitions"])
+            return assigned
+
+        await until(beat, bool)
+        return assigned
+    finally:
+        await client.aclose()
+
+
+async def topic_ids(connect: Connect, names: list[str]) -> dict[str, uuid.UUID]:
+    client = await connect()
+    try:
+        answer = await client.request(ApiKey.METADATA, 12, {
+            "topics": [{"topic_id": uuid.UUID(int=0), "name": n} for n in names],
+            "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False})
+        return {t["name"]: t["topic_id"] for t in answer["topics"]}
+    finally:
+        await client.aclose()
+
+
+@contextmanager
+def regex_topics(broker: KafkaBroker) -> Iterator[tuple[str, str, str]]:
+    """Two topics one regex matches, ``rx-<hex>-open`` and ``rx-<hex>-secret``; the regex."""
+    stem = f"rx-{uuid.uuid4().hex[:8]}-"
+    names = (stem + "open", stem + "secret")
+    for name in names:
+        broker.create_topic(name, 2, 1)
+    try:
+        yield names[0], names[1], stem + ".*"  # letters, digits and "-": literal
+    finally:
+        for name in names:
+            with suppress(Exception):
+                broker.delete_topic(name, timeout=15)
+
+
+async def regex_case(broker: KafkaBroker, bob: Connect, alice: Connect) -> None:
+    """bob may READ and DESCRIBE ``open`` only, READ every group: his regex matching both
+    topics gets him ``open``'s partitions, never ``secret``'s."""
+    with regex_topics(broker) as (open_topic, secret, regex), acls_of(broker) as acls:
+        for operation in ("READ", "DESCRIBE"):
+            acls.add("User:bob", "TOPIC", open_topic, "LITERAL", operation)
+        acls.add("User:bob", "GROUP", "*", "LITERAL", "READ")
+        ids = await topic_ids(alice, [open_topic, secret])
+        assigned = await regex_assignment(bob, f"authz-regex-{uuid.uuid4().hex[:8]}", regex)
+        assert assigned == {ids[open_topic]}, (assigned, ids)
+
+
+async def test_a_regex_member_is_assigned_only_the_topics_it_may_describe(
+        secured_kafka39: KafkaBroker, start_proxy: StartProxy) -> None:
+    broker = secured_kafka39
+    proxy = start_secured_proxy(start_proxy, broker, "--authorization-ttl-ms", str(TTL_MS))
+    address = address_of(proxy.bootstrap)
+    await regex_case(broker, client_for(broker, "bob", address, tls=False),
+                     client_for(broker, "alice", address, tls=False))
+
+
+@pytest.mark.slow
+async def test_kafka_4_4_assigns_a_regex_member_only_the_topics_it_may_describe(
+        secured_kafka4: KafkaBroker) -> None:
+    broker = secured_kafka4
+    await coordinator_ready(broker)
+    address = address_of(broker.secure_bootstrap)
+    await regex_case(broker, client_for(broker, "bob", address, tls=True),
+                     client_for(broker, "alice", address, tls=True))

@@ -11,6 +11,7 @@ that may not use the group.
 from __future__ import annotations
 
 import struct
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,7 @@ from proxy.security.rights import (
     Rights,
 )
 from proxy.security.session import Session
+from translation.topics import TopicMetadata, TopicsImage
 
 from .helpers import TOPIC, TOPIC_ID, coordinate, exchange, make_service, request
 
@@ -243,6 +245,37 @@ async def test_consumer_group_describe_refuses_groups_and_hides_groups_with_secr
     assert [(g["group_id"], g["error_code"]) for g in groups] == [
         ("secret", GROUP_AUTH), ("open", TOPIC_AUTH)]
     assert groups[1]["members"] == []
+
+
+async def test_a_regex_member_is_assigned_only_the_matching_topics_it_may_describe() -> None:
+    """Kafka keeps of a regex's matches those the triggering member may DESCRIBE: the regex
+    matches two topics, the client may describe one; it is assigned that one only, and its
+    steady heartbeats ask nothing more."""
+    service = make_service()
+    coordinate(service, "g")
+    other = uuid.UUID(int=0x07)
+    service.engine.update_topics(TopicsImage.of([TopicMetadata(TOPIC_ID, TOPIC, 4),
+                                                 TopicMetadata(other, "ordersecret", 2)]), 0)
+    acls = Acls(groups={"g": {READ}}, topics={TOPIC: {READ}})
+    r = authorizing_router(service, acls)
+    member = "m-regex"
+    value = dict(heartbeat("g", member=member), subscribed_topic_regex="order.*")
+    first = await exchange(r, request(68, 1, value))
+    assert first.response is not None and first.response["error_code"] == 0
+    assert service.engine.group("g").resolved_regex == {"order.*": frozenset({TOPIC})}
+    metadata = [v for key, v in acls.probes if key == 3]
+    assert [sorted(t["name"] for t in v["topics"]) for v in metadata] == [
+        [TOPIC, "ordersecret"]]
+    assigned: set[Any] = set()
+    for _ in range(3):
+        beat = await exchange(r, request(68, 1, heartbeat("g", None, 1, member)))
+        assert beat.response is not None and beat.response["error_code"] == 0
+        for tp in (beat.response.get("assignment") or {}).get("topic_partitions", ()):
+            assigned.add(tp["topic_id"])
+    assigned |= {tp["topic_id"] for tp in
+                 (first.response.get("assignment") or {}).get("topic_partitions", ())}
+    assert assigned == {TOPIC_ID}  # progress: the topic it may describe, never the other
+    assert len([k for k, _ in acls.probes if k == 3]) == 1
 
 
 # -- classic ---------------------------------------------------------------------------------
@@ -457,3 +490,28 @@ async def test_a_stale_retry_is_not_acknowledged_to_a_client_without_read() -> N
     assert result.response is not None
     assert partition_errors(result.response) == {TOPIC: {GROUP_AUTH}}
     assert service.commit_retries.acknowledged == 0
+
+
+async def test_a_regex_matching_nothing_yet_is_resolved_under_rights_when_topics_appear(
+        ) -> None:
+    """The member joins before the proxy's metadata has the topics: the regex matches nothing
+    then, and the topics appearing later are resolved only under the rights its next
+    heartbeat brings."""
+    service = make_service()
+    coordinate(service, "g")
+    acls = Acls(groups={"g": {READ}}, topics={TOPIC: {READ}})
+    r = authorizing_router(service, acls)
+    member = "m-regex"
+    first = await exchange(r, request(68, 1, dict(heartbeat("g", member=member),
+                                                  subscribed_topic_regex="x.*")))
+    assert first.response is not None and first.response["error_code"] == 0
+    group = service.engine.group("g")
+    assert group is not None and group.resolved_regex == {"x.*": frozenset()}
+    service.engine.update_topics(TopicsImage.of([
+        TopicMetadata(TOPIC_ID, TOPIC, 4), TopicMetadata(uuid.UUID(int=8), "xopen", 1),
+        TopicMetadata(uuid.UUID(int=9), "xsecret", 1)]), 10)
+    assert group.resolved_regex == {"x.*": frozenset()}  # nothing checked yet
+    acls.topics["xopen"] = {READ}
+    beat = await exchange(r, request(68, 1, heartbeat("g", None, 1, member)))
+    assert beat.response is not None and beat.response["error_code"] == 0
+    assert group.resolved_regex == {"x.*": frozenset({"xopen"})}
