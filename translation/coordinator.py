@@ -224,12 +224,16 @@ class GroupCoordinator(CoordinatorState):
         regex new to the group, one resolved without rights, a match not checked yet); None
         when it will not."""
         group = self.groups.get(group_id)
-        patterns = set(group.regex_counts) if group is not None else set()
-        new = bool(regex) and regex not in patterns
-        if regex:
-            patterns.add(regex)
-        if not patterns or not (new or group is None or group.regex_rights_due()):
-            return None
+        if group is None:
+            if not regex:
+                return None
+            patterns = {regex}
+        else:
+            if not (regex and regex not in group.regex_counts) and not group.regex_rights_due():
+                return None  # the steady heartbeat: a lookup and two tests
+            patterns = set(group.regex_counts)
+            if regex:
+                patterns.add(regex)
         image = self.image
         matches: set[str] = set()
         for pattern in patterns:
