@@ -19,9 +19,11 @@ ConsumerGroupDescribe      DESCRIBE per group (refused ones first); a group whos
                            TOPIC_AUTHORIZATION_FAILED (KAFKA-18813)
 Join/Sync/Heartbeat/Leave  READ group, else GROUP_AUTHORIZATION_FAILED (SyncGroup v5+ without
                            protocol type or name: INCONSISTENT_GROUP_PROTOCOL first)
-OffsetCommit,              READ group, else every partition GROUP_AUTHORIZATION_FAILED; READ
-TxnOffsetCommit            per topic, else its partitions TOPIC_AUTHORIZATION_FAILED; nothing
-                           left: answered without the engine
+OffsetCommit,              (TxnOffsetCommit: WRITE on the transactional id first, else every
+TxnOffsetCommit            partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED) READ group, else
+                           every partition GROUP_AUTHORIZATION_FAILED; READ per topic, else
+                           its partitions TOPIC_AUTHORIZATION_FAILED; nothing left: answered
+                           without the engine
 OffsetFetch (v8+)          DESCRIBE per group, else the group's error; DESCRIBE per requested
                            topic, else its partitions TOPIC_AUTHORIZATION_FAILED (offset -1);
                            all topics of a relayed group: filtered by DESCRIBE
@@ -52,7 +54,7 @@ from proxy.coordination import convert
 from proxy.coordination.handler import ApiHandler, Completion, GroupRequest, Value
 from proxy.coordination.listing import engine_listing
 from proxy.coordination.offsets import commit_error, merge_in_order
-from proxy.security.rights import DELETE, DESCRIBE, READ, Fact, Kind, Needs, Rights
+from proxy.security.rights import DELETE, DESCRIBE, READ, WRITE, Fact, Kind, Needs, Rights
 from translation.errors import ErrorCode
 from translation.regex import TopicRights
 from translation.topics import TopicsImage
@@ -63,6 +65,7 @@ if TYPE_CHECKING:
 GROUP_AUTHORIZATION_FAILED = int(ErrorCode.GROUP_AUTHORIZATION_FAILED)
 TOPIC_AUTHORIZATION_FAILED = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 INCONSISTENT_GROUP_PROTOCOL = int(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 DESCRIBED_TOPICS_REFUSED = ("The group has described topic(s) that the client is not "
                             "authorized to describe.")
 """Kafka's message for a ConsumerGroupDescribe group replaced under KAFKA-18813."""
@@ -70,7 +73,8 @@ DESCRIBED_TOPICS_REFUSED = ("The group has described topic(s) that the client is
 Known = Callable[[Kind, str, int], bool | None]
 """A fact: allowed, refused, or None (not asked)."""
 Wants = tuple[dict[int, set[str]], set[str], bool]
-"""Group operation -> names, topic names, the cluster's DESCRIBE."""
+"""Group operation -> names, topic names, the cluster's DESCRIBE (transactional ids:
+:meth:`AuthorizationStage.transactional_ids`)."""
 Outcome = GroupRequest | Value
 """The request to go on with, or the whole answer."""
 
@@ -143,9 +147,16 @@ class AuthorizationStage:
             return {DESCRIBE: self._listed(request)}, set(), True
         return {}, set(), False
 
+    @staticmethod
+    def transactional_ids(request: GroupRequest) -> set[str]:
+        """The transactional ids whose WRITE ``request`` needs (TxnOffsetCommit's)."""
+        if request.api_key == ApiKey.TXN_OFFSET_COMMIT:
+            return {request.value["transactional_id"]}
+        return set()
+
     def missing(self, request: GroupRequest) -> Needs:
         groups, topics, cluster = self.wants(request)
-        return self.rights.missing(groups, topics, cluster)
+        return self.rights.missing(groups, topics, cluster, self.transactional_ids(request))
 
     def known(self, learnt: dict[Fact, bool] | None = None) -> Known:
         rights = self.rights
@@ -278,6 +289,9 @@ class AuthorizationStage:
     def _commit(self, request: GroupRequest, allowed: Callable[[Kind, str, int], bool]
                 ) -> Outcome:
         value = request.value
+        if (request.api_key == ApiKey.TXN_OFFSET_COMMIT
+                and not allowed("transactional_id", value["transactional_id"], WRITE)):
+            return commit_error(value, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         if not allowed("group", value["group_id"], READ):
             return commit_error(value, GROUP_AUTHORIZATION_FAILED)
         image = self.service.engine.image

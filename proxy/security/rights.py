@@ -21,6 +21,11 @@ them):
   ``include_topic_authorized_operations`` and ``include_cluster_authorized_operations``
   (TOPIC_AUTHORIZATION_FAILED: no DESCRIBE; otherwise the topic's operations; the cluster's
   are 0 without DESCRIBE CLUSTER).
+* WRITE on a transactional id (TxnOffsetCommit): AddOffsetsToTxn v3 with producer id -1.
+  Kafka checks WRITE on the transactional id first and answers
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED without it; any other answer means WRITE. With it, the
+  transaction coordinator answers INVALID_PRODUCER_ID_MAPPING (no transaction has producer
+  id -1; NOT_COORDINATOR on another broker): nothing is added to any transaction.
 
 Answers are facts (resource, name, operation) -> allowed, kept per connection in a bounded
 cache for ``ttl`` seconds (:class:`Rights`). A right removed while a member is in its group is
@@ -68,9 +73,10 @@ AUTHORIZER_RECHECK_SECONDS = 60.0
 
 GROUP_AUTHORIZATION_FAILED = int(ErrorCode.GROUP_AUTHORIZATION_FAILED)
 TOPIC_AUTHORIZATION_FAILED = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 SECURITY_DISABLED = 54
 
-Kind = Literal["group", "topic", "cluster"]
+Kind = Literal["group", "topic", "cluster", "transactional_id"]
 Fact = tuple[Kind, str, int]
 """(resource type, resource name, operation)."""
 ProbeSend = Callable[[int, int, Callable[[int], bytes], float], Awaitable[bytes]]
@@ -80,6 +86,7 @@ id, timeout -> the broker's response payload."""
 _HEARTBEAT_VERSION = 4
 _DESCRIBE_GROUPS_VERSION = 5
 _METADATA_VERSION = 10
+_ADD_OFFSETS_TO_TXN_VERSION = 3
 _NO_TOPIC_ID = uuid.UUID(int=0)
 
 
@@ -104,9 +111,11 @@ class Needs:
     """Operation -> group names."""
     topics: set[str] = field(default_factory=set)
     cluster: bool = False
+    transactional_ids: set[str] = field(default_factory=set)
+    """Transactional ids whose WRITE is asked."""
 
     def __bool__(self) -> bool:
-        return bool(self.groups or self.topics or self.cluster)
+        return bool(self.groups or self.topics or self.cluster or self.transactional_ids)
 
 
 class Rights:
@@ -140,9 +149,10 @@ class Rights:
         return self._group_ops.get(name)
 
     def missing(self, groups: Mapping[int, Iterable[str]] | None = None,
-                topics: Iterable[str] = (), cluster: bool = False) -> Needs:
-        """What of ``groups`` (operation -> names), ``topics`` (READ and DESCRIBE) and the
-        cluster's DESCRIBE the cache does not know."""
+                topics: Iterable[str] = (), cluster: bool = False,
+                transactional_ids: Iterable[str] = ()) -> Needs:
+        """What of ``groups`` (operation -> names), ``topics`` (READ and DESCRIBE), the
+        cluster's DESCRIBE and ``transactional_ids`` (WRITE) the cache does not know."""
         needs = Needs()
         for op, names in (groups or {}).items():
             unknown = {n for n in names if ("group", n, op) not in self._facts}
@@ -150,6 +160,8 @@ class Rights:
                 needs.groups[op] = unknown
         needs.topics = {t for t in topics if ("topic", t, DESCRIBE) not in self._facts}
         needs.cluster = cluster and ("cluster", "", DESCRIBE) not in self._facts
+        needs.transactional_ids = {t for t in transactional_ids
+                                   if ("transactional_id", t, WRITE) not in self._facts}
         return needs
 
     # -- asking the broker ------------------------------------------------------------------
@@ -180,6 +192,8 @@ class Rights:
             if needs.topics or needs.cluster:
                 nursery.start_soon(run, self._metadata_probe(sorted(needs.topics),
                                                              needs.cluster, client_id, learnt))
+            for name in sorted(needs.transactional_ids):
+                nursery.start_soon(run, self._transaction_probe(name, client_id, learnt))
         if failures:
             raise failures[0]
         self.note(learnt)
@@ -210,6 +224,16 @@ class Rights:
             "group_id": group, "generation_id": -1, "member_id": "",
             "group_instance_id": None}, client_id)
         learnt[("group", group, READ)] = answer["error_code"] != GROUP_AUTHORIZATION_FAILED
+
+    async def _transaction_probe(self, transactional_id: str, client_id: str | None,
+                                 learnt: dict[Fact, bool]) -> None:
+        answer = await self._exchange(ApiKey.ADD_OFFSETS_TO_TXN, _ADD_OFFSETS_TO_TXN_VERSION, {
+            # group id empty: READ on it is checked next, which most principals lack, so the
+            # request mostly stops at the authorizer, before the transaction coordinator
+            "transactional_id": transactional_id, "producer_id": -1, "producer_epoch": -1,
+            "group_id": ""}, client_id)
+        learnt[("transactional_id", transactional_id, WRITE)] = (
+            answer["error_code"] != TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 
     async def _describe_probe(self, groups: list[str], client_id: str | None,
                               wanted: Mapping[int, set[str]], learnt: dict[Fact, bool]

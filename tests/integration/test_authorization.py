@@ -594,3 +594,113 @@ async def test_kafka_4_4_assigns_a_regex_member_only_the_topics_it_may_describe(
     address = address_of(broker.secure_bootstrap)
     await regex_case(broker, client_for(broker, "bob", address, tls=True),
                      client_for(broker, "alice", address, tls=True))
+
+
+def txn_commit(txn: str, group: str, topics: list[str], producer: tuple[int, int],
+               member: tuple[str, int]) -> dict[str, Any]:
+    value = commit(group, topics, *member)
+    del value["generation_id_or_member_epoch"]
+    return dict(value, transactional_id=txn, producer_id=producer[0],
+                producer_epoch=producer[1], generation_id_or_member_epoch=member[1])
+
+
+async def txn_offsets(client: UpstreamClient, value: dict[str, Any]) -> dict[str, int]:
+    return partition_errors(await client.request(ApiKey.TXN_OFFSET_COMMIT, 3, value))
+
+
+async def assigned_member(client: UpstreamClient, group: str, topic_name: str
+                          ) -> tuple[str, int]:
+    """A KIP-848 member of ``group`` once it is assigned partitions of ``topic_name``."""
+    member, epoch = str(uuid.uuid4()), 0
+
+    async def beat() -> dict[str, Any]:
+        nonlocal epoch
+        value = dict(heartbeat(group, [topic_name] if epoch == 0 else None, member, epoch))
+        answer = await client.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, value)
+        assert answer["error_code"] == 0, answer
+        epoch = answer["member_epoch"]
+        return answer
+
+    await until(beat, lambda a: bool((a.get("assignment") or {}).get("topic_partitions")))
+    return member, epoch
+
+
+async def txn_case(broker: KafkaBroker, connect: Connect, readable: str, prefix: str,
+                   acls: Acls) -> dict[str, Any]:
+    """bob, READ on the group and on ``readable``: TxnOffsetCommit without WRITE on its
+    transactional id, then with it inside a real transaction."""
+    out: dict[str, Any] = {}
+    group, txn = prefix + "txn", prefix + "txn-id"
+    client = await connect()
+    try:
+        member = await assigned_member(client, group, readable)
+        out["without write"] = partition_errors(await client.request(
+            ApiKey.TXN_OFFSET_COMMIT, 3, txn_commit(txn, group, [readable], (7, 0), member)))
+        acls.add("User:bob", "TRANSACTIONAL_ID", txn, "LITERAL", "WRITE")
+        started = await until(lambda: client.request(ApiKey.INIT_PRODUCER_ID, 4, {
+            "transactional_id": txn, "transaction_timeout_ms": 30_000, "producer_id": -1,
+            "producer_epoch": -1}), lambda a: a["error_code"] == 0)
+        assert started["error_code"] == 0, started
+        producer = (started["producer_id"], started["producer_epoch"])
+        added = await until(lambda: client.request(ApiKey.ADD_OFFSETS_TO_TXN, 3, {
+            "transactional_id": txn, "producer_id": producer[0],
+            "producer_epoch": producer[1], "group_id": group}),
+            lambda a: a["error_code"] == 0)
+        assert added["error_code"] == 0, added
+        # a refusal the proxy still holds is believed for its answers' lifetime
+        out["with write"] = await until(lambda: txn_offsets(client, txn_commit(
+            txn, group, [readable], producer, member)), lambda e: e != {readable: 53})
+        ended = await client.request(ApiKey.END_TXN, 3, {
+            "transactional_id": txn, "producer_id": producer[0],
+            "producer_epoch": producer[1], "committed": True})
+        assert ended["error_code"] == 0, ended
+    finally:
+        await client.aclose()
+    deadline = time.monotonic() + 30  # the commit marker lands after EndTxn's answer
+    while (offset := committed(broker, group, readable)) != 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    out["committed"] = offset
+    return out
+
+
+EXPECTED_TXN = {"without write": {"readable": 53}, "with write": {"readable": 0},
+                "committed": 3}
+"""Kafka 4.4's answers (and the proxy's, for a group its engine coordinates): WRITE on the
+transactional id is checked before READ on the group (TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+for every partition); with it, the transactional commit lands."""
+
+
+def _named(got: dict[str, Any], readable: str) -> dict[str, Any]:
+    return {k: ({"readable" if t == readable else t: c for t, c in v.items()}
+                if isinstance(v, dict) else v) for k, v in got.items()}
+
+
+async def test_a_txn_commit_needs_write_on_its_transactional_id(
+        secured_kafka39: KafkaBroker, topic: Callable[..., str],
+        start_proxy: StartProxy) -> None:
+    broker = secured_kafka39
+    readable, _secret, prefix = setup_names(broker, topic)
+    proxy = start_secured_proxy(start_proxy, broker, "--authorization-ttl-ms", str(TTL_MS))
+    connect = client_for(broker, "bob", address_of(proxy.bootstrap), tls=False)
+    with acls_of(broker) as acls:
+        for operation in ("READ", "DESCRIBE"):
+            acls.add("User:bob", "TOPIC", readable, "LITERAL", operation)
+        acls.add("User:bob", "GROUP", prefix, "PREFIXED", "READ")
+        got = await txn_case(broker, connect, readable, prefix, acls)
+    assert _named(got, readable) == EXPECTED_TXN, got
+
+
+@pytest.mark.slow
+async def test_kafka_4_4_needs_write_on_the_transactional_id_of_a_txn_commit(
+        secured_kafka4: KafkaBroker, topic: Callable[..., str]) -> None:
+    broker = secured_kafka4
+    readable, _secret, prefix = setup_names(broker, topic)
+    await coordinator_ready(broker)
+    connect = client_for(broker, "bob", address_of(broker.secure_bootstrap), tls=True)
+    with acls_of(broker) as acls:
+        for operation in ("READ", "DESCRIBE"):
+            acls.add("User:bob", "TOPIC", readable, "LITERAL", operation)
+        acls.add("User:bob", "GROUP", prefix, "PREFIXED", "READ")
+        got = await txn_case(broker, connect, readable, prefix, acls)
+    assert _named(got, readable) == EXPECTED_TXN, got
+

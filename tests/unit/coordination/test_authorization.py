@@ -39,7 +39,7 @@ from translation.topics import TopicMetadata, TopicsImage
 
 from .helpers import TOPIC, TOPIC_ID, coordinate, exchange, make_service, request
 
-GROUP_AUTH, TOPIC_AUTH = 30, 29
+GROUP_AUTH, TOPIC_AUTH, TXN_AUTH = 30, 29, 53
 GROUP_OPS = (1 << READ) | (1 << DESCRIBE) | (1 << DELETE)
 
 
@@ -50,6 +50,8 @@ class Acls:
     groups: dict[str, set[int]] = field(default_factory=dict)
     topics: dict[str, set[int]] = field(default_factory=dict)
     cluster_describe: bool = False
+    transactional_ids: set[str] = field(default_factory=set)
+    """The transactional ids the principal may WRITE."""
     probes: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
 
     def group(self, name: str, op: int) -> bool:
@@ -102,6 +104,12 @@ class Acls:
             cluster = (1 << DESCRIBE) if self.cluster_describe else 0
             return {"brokers": [], "topics": topics, "cluster_authorized_operations":
                     cluster if value["include_cluster_authorized_operations"] else -(1 << 31)}
+        if api_key == 25:  # AddOffsetsToTxn: WRITE on the transactional id, then READ group
+            if value["transactional_id"] not in self.transactional_ids:
+                return {"error_code": TXN_AUTH}
+            if not self.group(value["group_id"], READ):
+                return {"error_code": GROUP_AUTH}
+            return {"error_code": 49}  # INVALID_PRODUCER_ID_MAPPING: producer id -1
         raise AssertionError(f"unexpected probe {api_key}")
 
 
@@ -336,6 +344,39 @@ async def test_a_commit_of_topics_the_client_may_not_read_never_reaches_the_engi
     result = await exchange(authorizing_router(service, acls), request(8, 9, commit("g")))
     assert result.action == "local" and result.response is not None
     assert partition_errors(result.response) == {TOPIC: {TOPIC_AUTH}}
+
+
+async def test_a_txn_commit_needs_write_on_its_transactional_id_first(
+        monkeypatch: Any) -> None:
+    """Kafka checks WRITE on the transactional id before READ on the group: without it every
+    partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED (not the group's error, nor the engine's
+    verdict), and nothing reaches the engine or the broker; with it, the commit goes on."""
+    service = make_service()
+    coordinate(service, "g")
+    verdicts: list[Any] = []
+    monkeypatch.setattr(service.engine, "validate_offset_commit",
+                        lambda *args, **kwargs: verdicts.append(args) or 0)
+    txn = dict(commit("g"), transactional_id="app-txn", producer_id=7, producer_epoch=0)
+    acls = Acls(groups={"g": {DESCRIBE}}, topics={TOPIC: {READ}})
+    result = await exchange(authorizing_router(service, acls), request(28, 3, txn))
+    assert result.action == "local" and result.response is not None
+    assert partition_errors(result.response) == {TOPIC: {TXN_AUTH}}
+    acls.groups["g"] = {READ}
+    result = await exchange(authorizing_router(service, acls), request(28, 3, txn))
+    assert partition_errors(result.response or {}) == {TOPIC: {TXN_AUTH}}
+    assert not verdicts
+    probe = next(v for key, v in acls.probes if key == 25)
+    assert probe["transactional_id"] == "app-txn" and probe["producer_id"] == -1
+    acls.transactional_ids.add("app-txn")  # progress: with WRITE it goes on
+
+    def broker(key: int, version: int, sent: dict[str, Any]) -> dict[str, Any]:
+        return {"topics": [{"name": t["name"], "partitions": [
+            {"partition_index": p["partition_index"], "error_code": 0}
+            for p in t["partitions"]]} for t in sent["topics"]]}
+
+    result = await exchange(authorizing_router(service, acls), request(28, 3, txn), broker)
+    assert result.action == "rewrite" and len(verdicts) == 1
+    assert partition_errors(result.response or {}) == {TOPIC: {0}}
 
 
 async def test_offset_fetch_and_delete_follow_kafkas_checks() -> None:
