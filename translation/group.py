@@ -369,10 +369,11 @@ class ConsumerGroup:
         under them: some regex was resolved without rights, or matches a topic not checked."""
         return bool(self.regex_counts) and (self.regex_rights is None or self.regex_due)
 
-    def resolve_regexes_under(self, rights: regex_mod.TopicRights, image: TopicsImage) -> bool:
+    def resolve_regexes_under(self, rights: regex_mod.TopicRights | None,
+                              image: TopicsImage) -> bool:
         """Resolve every regex again, keeping only what ``rights`` (a member's) allow, as
         Kafka resolves a group's regexes under the rights of the member whose heartbeat
-        triggered it; returns whether any resolution changed."""
+        triggered it (None: over every topic); returns whether any resolution changed."""
         self.regex_rights = rights
         return self.resolve_regexes(image)
 

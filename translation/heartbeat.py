@@ -350,6 +350,12 @@ def handle_regular(
         reasons.append("subscription changed")
     if rights is not None and group.resolve_regexes_under(rights, engine.image):
         reasons.append("regex resolution changed")
+    elif (request.topic_rights is None and group.regex_rights is not None and group.regex_due
+          and group.resolve_regexes_under(None, engine.image)):
+        # no rights came with it (a member behind another sidecar: they are not carried), and
+        # topics the group's rights did not check wait: resolved over every topic, as without
+        # authorization, so that they do not wait for a member whose rights come along
+        reasons.append("regex resolution changed")
 
     # 3. Group epoch, target assignment, then reconciliation of this member.
     engine.apply_member_changes(group, reasons, now_ms, effects)

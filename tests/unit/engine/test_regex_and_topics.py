@@ -131,9 +131,6 @@ def test_a_topic_created_later_waits_for_a_heartbeat_with_rights_for_it() -> Non
     assert engine.update_topics(image(foo=(FOO, 2), fizz=(BAZ, 3)), 10) == []
     assert group.resolved_regex == {"f.*": frozenset({"foo"})}
     assert engine.regex_topics_to_check(G, None) == {"foo", "fizz"}
-    # a heartbeat without rights (not authorized by this sidecar) does not resolve it
-    engine.heartbeat(hb(G, "m", 1), 20)
-    assert group.resolved_regex == {"f.*": frozenset({"foo"})}
     # the member's next heartbeat brings its rights, which allow fizz: resolved, one bump
     a.next = target(m={FOO: [0, 1], BAZ: [0, 1, 2]})
     resp, effects = engine.heartbeat(replace(hb(G, "m", 1),
@@ -206,4 +203,24 @@ def test_a_new_regex_is_resolved_under_the_rights_even_for_topics_they_did_not_c
     assert group.resolved_regex == {"f.*": frozenset()}
     assert engine.regex_topics_to_check(G, None) == {"foo", "fizz"}
     engine.heartbeat(replace(hb(G, "m", 1), topic_rights=rights({"foo", "fizz"}, {"foo"})), 10)
+    assert group.resolved_regex == {"f.*": frozenset({"foo"})}
+
+
+def test_a_heartbeat_without_rights_resolves_what_is_due_over_every_topic() -> None:
+    """A member behind another sidecar brings no rights: a topic created since the group's
+    rights were asked does not wait for a member whose rights come along (the group may have
+    none left); it is resolved as without authorization, and filtered again by the next
+    rights."""
+    engine = make_engine(image(foo=(FOO, 2)), ScriptedAssignor())
+    engine.heartbeat(replace(join(G, "local", topics=None, regex="f.*"),
+                             topic_rights=rights({"foo"}, {"foo"})), 0)
+    engine.heartbeat(join(G, "relayed", topics=None, regex="f.*"), 1)
+    group = engine.groups[G]
+    engine.update_topics(image(foo=(FOO, 2), fizz=(BAZ, 1)), 10)
+    assert group.resolved_regex == {"f.*": frozenset({"foo"})}
+    _, effects = engine.heartbeat(hb(G, "relayed", group.members["relayed"].member_epoch), 20)
+    assert group.resolved_regex == {"f.*": frozenset({"foo", "fizz"})}
+    assert any(isinstance(e, GroupEpochBumped) for e in effects)
+    engine.heartbeat(replace(hb(G, "local", group.members["local"].member_epoch),
+                             topic_rights=rights({"foo", "fizz"}, {"foo"})), 30)
     assert group.resolved_regex == {"f.*": frozenset({"foo"})}
