@@ -13,10 +13,14 @@ them):
   Kafka checks READ before anything else and answers GROUP_AUTHORIZATION_FAILED without it;
   any other answer (UNKNOWN_MEMBER_ID, NOT_COORDINATOR...) means READ, and changes nothing.
   Any broker answers it, coordinator or not.
-* DESCRIBE and DELETE on groups: DescribeGroups v5 with ``include_authorized_operations``:
+* DESCRIBE on groups: DescribeGroups v5 with ``include_authorized_operations``:
   GROUP_AUTHORIZATION_FAILED means no DESCRIBE; a described group carries its operations
-  bitfield (only the group's coordinator describes: elsewhere the answer still proves
-  DESCRIBE, but not DELETE).
+  bitfield (for the answers the proxy gives that include them).
+* DELETE on a group: OffsetDelete v0 with no topics. Kafka checks DELETE on the group before
+  anything else (GROUP_AUTHORIZATION_FAILED without it); any other answer means DELETE, and
+  with no partitions the coordinator deletes nothing. Asked on its own, not read from the
+  DescribeGroups bitfield: a DENY of DESCRIBE with an ALLOW of DELETE refuses DescribeGroups
+  but allows DeleteGroups, and a broker that does not coordinate the group still answers it.
 * DESCRIBE and READ on topics, DESCRIBE on the cluster: Metadata v10 with
   ``include_topic_authorized_operations`` and ``include_cluster_authorized_operations``
   (TOPIC_AUTHORIZATION_FAILED: no DESCRIBE; otherwise the topic's operations; the cluster's
@@ -87,12 +91,13 @@ _HEARTBEAT_VERSION = 4
 _DESCRIBE_GROUPS_VERSION = 5
 _METADATA_VERSION = 10
 _ADD_OFFSETS_TO_TXN_VERSION = 3
+_OFFSET_DELETE_VERSION = 0
 _NO_TOPIC_ID = uuid.UUID(int=0)
 
 
 class Unanswerable(Exception):
-    """The broker's answer does not say whether the client may (e.g. DELETE on a group asked
-    of a broker that does not coordinate it); ``error`` is its error code, for the client."""
+    """The broker's answer does not say whether the client may (a DescribeGroups answer that
+    leaves a group out); ``error`` is the error code for the client."""
 
     def __init__(self, error: int, what: str) -> None:
         super().__init__(what)
@@ -180,15 +185,13 @@ class Rights:
                 failures.append(exc)
 
         async with trio.open_nursery() as nursery:
-            described: set[str] = set()
-            for op, names in needs.groups.items():
-                if op != READ:
-                    described |= names
             for name in sorted(needs.groups.get(READ, ())):
                 nursery.start_soon(run, self._heartbeat_probe(name, client_id, learnt))
-            if described:
+            if described := needs.groups.get(DESCRIBE):
                 nursery.start_soon(run, self._describe_probe(sorted(described), client_id,
-                                                             needs.groups, learnt))
+                                                             learnt))
+            for name in sorted(needs.groups.get(DELETE, ())):
+                nursery.start_soon(run, self._delete_probe(name, client_id, learnt))
             if needs.topics or needs.cluster:
                 nursery.start_soon(run, self._metadata_probe(sorted(needs.topics),
                                                              needs.cluster, client_id, learnt))
@@ -236,31 +239,29 @@ class Rights:
             answer["error_code"] != TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 
     async def _describe_probe(self, groups: list[str], client_id: str | None,
-                              wanted: Mapping[int, set[str]], learnt: dict[Fact, bool]
-                              ) -> None:
+                              learnt: dict[Fact, bool]) -> None:
         answer = await self._exchange(ApiKey.DESCRIBE_GROUPS, _DESCRIBE_GROUPS_VERSION, {
             "groups": groups, "include_authorized_operations": True}, client_id)
         for entry in answer["groups"]:
             name, error = entry["group_id"], entry["error_code"]
             ops = entry.get("authorized_operations", OPS_OMITTED)
             if error == GROUP_AUTHORIZATION_FAILED:
-                # no DESCRIBE, so (but for an explicit DENY of DESCRIBE) no READ or DELETE
-                for op in (DESCRIBE, DELETE):
-                    learnt[("group", name, op)] = False
+                learnt[("group", name, DESCRIBE)] = False
                 self._group_ops[name] = 0
-            elif ops != OPS_OMITTED:
-                for op in (DESCRIBE, DELETE):  # READ: the Heartbeat probe's (exact)
-                    learnt[("group", name, op)] = has(ops, op)
-                self._group_ops[name] = ops
             else:
-                # described with an error after the DESCRIBE check (NOT_COORDINATOR...)
+                # described (or an error after the DESCRIBE check: NOT_COORDINATOR...)
                 learnt[("group", name, DESCRIBE)] = True
-                if name in wanted.get(DELETE, ()):
-                    raise Unanswerable(error, f"DELETE on group {name!r}: error {error}")
-        for op, names in wanted.items():
-            if op != READ and any(("group", n, op) not in learnt for n in names):
-                raise Unanswerable(int(ErrorCode.UNKNOWN_SERVER_ERROR),
-                                   "DescribeGroups did not answer every group")
+                if ops != OPS_OMITTED:
+                    self._group_ops[name] = ops
+        if any(("group", n, DESCRIBE) not in learnt for n in groups):
+            raise Unanswerable(int(ErrorCode.UNKNOWN_SERVER_ERROR),
+                               "DescribeGroups did not answer every group")
+
+    async def _delete_probe(self, group: str, client_id: str | None,
+                            learnt: dict[Fact, bool]) -> None:
+        answer = await self._exchange(ApiKey.OFFSET_DELETE, _OFFSET_DELETE_VERSION, {
+            "group_id": group, "topics": []}, client_id)
+        learnt[("group", group, DELETE)] = answer["error_code"] != GROUP_AUTHORIZATION_FAILED
 
     async def _metadata_probe(self, topics: list[str], cluster: bool, client_id: str | None,
                               learnt: dict[Fact, bool]) -> None:

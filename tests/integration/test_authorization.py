@@ -704,3 +704,66 @@ async def test_kafka_4_4_needs_write_on_the_transactional_id_of_a_txn_commit(
         got = await txn_case(broker, connect, readable, prefix, acls)
     assert _named(got, readable) == EXPECTED_TXN, got
 
+
+async def deny_describe_case(bob: Connect, alice: Connect, readable: str, prefix: str,
+                             acls: Acls) -> dict[str, Any]:
+    """bob is denied DESCRIBE on a group alice's member left empty, and allowed DELETE on it:
+    what DescribeGroups and DeleteGroups answer him."""
+    group = prefix + "deletable"
+    owner = await alice()
+    try:
+        joined = await owner.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0,
+                                     heartbeat(group, [readable]))
+        assert joined["error_code"] == 0, joined
+        left = await owner.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, heartbeat(
+            group, None, joined["member_id"], -1))
+        assert left["error_code"] == 0, left
+    finally:
+        await owner.aclose()
+    acls.add("User:bob", "GROUP", prefix, "PREFIXED", "DELETE")
+    acls.add("User:bob", "GROUP", group, "LITERAL", "DESCRIBE", allow=False)
+    client = await bob()
+    try:
+        out: dict[str, Any] = {}
+        described = await client.request(ApiKey.DESCRIBE_GROUPS, 5, {
+            "groups": [group], "include_authorized_operations": True})
+        out["describe groups"] = [g["error_code"] for g in described["groups"]]
+        deleted = await until(lambda: client.request(ApiKey.DELETE_GROUPS, 2, {
+            "groups_names": [group]}), lambda a: a["results"][0]["error_code"] != GROUP_AUTH)
+        out["delete groups"] = [r["error_code"] for r in deleted["results"]]
+        return out
+    finally:
+        await client.aclose()
+
+
+EXPECTED_DENY_DESCRIBE = {"describe groups": [GROUP_AUTH], "delete groups": [0]}
+"""Kafka 4.4 (and the proxy): each API checks its own operation; DESCRIBE denied refuses
+DescribeGroups, DELETE allowed deletes the empty group."""
+
+
+async def test_deny_describe_with_allow_delete_deletes_the_group(
+        secured_kafka39: KafkaBroker, topic: Callable[..., str],
+        start_proxy: StartProxy) -> None:
+    broker = secured_kafka39
+    readable, _secret, prefix = setup_names(broker, topic)
+    proxy = start_secured_proxy(start_proxy, broker, "--authorization-ttl-ms", str(TTL_MS))
+    address = address_of(proxy.bootstrap)
+    with acls_of(broker) as acls:
+        got = await deny_describe_case(client_for(broker, "bob", address, tls=False),
+                                       client_for(broker, "alice", address, tls=False),
+                                       readable, prefix, acls)
+    assert got == EXPECTED_DENY_DESCRIBE, got
+
+
+@pytest.mark.slow
+async def test_kafka_4_4_deletes_with_describe_denied_and_delete_allowed(
+        secured_kafka4: KafkaBroker, topic: Callable[..., str]) -> None:
+    broker = secured_kafka4
+    readable, _secret, prefix = setup_names(broker, topic)
+    await coordinator_ready(broker)
+    address = address_of(broker.secure_bootstrap)
+    with acls_of(broker) as acls:
+        got = await deny_describe_case(client_for(broker, "bob", address, tls=True),
+                                       client_for(broker, "alice", address, tls=True),
+                                       readable, prefix, acls)
+    assert got == EXPECTED_DENY_DESCRIBE, got

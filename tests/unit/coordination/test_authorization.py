@@ -52,9 +52,13 @@ class Acls:
     cluster_describe: bool = False
     transactional_ids: set[str] = field(default_factory=set)
     """The transactional ids the principal may WRITE."""
+    denied: dict[str, set[int]] = field(default_factory=dict)
+    """Group operations DENY ACLs refuse (over any ALLOW, and over an implied DESCRIBE)."""
     probes: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
 
     def group(self, name: str, op: int) -> bool:
+        if op in self.denied.get(name, set()):
+            return False
         ops = self.groups.get(name, set())
         return op in ops or (op == DESCRIBE and bool(ops & {READ, DELETE}))
 
@@ -104,6 +108,9 @@ class Acls:
             cluster = (1 << DESCRIBE) if self.cluster_describe else 0
             return {"brokers": [], "topics": topics, "cluster_authorized_operations":
                     cluster if value["include_cluster_authorized_operations"] else -(1 << 31)}
+        if api_key == 47:  # OffsetDelete: DELETE on the group before anything else
+            allowed = self.group(value["group_id"], DELETE)
+            return {"error_code": 16 if allowed else GROUP_AUTH, "topics": []}
         if api_key == 25:  # AddOffsetsToTxn: WRITE on the transactional id, then READ group
             if value["transactional_id"] not in self.transactional_ids:
                 return {"error_code": TXN_AUTH}
@@ -429,6 +436,34 @@ async def test_describe_and_delete_groups_refuse_per_group_in_kafkas_order() -> 
     assert [(g["group_id"], g["error_code"]) for g in deleted.response["results"]] == [
         ("kept", GROUP_AUTH)]
     assert membership.leaves == 0 and service.claims("kept")
+
+
+async def test_deny_describe_with_allow_delete_deletes_as_kafka_does() -> None:
+    """Kafka checks each API's own operation: with DESCRIBE denied and DELETE allowed on a
+    group, DescribeGroups is refused and DeleteGroups and OffsetDelete go on (the DescribeGroups
+    bitfield, refused too, cannot tell DELETE)."""
+    service = make_service()
+    membership = coordinate(service, "g")
+    acls = Acls(groups={"g": {DELETE}}, topics={TOPIC: {READ}}, denied={"g": {DESCRIBE}})
+    r = authorizing_router(service, acls)
+    described = await exchange(r, request(15, 5, {"groups": ["g"],
+                                                   "include_authorized_operations": True}))
+    assert described.response is not None
+    assert [g["error_code"] for g in described.response["groups"]] == [GROUP_AUTH]
+    offsets = await exchange(r, request(47, 0, {"group_id": "g", "topics": [
+        {"name": TOPIC, "partitions": [{"partition_index": 0}]}]}),
+        lambda k, v, sent: {"error_code": 0, "topics": [
+            {"name": t["name"], "partitions": [{"partition_index": 0, "error_code": 0}]}
+            for t in sent["topics"]]})
+    assert offsets.response is not None and offsets.response["error_code"] == 0
+    deleted = await exchange(r, request(42, 2, {"groups_names": ["g"]}),
+                             lambda k, v, sent: {"results": [
+                                 {"group_id": g, "error_code": 0}
+                                 for g in sent["groups_names"]]})
+    assert deleted.response is not None
+    assert [(g["group_id"], g["error_code"]) for g in deleted.response["results"]] == [
+        ("g", 0)]
+    assert membership.leaves == 1 and not service.claims("g")  # progress: deleted
 
 
 async def test_list_groups_shows_only_the_coordinated_groups_the_client_may_describe() -> None:
