@@ -72,6 +72,9 @@ PROBE_SECONDS = 10.0
 MAX_FACTS = 1024
 """Facts one connection keeps (each a resource name and an operation; fed by the client's
 requests, so bounded; docs/decisions/0008)."""
+PROBES_PER_KIND = 16
+"""Probes of one kind (one per group or transactional id) in flight at once for a request: a
+DeleteGroups naming thousands of groups asks them a few at a time, not all at once."""
 AUTHORIZER_RECHECK_SECONDS = 60.0
 """How long the answer "no authorizer" is believed before the cluster is asked again."""
 
@@ -178,25 +181,35 @@ class Rights:
         learnt: dict[Fact, bool] = {}
         failures: list[BaseException] = []
 
-        async def run(probe: Awaitable[None]) -> None:
+        async def run(probe: Awaitable[None], limiter: trio.CapacityLimiter | None = None
+                      ) -> None:
             try:
-                await probe
+                if limiter is None:
+                    await probe
+                else:
+                    async with limiter:
+                        await probe
             except Exception as exc:  # re-raised below, the first one
                 failures.append(exc)
 
+        per_group = trio.CapacityLimiter(PROBES_PER_KIND)
+        per_transaction = trio.CapacityLimiter(PROBES_PER_KIND)
         async with trio.open_nursery() as nursery:
             for name in sorted(needs.groups.get(READ, ())):
-                nursery.start_soon(run, self._heartbeat_probe(name, client_id, learnt))
+                nursery.start_soon(run, self._heartbeat_probe(name, client_id, learnt),
+                                   per_group)
             if described := needs.groups.get(DESCRIBE):
                 nursery.start_soon(run, self._describe_probe(sorted(described), client_id,
                                                              learnt))
             for name in sorted(needs.groups.get(DELETE, ())):
-                nursery.start_soon(run, self._delete_probe(name, client_id, learnt))
+                nursery.start_soon(run, self._delete_probe(name, client_id, learnt),
+                                   per_group)
             if needs.topics or needs.cluster:
                 nursery.start_soon(run, self._metadata_probe(sorted(needs.topics),
                                                              needs.cluster, client_id, learnt))
             for name in sorted(needs.transactional_ids):
-                nursery.start_soon(run, self._transaction_probe(name, client_id, learnt))
+                nursery.start_soon(run, self._transaction_probe(name, client_id, learnt),
+                                   per_transaction)
         if failures:
             raise failures[0]
         self.note(learnt)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+import trio
 
 from proxy.codec import messages
 from proxy.codec.header import parse_request_header
@@ -29,6 +30,7 @@ from proxy.router import parse_table
 from proxy.security.rights import (
     DELETE,
     DESCRIBE,
+    PROBES_PER_KIND,
     READ,
     SECURITY_DISABLED,
     AuthorizerCheck,
@@ -591,3 +593,27 @@ async def test_a_regex_matching_nothing_yet_is_resolved_under_rights_when_topics
     beat = await exchange(r, request(68, 1, heartbeat("g", None, 1, member)))
     assert beat.response is not None and beat.response["error_code"] == 0
     assert group.resolved_regex == {"x.*": frozenset({"xopen"})}
+
+
+async def test_per_group_probes_are_asked_a_few_at_a_time() -> None:
+    """A DeleteGroups naming many groups asks DELETE on each (OffsetDelete), at most
+    PROBES_PER_KIND in flight at once, and every group is answered."""
+    acls = Acls(groups={f"g{i}": {DELETE} for i in range(0, 100, 2)})
+    in_flight, most = 0, 0
+
+    async def send(api_key: int, version: int, encode: Callable[[int], bytes],
+                   timeout: float) -> bytes:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await trio.sleep(0)
+        try:
+            return await acls.send(api_key, version, encode, timeout)
+        finally:
+            in_flight -= 1
+
+    rights = Rights(send, ttl=5.0, timer=Clock())
+    learnt = await rights.ask(rights.missing({DELETE: [f"g{i}" for i in range(100)]}), None)
+    assert most == PROBES_PER_KIND
+    assert sorted(n for (_, n, _), allowed in learnt.items() if allowed) == sorted(
+        f"g{i}" for i in range(0, 100, 2))
