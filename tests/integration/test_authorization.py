@@ -13,8 +13,12 @@ Default run (about a minute): KIP-848 and classic joins without READ refused
 with READ allowed, a member joins and a topic without DESCRIBE fails its heartbeat as a whole;
 a commit's topic without READ is refused and nothing of a refused client is written (read
 straight at the broker); a DENY on one group overrides the prefixed ALLOW; an ACL removed while
-the member is in its group refuses its next heartbeat after ``authorization-ttl-ms``; and a
-client behind a follower sidecar is refused on its own sidecar before anything is relayed.
+the member is in its group refuses its next heartbeat after ``authorization-ttl-ms``; a
+client behind a follower sidecar is refused on its own sidecar before anything is relayed; a
+regex matching two topics, one of which the member may describe, gets it only that one; a
+TxnOffsetCommit without WRITE on its transactional id is refused before anything else (with it,
+inside a transaction, it lands); and DESCRIBE denied with DELETE allowed refuses DescribeGroups
+and deletes with DeleteGroups. Each of these has its Kafka 4.4 reference case (``slow``).
 """
 
 from __future__ import annotations
@@ -625,21 +629,37 @@ async def assigned_member(client: UpstreamClient, group: str, topic_name: str
     return member, epoch
 
 
-async def txn_case(broker: KafkaBroker, connect: Connect, readable: str, prefix: str,
-                   acls: Acls) -> dict[str, Any]:
+async def txn_case(broker: KafkaBroker, connect: Connect, owner: Connect, readable: str,
+                   prefix: str, acls: Acls) -> dict[str, Any]:
     """bob, READ on the group and on ``readable``: TxnOffsetCommit without WRITE on its
-    transactional id, then with it inside a real transaction."""
+    transactional id (also to a group alice's member is in, on which bob is denied READ),
+    then with it inside a real transaction."""
     out: dict[str, Any] = {}
-    group, txn = prefix + "txn", prefix + "txn-id"
+    group, txn, denied = prefix + "txn", prefix + "txn-id", prefix + "txn-denied"
+    alice = await owner()
+    try:
+        await assigned_member(alice, denied, readable)
+    finally:
+        await alice.aclose()
+    acls.add("User:bob", "GROUP", denied, "LITERAL", "READ", allow=False)
     client = await connect()
     try:
         member = await assigned_member(client, group, readable)
         out["without write"] = partition_errors(await client.request(
             ApiKey.TXN_OFFSET_COMMIT, 3, txn_commit(txn, group, [readable], (7, 0), member)))
+        out["without write or read on the group"] = partition_errors(await client.request(
+            ApiKey.TXN_OFFSET_COMMIT, 3, txn_commit(txn, denied, [readable], (7, 0), member)))
         acls.add("User:bob", "TRANSACTIONAL_ID", txn, "LITERAL", "WRITE")
+        # as a producer does: find the transaction coordinator first (a fresh broker creates
+        # its transaction state topic then; until it is loaded, InitProducerId answers
+        # NOT_COORDINATOR)
+        found = await until(lambda: client.request(ApiKey.FIND_COORDINATOR, 4, {
+            "key_type": 1, "coordinator_keys": [txn]}),
+            lambda a: a["coordinators"][0]["error_code"] == 0, seconds=60)
+        assert found["coordinators"][0]["error_code"] == 0, found
         started = await until(lambda: client.request(ApiKey.INIT_PRODUCER_ID, 4, {
             "transactional_id": txn, "transaction_timeout_ms": 30_000, "producer_id": -1,
-            "producer_epoch": -1}), lambda a: a["error_code"] == 0)
+            "producer_epoch": -1}), lambda a: a["error_code"] == 0, seconds=60)
         assert started["error_code"] == 0, started
         producer = (started["producer_id"], started["producer_epoch"])
         added = await until(lambda: client.request(ApiKey.ADD_OFFSETS_TO_TXN, 3, {
@@ -663,11 +683,13 @@ async def txn_case(broker: KafkaBroker, connect: Connect, readable: str, prefix:
     return out
 
 
-EXPECTED_TXN = {"without write": {"readable": 53}, "with write": {"readable": 0},
-                "committed": 3}
-"""Kafka 4.4's answers (and the proxy's, for a group its engine coordinates): WRITE on the
+EXPECTED_TXN = {"without write": {"readable": 53},
+                "without write or read on the group": {"readable": 53},
+                "with write": {"readable": 0}, "committed": 3}
+"""Kafka 4.4's answers (and the proxy's, for groups its engine coordinates): WRITE on the
 transactional id is checked before READ on the group (TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-for every partition); with it, the transactional commit lands."""
+for every partition, where the proxy answered GROUP_AUTHORIZATION_FAILED before); with it, the
+transactional commit lands."""
 
 
 def _named(got: dict[str, Any], readable: str) -> dict[str, Any]:
@@ -681,12 +703,14 @@ async def test_a_txn_commit_needs_write_on_its_transactional_id(
     broker = secured_kafka39
     readable, _secret, prefix = setup_names(broker, topic)
     proxy = start_secured_proxy(start_proxy, broker, "--authorization-ttl-ms", str(TTL_MS))
-    connect = client_for(broker, "bob", address_of(proxy.bootstrap), tls=False)
+    address = address_of(proxy.bootstrap)
+    connect = client_for(broker, "bob", address, tls=False)
     with acls_of(broker) as acls:
         for operation in ("READ", "DESCRIBE"):
             acls.add("User:bob", "TOPIC", readable, "LITERAL", operation)
         acls.add("User:bob", "GROUP", prefix, "PREFIXED", "READ")
-        got = await txn_case(broker, connect, readable, prefix, acls)
+        got = await txn_case(broker, connect, client_for(broker, "alice", address, tls=False),
+                             readable, prefix, acls)
     assert _named(got, readable) == EXPECTED_TXN, got
 
 
@@ -696,12 +720,14 @@ async def test_kafka_4_4_needs_write_on_the_transactional_id_of_a_txn_commit(
     broker = secured_kafka4
     readable, _secret, prefix = setup_names(broker, topic)
     await coordinator_ready(broker)
-    connect = client_for(broker, "bob", address_of(broker.secure_bootstrap), tls=True)
+    address = address_of(broker.secure_bootstrap)
+    connect = client_for(broker, "bob", address, tls=True)
     with acls_of(broker) as acls:
         for operation in ("READ", "DESCRIBE"):
             acls.add("User:bob", "TOPIC", readable, "LITERAL", operation)
         acls.add("User:bob", "GROUP", prefix, "PREFIXED", "READ")
-        got = await txn_case(broker, connect, readable, prefix, acls)
+        got = await txn_case(broker, connect, client_for(broker, "alice", address, tls=True),
+                             readable, prefix, acls)
     assert _named(got, readable) == EXPECTED_TXN, got
 
 
