@@ -308,7 +308,7 @@ SETTINGS: tuple[Setting, ...] = (
             "engine online, nobody called back (docs/operations.md, 'Rolling sidecars onto a "
             "live group'); with downgrade or disabled it stays the broker's. The default is "
             "upgrade, not Kafka's bidirectional: the hand-back to the broker is not built yet."),
-    Setting("pod-local-liveness", _bool, "off",
+    Setting("pod-local-liveness", _bool, "on",
             "Fence a member at once (reason pod-local) when every connection of its client "
             "to this sidecar closes together and none reopens within liveness-grace-ms: its "
             "process is gone (docs/decisions/0020-pod-local-liveness.md). Off: a crashed "

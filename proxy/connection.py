@@ -58,7 +58,7 @@ from proxy.frames import FrameError, FrameSplitter, encode_frame
 from proxy.orderer import HeldBytes, OrderingError, ResponseFilter, ResponseOrderer, Slot
 from proxy.security.tlsstream import TlsStream
 from proxy.splice import AVAILABLE as SPLICE_AVAILABLE
-from proxy.splice import Pipe, stream_frame
+from proxy.splice import Pipe, SinkFailed, stream_frame
 from proxy.upstream import reset_on_close
 
 log = logging.getLogger("groupgate.connection")
@@ -79,6 +79,13 @@ MiB. A listener without TLS refuses such a connection with a log line; a listene
 terminates it before the connection starts (:mod:`proxy.server`)."""
 
 Payload = bytes | bytearray | memoryview
+
+
+class ClientSendFailed(trio.BrokenResourceError):
+    """Sending to the client failed (it reset or went away): the client's end failed, not
+    the broker's, though the response side noticed (pod-local liveness tells a client's
+    close from one the proxy made, :func:`proxy.coordination.pod_liveness.closed_by_client`).
+    The error is the cause."""
 
 
 class ProbeFailed(Exception):
@@ -361,6 +368,9 @@ class Connection:
                 self._close("upstream broker closed the connection", scope, warn=False)
         except (FrameError, OrderingError, CodecError, ListenerError) as exc:
             self._close(f"bad response from upstream: {exc}", scope, warn=True)
+        except ClientSendFailed as exc:  # a killed client's reset, seen when answering it
+            self._close(f"client connection failed while answering it: {exc.__cause__!r}",
+                        scope, warn=False)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             self._close(f"connection failed: {exc!r}", scope, warn=False)
 
@@ -645,7 +655,10 @@ class Connection:
             return False
         size = splitter.incomplete_frame_size
         async with self._send_lock:
-            await stream_frame(splitter, self.upstream, self.client, self._pipe(1))
+            try:
+                await stream_frame(splitter, self.upstream, self.client, self._pipe(1))
+            except SinkFailed as exc:
+                raise ClientSendFailed(str(exc)) from exc.__cause__
             orderer.release_next(slot)
         self.traffic.sent += size
         metrics.observe_request(slot.api_key, trio.current_time() - slot.started)
@@ -699,7 +712,10 @@ class Connection:
             if not ready:
                 return
             data = ready[0] if len(ready) == 1 else b"".join(ready)
-            await self.client.send_all(data)
+            try:
+                await self.client.send_all(data)
+            except (trio.BrokenResourceError, OSError) as exc:
+                raise ClientSendFailed(f"sending failed: {exc!r}") from exc
         self.traffic.sent += len(data)
         sent_at = trio.current_time()
         observe = metrics.observe_request

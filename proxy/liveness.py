@@ -108,6 +108,8 @@ class LivenessTracker:
         self._ties: dict[tuple[str, str], int] = {}
         """Which connection each member is tied to."""
         self.counts: dict[Outcome, int] = dict.fromkeys(Outcome, 0)
+        self.last_verdict = ""
+        """Why the last :meth:`closed` suspected what it did (or nothing), for the log."""
 
     # -- what the connections report ---------------------------------------------------------
 
@@ -126,15 +128,16 @@ class LivenessTracker:
             if suspect.identity == identity:
                 self._returned(key)
 
-    def member_seen(self, conn_id: int, member: SeenMember, *, static: bool = False) -> None:
+    def member_seen(self, conn_id: int, member: SeenMember, *, static: bool = False) -> bool:
         """A group request of ``member`` came on the connection: tie the member to it (a static
-        member is never declared gone: untied); a suspect of that member is back."""
+        member is never declared gone: untied); a suspect of that member is back. Returns
+        whether the member is newly tied to this connection."""
         key = (member.group_id, member.member_id)
         if key in self._suspects:
             self._returned(key)
         conn = self._conns.get(conn_id)
         if conn is None or conn.identity is None:
-            return
+            return False
         tied = self._ties.get(key)
         if tied is not None and tied != conn_id:
             self._untie(key)
@@ -143,6 +146,8 @@ class LivenessTracker:
         elif key in conn.members or len(conn.members) < MAX_MEMBERS_PER_CONNECTION:
             conn.members[key] = member
             self._ties[key] = conn_id
+            return tied != conn_id
+        return False
 
     def member_left(self, group_id: str, member_id: str) -> None:
         """The member left the group (or was fenced): nothing more to tell about it."""
@@ -155,14 +160,17 @@ class LivenessTracker:
         the proxy closed it). Returns the members suspected now."""
         conn = self._conns.pop(conn_id, None)
         if conn is None:
+            self.last_verdict = "not tracked"
             return []
         for key in conn.members:
             self._ties.pop(key, None)
         if conn.identity is None:
+            self.last_verdict = "its client was never named (no ApiVersions, or not loopback)"
             return []
         identity = conn.identity
         client = self._clients.get(identity)
         if client is None:
+            self.last_verdict = "its client is no longer tracked"
             return []
         client.open.discard(conn_id)
         closes = client.closes
@@ -170,11 +178,21 @@ class LivenessTracker:
         while closes and closes[0][0] < now_ms - self.window_ms:
             closes.popleft()
         if client.open:
+            self.last_verdict = (f"{len(client.open)} other connection(s) of its client open, "
+                                 f"{len(conn.members)} member(s) tied to this one")
             return []
         burst = list(closes)
         closes.clear()
         del self._clients[identity]
-        if self.silenced or len(burst) < 2 or not all(c[2] for c in burst):
+        if self.silenced:
+            self.last_verdict = "silenced (stepping down)"
+            return []
+        if len(burst) < 2:
+            self.last_verdict = "the client's last connection closed alone"
+            return []
+        if not all(c[2] for c in burst):
+            self.last_verdict = (f"last of {len(burst)} closes, "
+                                 f"{sum(not c[2] for c in burst)} of them by the proxy")
             return []
         suspected = []
         for _at, _conn, _by, members in burst:
@@ -185,6 +203,8 @@ class LivenessTracker:
                 self._suspects[key] = _Suspect(member, identity, now_ms, now_ms + self.grace_ms)
                 self.counts[Outcome.SUSPECTED] += 1
                 suspected.append(member)
+        self.last_verdict = (f"last of {len(burst)} closes by the client, "
+                             f"{len(suspected)} member(s) tied to them")
         return suspected
 
     # -- what the proxy asks -----------------------------------------------------------------

@@ -9,7 +9,6 @@ off (copying instead), as does any platform without ``os.splice``.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import logging
 import os
@@ -28,6 +27,12 @@ much ciphertext per wait, docs/decisions/0017)."""
 F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ, Linux
 F_GETPIPE_SZ = 1032
 AVAILABLE = hasattr(os, "splice")
+
+
+class SinkFailed(trio.BrokenResourceError):
+    """Writing to the sink failed (its peer reset or went away), as opposed to reading the
+    source: a relay in one direction can tell which end of it failed. The error is the
+    cause."""
 """Whether this platform has ``splice(2)``."""
 
 
@@ -41,7 +46,13 @@ async def stream_frame(splitter: FrameSplitter, source: trio.abc.Stream,
     buffer = bytearray(max(min(step, size), splitter.buffered))
     view = memoryview(buffer)
     have = splitter.take_incomplete(buffer)
-    send = sink.send_all
+
+    async def send(data: memoryview | bytes | bytearray) -> None:
+        try:
+            await sink.send_all(data)
+        except (trio.BrokenResourceError, OSError) as exc:
+            raise SinkFailed(f"sending failed: {exc!r}") from exc
+
     await send(view[:have])
     remaining = size - have
     if (pipe is not None and isinstance(source, trio.SocketStream)
@@ -135,8 +146,13 @@ class Pipe:
                     count -= moved_in
                     in_pipe += moved_in
             if in_pipe:
-                with contextlib.suppress(BlockingIOError):  # the sink's buffer is full
+                try:
                     moved_out = os.splice(self.read_fd, dst, in_pipe, flags=flags)
+                except BlockingIOError:  # the sink's buffer is full
+                    pass
+                except OSError as exc:
+                    raise SinkFailed(f"sending failed: {exc!r}") from exc
+                else:
                     in_pipe -= moved_out
             if moved_in or moved_out:
                 since_checkpoint += moved_in + moved_out

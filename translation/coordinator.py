@@ -100,6 +100,7 @@ from translation import describe as describe_mod
 from translation import durable, limits
 from translation import heartbeat as hb
 from translation import offsets as offsets_mod
+from translation import regex as regex_mod
 from translation.effects import Effect, GroupDeleted, GroupExpired, GroupLost, MemberFenced
 from translation.errors import ErrorCode, GroupError
 from translation.group import ConsumerGroup
@@ -215,6 +216,32 @@ class GroupCoordinator(CoordinatorState):
             if reasons and group.members:
                 self.bump_group_epoch(group, "; ".join(reasons), effects)
         return effects
+
+    def regex_topics_to_check(self, group_id: str, regex: str | None) -> frozenset[str] | None:
+        """The topics whose DESCRIBE a heartbeat of ``group_id`` subscribing to ``regex`` (None:
+        unchanged) should bring rights for (:class:`~translation.regex.TopicRights`): every
+        match of the group's regexes and ``regex``, when the heartbeat will resolve them (a
+        regex new to the group, one resolved without rights, a match not checked yet); None
+        when it will not."""
+        group = self.groups.get(group_id)
+        if group is None:
+            if not regex:
+                return None
+            patterns = {regex}
+        else:
+            if not (regex and regex not in group.regex_counts) and not group.regex_rights_due():
+                return None  # the steady heartbeat: a lookup and two tests
+            patterns = set(group.regex_counts)
+            if regex:
+                patterns.add(regex)
+        image = self.image
+        matches: set[str] = set()
+        for pattern in patterns:
+            try:
+                matches |= regex_mod.resolve(pattern, image)
+            except GroupError:  # an invalid regex: the heartbeat is refused for it
+                continue
+        return frozenset(matches)
 
     def validate_offset_commit(
         self,

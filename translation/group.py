@@ -71,6 +71,8 @@ class ConsumerGroup:
         "owners",
         "preferred_assignor",
         "regex_counts",
+        "regex_due",
+        "regex_rights",
         "resolved_regex",
         "static_members",
         "subscribed_names",
@@ -91,6 +93,12 @@ class ConsumerGroup:
         self.subscribed_names: dict[str, int] = {}
         self.regex_counts: dict[str, int] = {}
         self.resolved_regex: dict[str, frozenset[str]] = {}
+        self.regex_rights: regex_mod.TopicRights | None = None
+        """The rights of the member whose heartbeat last resolved the regexes (the resolutions
+        keep only the topics it may describe); None: resolved without (no authorization)."""
+        self.regex_due = False
+        """A regex matches a topic ``regex_rights`` did not check: the next heartbeat that
+        brings rights resolves the regexes again under them."""
         self.subscription_metadata: dict[TopicId, int] = {}
         self.assignor_counts: dict[str, int] = {}
         self.preferred_assignor = default_assignor
@@ -229,7 +237,7 @@ class ConsumerGroup:
         if regex:
             _incr(self.regex_counts, regex)
             if regex not in self.resolved_regex:
-                self.resolved_regex[regex] = regex_mod.resolve(regex, image)
+                self.resolved_regex[regex] = self._resolve(regex, image)
         if member.server_assignor is not None:
             _incr(self.assignor_counts, member.server_assignor)
         for topic_id, ps in member.assigned.items():
@@ -255,6 +263,7 @@ class ConsumerGroup:
             _decr(self.regex_counts, member.subscribed_topic_regex)
             if member.subscribed_topic_regex not in self.regex_counts:
                 self.resolved_regex.pop(member.subscribed_topic_regex, None)
+                self._regexes_gone()
         if member.server_assignor is not None:
             _decr(self.assignor_counts, member.server_assignor)
         release_all(member, self.owners)
@@ -287,7 +296,8 @@ class ConsumerGroup:
             if regex:
                 _incr(self.regex_counts, regex)
                 if regex not in self.resolved_regex:
-                    self.resolved_regex[regex] = regex_mod.resolve(regex, image)
+                    self.resolved_regex[regex] = self._resolve(regex, image)
+            self._regexes_gone()
         member.subscribed_topic_names = names
         member.subscribed_topic_regex = regex
         self.invalidate_spec(member.member_id)
@@ -332,11 +342,49 @@ class ConsumerGroup:
 
     # -- subscription metadata -----------------------------------------------------------
 
+    def _resolve(self, pattern: str, image: TopicsImage) -> frozenset[str]:
+        """``pattern``'s matches in ``image``: those ``regex_rights`` allow, and of those they
+        did not check (created since, or matched by a regex the rights were not asked for)
+        the ones the resolution already held, until rights that checked them come."""
+        matches = regex_mod.resolve(pattern, image)
+        rights = self.regex_rights
+        if rights is None:
+            return matches
+        unchecked = matches - rights.checked
+        if not unchecked:
+            return matches & rights.allowed
+        self.regex_due = True
+        return (matches & rights.allowed) | (unchecked & self.resolved_regex.get(pattern,
+                                                                                  frozenset()))
+
+    def _regexes_gone(self) -> None:
+        """No member subscribes to a regex any more: forget the rights they were resolved
+        under (a later regex is resolved under the rights of the member that brings it)."""
+        if not self.regex_counts:
+            self.regex_rights = None
+            self.regex_due = False
+
+    def regex_rights_due(self) -> bool:
+        """Whether a heartbeat bringing its member's rights resolves the group's regexes again
+        under them: some regex was resolved without rights, or matches a topic not checked."""
+        return bool(self.regex_counts) and (self.regex_rights is None or self.regex_due)
+
+    def resolve_regexes_under(self, rights: regex_mod.TopicRights | None,
+                              image: TopicsImage) -> bool:
+        """Resolve every regex again, keeping only what ``rights`` (a member's) allow, as
+        Kafka resolves a group's regexes under the rights of the member whose heartbeat
+        triggered it (None: over every topic); returns whether any resolution changed."""
+        self.regex_rights = rights
+        return self.resolve_regexes(image)
+
     def resolve_regexes(self, image: TopicsImage) -> bool:
-        """Re-resolve every regex against ``image``; returns whether any resolution changed."""
+        """Re-resolve every regex against ``image`` (under ``regex_rights``, and noting
+        whether a match was not checked under them); returns whether any resolution
+        changed."""
         changed = False
+        self.regex_due = False
         for pattern in self.regex_counts:
-            resolved = regex_mod.resolve(pattern, image)
+            resolved = self._resolve(pattern, image)
             if self.resolved_regex.get(pattern) != resolved:
                 self.resolved_regex[pattern] = resolved
                 changed = True

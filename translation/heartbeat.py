@@ -12,8 +12,10 @@ member new: GROUP_MAX_SIZE_REACHED -> find or create the member (static members:
 after a -2 leave, UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID) -> member epoch check (with the
 lost-response rule) -> when the member's record changes, it must still fit the state log
 (:func:`translation.limits.check_member_record`) -> apply changed fields -> bump the group
-epoch once if the membership, the subscription, the resolved regex, the subscribed topics'
-metadata or the group's preferred assignor changed -> recompute the target if the group epoch
+epoch once if the membership, the subscription, the resolved regex (resolved again under the
+member's rights when it brings them and the regexes are due, as Kafka resolves them under the
+rights of the member whose heartbeat triggers it), the subscribed topics' metadata or the
+group's preferred assignor changed -> recompute the target if the group epoch
 is ahead (at most once per assignment interval) -> reconcile this member -> re-arm its session
 timer. Everything that can fail is checked before anything is changed,
 so an error response leaves the group as it was.
@@ -85,6 +87,11 @@ class ConsumerGroupHeartbeatRequest:
     client_host: str = ""
     """From the connection."""
     api_version: int = 1
+    topic_rights: regex_mod.TopicRights | None = None
+    """What the member may DESCRIBE of the topics its group's regexes match, when the proxy
+    authorizes it (None: not asked, every topic). When the group's regexes are due to be
+    resolved again (:meth:`~translation.group.ConsumerGroup.regex_rights_due`), they are
+    resolved under these rights."""
 
 
 @dataclass(slots=True)
@@ -312,6 +319,15 @@ def handle_regular(
     # 2. Apply. From here on nothing raises (barring internal invariant violations).
     if group is None:
         group = engine.create_group(group_id, effects)
+    # Rights the member brings resolve the group's regexes when they are due, or when this
+    # heartbeat brings a regex new to the group: that one is resolved under them from the
+    # start, the others again after the subscription changes.
+    rights = request.topic_rights
+    if rights is not None and ((regex is not None and regex not in group.regex_counts)
+                               or group.regex_rights_due()):
+        group.regex_rights = rights
+    else:
+        rights = None
     reasons: list[str] = []
     if group.group_epoch == 0:
         reasons.append("group created")
@@ -332,6 +348,14 @@ def handle_regular(
         subscription=(names, regex),
     ):
         reasons.append("subscription changed")
+    if rights is not None and group.resolve_regexes_under(rights, engine.image):
+        reasons.append("regex resolution changed")
+    elif (request.topic_rights is None and group.regex_rights is not None and group.regex_due
+          and group.resolve_regexes_under(None, engine.image)):
+        # no rights came with it (a member behind another sidecar: they are not carried), and
+        # topics the group's rights did not check wait: resolved over every topic, as without
+        # authorization, so that they do not wait for a member whose rights come along
+        reasons.append("regex resolution changed")
 
     # 3. Group epoch, target assignment, then reconciliation of this member.
     engine.apply_member_changes(group, reasons, now_ms, effects)

@@ -6,10 +6,17 @@ regexes asynchronously and bumps the group epoch when the resolution lands; this
 always has the topics image at hand, so it resolves synchronously and bumps the epoch once,
 after resolution, in the same step. Internal topics are never matched (Kafka excludes them
 from regex resolution).
+
+With an authorizer, Kafka keeps of a resolution only the topics that the member whose
+heartbeat triggered it may DESCRIBE (``filterTopicDescribeAuthorizedTopics``; every regex of
+the group is resolved under that one member's rights). The engine cannot ask an authorizer:
+the proxy passes the member's rights with its heartbeat (:class:`TopicRights`), and the group
+resolves its regexes under them (:meth:`translation.group.ConsumerGroup.resolve_regexes`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import re2
@@ -26,6 +33,18 @@ RE2 program takes tens of times its pattern's length), least recently used first
 
 _compiled: LRUCache[str, Any] = LRUCache(maxsize=CACHE_PATTERN_BYTES,
                                          getsizeof=lambda c: len(c.pattern))
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRights:
+    """What a member may DESCRIBE, as the proxy found out before its heartbeat: of the topic
+    names in ``checked`` (the matches of its group's regexes when it asked), those in
+    ``allowed``. A topic outside ``checked`` (created since) keeps what the resolution made of
+    it before (a new one is left out) until a member's heartbeat brings rights that checked
+    it."""
+
+    checked: frozenset[str]
+    allowed: frozenset[str]
 
 
 def compile_regex(pattern: str) -> Any:

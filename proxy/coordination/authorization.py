@@ -11,15 +11,19 @@ on the client's own connection (:mod:`proxy.security.rights`):
 =========================  =================================================================
 ConsumerGroupHeartbeat     READ group, else GROUP_AUTHORIZATION_FAILED; DESCRIBE on every
                            subscribed topic name, else TOPIC_AUTHORIZATION_FAILED (the whole
-                           request)
+                           request); when the group's regexes are to be resolved, DESCRIBE on
+                           their matches: the engine keeps only those allowed (Kafka 4.x
+                           filters a resolution by the triggering member's DESCRIBE)
 ConsumerGroupDescribe      DESCRIBE per group (refused ones first); a group whose members'
                            assignments name a topic without DESCRIBE is replaced by
                            TOPIC_AUTHORIZATION_FAILED (KAFKA-18813)
 Join/Sync/Heartbeat/Leave  READ group, else GROUP_AUTHORIZATION_FAILED (SyncGroup v5+ without
                            protocol type or name: INCONSISTENT_GROUP_PROTOCOL first)
-OffsetCommit,              READ group, else every partition GROUP_AUTHORIZATION_FAILED; READ
-TxnOffsetCommit            per topic, else its partitions TOPIC_AUTHORIZATION_FAILED; nothing
-                           left: answered without the engine
+OffsetCommit,              (TxnOffsetCommit: WRITE on the transactional id first, else every
+TxnOffsetCommit            partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED) READ group, else
+                           every partition GROUP_AUTHORIZATION_FAILED; READ per topic, else
+                           its partitions TOPIC_AUTHORIZATION_FAILED; nothing left: answered
+                           without the engine
 OffsetFetch (v8+)          DESCRIBE per group, else the group's error; DESCRIBE per requested
                            topic, else its partitions TOPIC_AUTHORIZATION_FAILED (offset -1);
                            all topics of a relayed group: filtered by DESCRIBE
@@ -50,8 +54,9 @@ from proxy.coordination import convert
 from proxy.coordination.handler import ApiHandler, Completion, GroupRequest, Value
 from proxy.coordination.listing import engine_listing
 from proxy.coordination.offsets import commit_error, merge_in_order
-from proxy.security.rights import DELETE, DESCRIBE, READ, Fact, Kind, Needs, Rights
+from proxy.security.rights import DELETE, DESCRIBE, READ, WRITE, Fact, Kind, Needs, Rights
 from translation.errors import ErrorCode
+from translation.regex import TopicRights
 from translation.topics import TopicsImage
 
 if TYPE_CHECKING:
@@ -60,6 +65,7 @@ if TYPE_CHECKING:
 GROUP_AUTHORIZATION_FAILED = int(ErrorCode.GROUP_AUTHORIZATION_FAILED)
 TOPIC_AUTHORIZATION_FAILED = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 INCONSISTENT_GROUP_PROTOCOL = int(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 DESCRIBED_TOPICS_REFUSED = ("The group has described topic(s) that the client is not "
                             "authorized to describe.")
 """Kafka's message for a ConsumerGroupDescribe group replaced under KAFKA-18813."""
@@ -67,7 +73,8 @@ DESCRIBED_TOPICS_REFUSED = ("The group has described topic(s) that the client is
 Known = Callable[[Kind, str, int], bool | None]
 """A fact: allowed, refused, or None (not asked)."""
 Wants = tuple[dict[int, set[str]], set[str], bool]
-"""Group operation -> names, topic names, the cluster's DESCRIBE."""
+"""Group operation -> names, topic names, the cluster's DESCRIBE (transactional ids:
+:meth:`AuthorizationStage.transactional_ids`)."""
 Outcome = GroupRequest | Value
 """The request to go on with, or the whole answer."""
 
@@ -115,7 +122,8 @@ class AuthorizationStage:
     def wants(self, request: GroupRequest) -> Wants:
         key, value = request.api_key, request.value
         if key == ApiKey.CONSUMER_GROUP_HEARTBEAT:
-            return {READ: {value["group_id"]}}, set(value.get("subscribed_topic_names") or ()), \
+            topics = set(value.get("subscribed_topic_names") or ())
+            return {READ: {value["group_id"]}}, topics | (self._regex_matches(value) or set()), \
                 False
         if key == ApiKey.CONSUMER_GROUP_DESCRIBE:
             return {DESCRIBE: set(value["group_ids"])}, set(), False
@@ -139,9 +147,16 @@ class AuthorizationStage:
             return {DESCRIBE: self._listed(request)}, set(), True
         return {}, set(), False
 
+    @staticmethod
+    def transactional_ids(request: GroupRequest) -> set[str]:
+        """The transactional ids whose WRITE ``request`` needs (TxnOffsetCommit's)."""
+        if request.api_key == ApiKey.TXN_OFFSET_COMMIT:
+            return {request.value["transactional_id"]}
+        return set()
+
     def missing(self, request: GroupRequest) -> Needs:
         groups, topics, cluster = self.wants(request)
-        return self.rights.missing(groups, topics, cluster)
+        return self.rights.missing(groups, topics, cluster, self.transactional_ids(request))
 
     def known(self, learnt: dict[Fact, bool] | None = None) -> Known:
         rights = self.rights
@@ -191,7 +206,18 @@ class AuthorizationStage:
         names = value.get("subscribed_topic_names") or ()
         if not all(allowed("topic", t, DESCRIBE) for t in names):
             return convert.consumer_group_heartbeat_error(TOPIC_AUTHORIZATION_FAILED, None)
-        return request
+        matches = self._regex_matches(value)
+        if matches is None:
+            return request
+        return dataclasses.replace(request, topic_rights=TopicRights(
+            matches, frozenset(t for t in matches if allowed("topic", t, DESCRIBE))))
+
+    def _regex_matches(self, value: Value) -> frozenset[str] | None:
+        """The topics the group's regexes (and the heartbeat's) match, when the engine will
+        resolve them under this client's rights (possibly none: the rights then say that
+        nothing was checked); None when it will not (the steady heartbeat asks nothing)."""
+        return self.service.engine.regex_topics_to_check(
+            value["group_id"], value.get("subscribed_topic_regex"))
 
     def _consumer_group_describe(self, request: GroupRequest,
                                  allowed: Callable[[Kind, str, int], bool]) -> Outcome:
@@ -263,6 +289,9 @@ class AuthorizationStage:
     def _commit(self, request: GroupRequest, allowed: Callable[[Kind, str, int], bool]
                 ) -> Outcome:
         value = request.value
+        if (request.api_key == ApiKey.TXN_OFFSET_COMMIT
+                and not allowed("transactional_id", value["transactional_id"], WRITE)):
+            return commit_error(value, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         if not allowed("group", value["group_id"], READ):
             return commit_error(value, GROUP_AUTHORIZATION_FAILED)
         image = self.service.engine.image

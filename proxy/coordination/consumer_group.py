@@ -34,7 +34,7 @@ class ConsumerGroupHeartbeatHandler(ApiHandler):
     async def _heartbeat(self, request: GroupRequest) -> Value:
         engine_request = convert.consumer_group_heartbeat_request(
             request.value, request.version, client_id=request.client_id,
-            client_host=request.client_host)
+            client_host=request.client_host, topic_rights=request.topic_rights)
         response = await self.service.heartbeat(engine_request)
         return convert.consumer_group_heartbeat_response(response)
 

@@ -64,6 +64,7 @@ from translation.classic.messages import (
 )
 from translation.describe import DescribedGroup, DescribedTopicPartitions
 from translation.heartbeat import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+from translation.regex import TopicRights
 
 SUBSCRIPTION_SCHEMA = "ConsumerProtocolSubscription"
 ASSIGNMENT_SCHEMA = "ConsumerProtocolAssignment"
@@ -317,9 +318,11 @@ def leave_group_request(value: Mapping[str, Any], api_version: int) -> LeaveGrou
 
 
 def consumer_group_heartbeat_request(value: Mapping[str, Any], api_version: int, *,
-                                     client_id: str | None, client_host: str
+                                     client_id: str | None, client_host: str,
+                                     topic_rights: TopicRights | None = None
                                      ) -> ConsumerGroupHeartbeatRequest:
-    """The engine's request for a decoded ConsumerGroupHeartbeat request body."""
+    """The engine's request for a decoded ConsumerGroupHeartbeat request body (``topic_rights``:
+    what the client may describe, from the authorization stage)."""
     v = Fields.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, api_version, value)
     owned = v.structs("topic_partitions") if v.opt_list("topic_partitions") is not None else None
     names = v.opt_list("subscribed_topic_names")
@@ -338,6 +341,7 @@ def consumer_group_heartbeat_request(value: Mapping[str, Any], api_version: int,
         client_id=client_id or "",
         client_host=client_host,
         api_version=api_version,
+        topic_rights=topic_rights,
     )
 
 

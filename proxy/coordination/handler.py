@@ -28,6 +28,7 @@ from proxy.codec.api_keys import ApiKey
 
 if TYPE_CHECKING:
     from proxy.coordination.service import CoordinatorService
+    from translation.regex import TopicRights
 
 Value = dict[str, Any]
 
@@ -55,6 +56,9 @@ class GroupRequest:
     completion: Completion | None = None
     """What the authorization stage refused of the request (the request is what remains), to
     be put back into its answer."""
+    topic_rights: TopicRights | None = None
+    """ConsumerGroupHeartbeat: what the client may DESCRIBE of the topics its group's regexes
+    match, when the authorization stage asked (the engine resolves the regexes under them)."""
 
 
 @dataclass(frozen=True, slots=True)

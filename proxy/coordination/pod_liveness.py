@@ -89,6 +89,8 @@ class ConnectionWatch:
         named = client_software(frame, version)
         if named is not None:
             client_id, name, software_version = named
+            log.debug("a connection from %s named its client %r (%s/%s)", self._host,
+                      client_id, name, software_version)
             self._liveness.tracker.identified(
                 id(self), Identity(self._host, client_id, f"{name}/{software_version}"),
                 self._liveness.now_ms())
@@ -104,19 +106,22 @@ class ConnectionWatch:
             if epoch == -1:
                 tracker.member_left(group_id, member_id)
             elif member_id:
-                tracker.member_seen(id(self), SeenMember(group_id, member_id, epoch),
-                                    static=value.get("instance_id") is not None or epoch < 0)
+                self._seen(SeenMember(group_id, member_id, epoch),
+                           value.get("instance_id") is not None or epoch < 0)
         elif key in (ApiKey.HEARTBEAT, ApiKey.SYNC_GROUP):
             member_id = value.get("member_id") or ""
             if member_id:
-                tracker.member_seen(
-                    id(self),
-                    SeenMember(group_id, member_id, value.get("generation_id", -1), True),
-                    static=value.get("group_instance_id") is not None)
+                self._seen(SeenMember(group_id, member_id, value.get("generation_id", -1), True),
+                           value.get("group_instance_id") is not None)
         elif key == ApiKey.LEAVE_GROUP:
             members = value.get("members") or [{"member_id": value.get("member_id")}]
             for member in members:
                 tracker.member_left(group_id, member.get("member_id") or "")
+
+    def _seen(self, member: SeenMember, static: bool) -> None:
+        if self._liveness.tracker.member_seen(id(self), member, static=static):
+            log.debug("group %s: member %s tied to a connection from %s", member.group_id,
+                      member.member_id, self._host)
 
 
 class PodLiveness:
@@ -144,8 +149,11 @@ class PodLiveness:
         watch = getattr(router, "liveness", None)
         if not isinstance(watch, ConnectionWatch):
             return
-        suspected = self.tracker.closed(id(watch), self.now_ms(),
-                                        by_client=closed_by_client(conn))
+        by_client = closed_by_client(conn)
+        suspected = self.tracker.closed(id(watch), self.now_ms(), by_client=by_client)
+        log.debug("%s: closed (%s; %s): %s", conn.name, conn.closing_reason,
+                  "by the client" if by_client else "by the proxy",
+                  self.tracker.last_verdict)
         for member in suspected:
             metrics.LIVENESS.labels(Outcome.SUSPECTED.value).inc()
             log.debug("group %s: member %s suspected gone: every connection of its client "

@@ -13,14 +13,23 @@ them):
   Kafka checks READ before anything else and answers GROUP_AUTHORIZATION_FAILED without it;
   any other answer (UNKNOWN_MEMBER_ID, NOT_COORDINATOR...) means READ, and changes nothing.
   Any broker answers it, coordinator or not.
-* DESCRIBE and DELETE on groups: DescribeGroups v5 with ``include_authorized_operations``:
+* DESCRIBE on groups: DescribeGroups v5 with ``include_authorized_operations``:
   GROUP_AUTHORIZATION_FAILED means no DESCRIBE; a described group carries its operations
-  bitfield (only the group's coordinator describes: elsewhere the answer still proves
-  DESCRIBE, but not DELETE).
+  bitfield (for the answers the proxy gives that include them).
+* DELETE on a group: OffsetDelete v0 with no topics. Kafka checks DELETE on the group before
+  anything else (GROUP_AUTHORIZATION_FAILED without it); any other answer means DELETE, and
+  with no partitions the coordinator deletes nothing. Asked on its own, not read from the
+  DescribeGroups bitfield: a DENY of DESCRIBE with an ALLOW of DELETE refuses DescribeGroups
+  but allows DeleteGroups, and a broker that does not coordinate the group still answers it.
 * DESCRIBE and READ on topics, DESCRIBE on the cluster: Metadata v10 with
   ``include_topic_authorized_operations`` and ``include_cluster_authorized_operations``
   (TOPIC_AUTHORIZATION_FAILED: no DESCRIBE; otherwise the topic's operations; the cluster's
   are 0 without DESCRIBE CLUSTER).
+* WRITE on a transactional id (TxnOffsetCommit): AddOffsetsToTxn v3 with producer id -1.
+  Kafka checks WRITE on the transactional id first and answers
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED without it; any other answer means WRITE. With it, the
+  transaction coordinator answers INVALID_PRODUCER_ID_MAPPING (no transaction has producer
+  id -1; NOT_COORDINATOR on another broker): nothing is added to any transaction.
 
 Answers are facts (resource, name, operation) -> allowed, kept per connection in a bounded
 cache for ``ttl`` seconds (:class:`Rights`). A right removed while a member is in its group is
@@ -63,14 +72,18 @@ PROBE_SECONDS = 10.0
 MAX_FACTS = 1024
 """Facts one connection keeps (each a resource name and an operation; fed by the client's
 requests, so bounded; docs/decisions/0008)."""
+PROBES_PER_KIND = 16
+"""Probes of one kind (one per group or transactional id) in flight at once for a request: a
+DeleteGroups naming thousands of groups asks them a few at a time, not all at once."""
 AUTHORIZER_RECHECK_SECONDS = 60.0
 """How long the answer "no authorizer" is believed before the cluster is asked again."""
 
 GROUP_AUTHORIZATION_FAILED = int(ErrorCode.GROUP_AUTHORIZATION_FAILED)
 TOPIC_AUTHORIZATION_FAILED = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 SECURITY_DISABLED = 54
 
-Kind = Literal["group", "topic", "cluster"]
+Kind = Literal["group", "topic", "cluster", "transactional_id"]
 Fact = tuple[Kind, str, int]
 """(resource type, resource name, operation)."""
 ProbeSend = Callable[[int, int, Callable[[int], bytes], float], Awaitable[bytes]]
@@ -80,12 +93,14 @@ id, timeout -> the broker's response payload."""
 _HEARTBEAT_VERSION = 4
 _DESCRIBE_GROUPS_VERSION = 5
 _METADATA_VERSION = 10
+_ADD_OFFSETS_TO_TXN_VERSION = 3
+_OFFSET_DELETE_VERSION = 0
 _NO_TOPIC_ID = uuid.UUID(int=0)
 
 
 class Unanswerable(Exception):
-    """The broker's answer does not say whether the client may (e.g. DELETE on a group asked
-    of a broker that does not coordinate it); ``error`` is its error code, for the client."""
+    """The broker's answer does not say whether the client may (a DescribeGroups answer that
+    leaves a group out); ``error`` is the error code for the client."""
 
     def __init__(self, error: int, what: str) -> None:
         super().__init__(what)
@@ -104,9 +119,11 @@ class Needs:
     """Operation -> group names."""
     topics: set[str] = field(default_factory=set)
     cluster: bool = False
+    transactional_ids: set[str] = field(default_factory=set)
+    """Transactional ids whose WRITE is asked."""
 
     def __bool__(self) -> bool:
-        return bool(self.groups or self.topics or self.cluster)
+        return bool(self.groups or self.topics or self.cluster or self.transactional_ids)
 
 
 class Rights:
@@ -140,9 +157,10 @@ class Rights:
         return self._group_ops.get(name)
 
     def missing(self, groups: Mapping[int, Iterable[str]] | None = None,
-                topics: Iterable[str] = (), cluster: bool = False) -> Needs:
-        """What of ``groups`` (operation -> names), ``topics`` (READ and DESCRIBE) and the
-        cluster's DESCRIBE the cache does not know."""
+                topics: Iterable[str] = (), cluster: bool = False,
+                transactional_ids: Iterable[str] = ()) -> Needs:
+        """What of ``groups`` (operation -> names), ``topics`` (READ and DESCRIBE), the
+        cluster's DESCRIBE and ``transactional_ids`` (WRITE) the cache does not know."""
         needs = Needs()
         for op, names in (groups or {}).items():
             unknown = {n for n in names if ("group", n, op) not in self._facts}
@@ -150,6 +168,8 @@ class Rights:
                 needs.groups[op] = unknown
         needs.topics = {t for t in topics if ("topic", t, DESCRIBE) not in self._facts}
         needs.cluster = cluster and ("cluster", "", DESCRIBE) not in self._facts
+        needs.transactional_ids = {t for t in transactional_ids
+                                   if ("transactional_id", t, WRITE) not in self._facts}
         return needs
 
     # -- asking the broker ------------------------------------------------------------------
@@ -161,25 +181,35 @@ class Rights:
         learnt: dict[Fact, bool] = {}
         failures: list[BaseException] = []
 
-        async def run(probe: Awaitable[None]) -> None:
+        async def run(probe: Awaitable[None], limiter: trio.CapacityLimiter | None = None
+                      ) -> None:
             try:
-                await probe
+                if limiter is None:
+                    await probe
+                else:
+                    async with limiter:
+                        await probe
             except Exception as exc:  # re-raised below, the first one
                 failures.append(exc)
 
+        per_group = trio.CapacityLimiter(PROBES_PER_KIND)
+        per_transaction = trio.CapacityLimiter(PROBES_PER_KIND)
         async with trio.open_nursery() as nursery:
-            described: set[str] = set()
-            for op, names in needs.groups.items():
-                if op != READ:
-                    described |= names
             for name in sorted(needs.groups.get(READ, ())):
-                nursery.start_soon(run, self._heartbeat_probe(name, client_id, learnt))
-            if described:
+                nursery.start_soon(run, self._heartbeat_probe(name, client_id, learnt),
+                                   per_group)
+            if described := needs.groups.get(DESCRIBE):
                 nursery.start_soon(run, self._describe_probe(sorted(described), client_id,
-                                                             needs.groups, learnt))
+                                                             learnt))
+            for name in sorted(needs.groups.get(DELETE, ())):
+                nursery.start_soon(run, self._delete_probe(name, client_id, learnt),
+                                   per_group)
             if needs.topics or needs.cluster:
                 nursery.start_soon(run, self._metadata_probe(sorted(needs.topics),
                                                              needs.cluster, client_id, learnt))
+            for name in sorted(needs.transactional_ids):
+                nursery.start_soon(run, self._transaction_probe(name, client_id, learnt),
+                                   per_transaction)
         if failures:
             raise failures[0]
         self.note(learnt)
@@ -211,32 +241,40 @@ class Rights:
             "group_instance_id": None}, client_id)
         learnt[("group", group, READ)] = answer["error_code"] != GROUP_AUTHORIZATION_FAILED
 
+    async def _transaction_probe(self, transactional_id: str, client_id: str | None,
+                                 learnt: dict[Fact, bool]) -> None:
+        answer = await self._exchange(ApiKey.ADD_OFFSETS_TO_TXN, _ADD_OFFSETS_TO_TXN_VERSION, {
+            # group id empty: READ on it is checked next, which most principals lack, so the
+            # request mostly stops at the authorizer, before the transaction coordinator
+            "transactional_id": transactional_id, "producer_id": -1, "producer_epoch": -1,
+            "group_id": ""}, client_id)
+        learnt[("transactional_id", transactional_id, WRITE)] = (
+            answer["error_code"] != TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+
     async def _describe_probe(self, groups: list[str], client_id: str | None,
-                              wanted: Mapping[int, set[str]], learnt: dict[Fact, bool]
-                              ) -> None:
+                              learnt: dict[Fact, bool]) -> None:
         answer = await self._exchange(ApiKey.DESCRIBE_GROUPS, _DESCRIBE_GROUPS_VERSION, {
             "groups": groups, "include_authorized_operations": True}, client_id)
         for entry in answer["groups"]:
             name, error = entry["group_id"], entry["error_code"]
             ops = entry.get("authorized_operations", OPS_OMITTED)
             if error == GROUP_AUTHORIZATION_FAILED:
-                # no DESCRIBE, so (but for an explicit DENY of DESCRIBE) no READ or DELETE
-                for op in (DESCRIBE, DELETE):
-                    learnt[("group", name, op)] = False
+                learnt[("group", name, DESCRIBE)] = False
                 self._group_ops[name] = 0
-            elif ops != OPS_OMITTED:
-                for op in (DESCRIBE, DELETE):  # READ: the Heartbeat probe's (exact)
-                    learnt[("group", name, op)] = has(ops, op)
-                self._group_ops[name] = ops
             else:
-                # described with an error after the DESCRIBE check (NOT_COORDINATOR...)
+                # described (or an error after the DESCRIBE check: NOT_COORDINATOR...)
                 learnt[("group", name, DESCRIBE)] = True
-                if name in wanted.get(DELETE, ()):
-                    raise Unanswerable(error, f"DELETE on group {name!r}: error {error}")
-        for op, names in wanted.items():
-            if op != READ and any(("group", n, op) not in learnt for n in names):
-                raise Unanswerable(int(ErrorCode.UNKNOWN_SERVER_ERROR),
-                                   "DescribeGroups did not answer every group")
+                if ops != OPS_OMITTED:
+                    self._group_ops[name] = ops
+        if any(("group", n, DESCRIBE) not in learnt for n in groups):
+            raise Unanswerable(int(ErrorCode.UNKNOWN_SERVER_ERROR),
+                               "DescribeGroups did not answer every group")
+
+    async def _delete_probe(self, group: str, client_id: str | None,
+                            learnt: dict[Fact, bool]) -> None:
+        answer = await self._exchange(ApiKey.OFFSET_DELETE, _OFFSET_DELETE_VERSION, {
+            "group_id": group, "topics": []}, client_id)
+        learnt[("group", group, DELETE)] = answer["error_code"] != GROUP_AUTHORIZATION_FAILED
 
     async def _metadata_probe(self, topics: list[str], cluster: bool, client_id: str | None,
                               learnt: dict[Fact, bool]) -> None:

@@ -10,6 +10,8 @@ import sys
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "rebalance": ("tests.benchmarks.rebalance.command",
                   "rebalance cost felt by real consumers, per target"),
+    "crash": ("tests.benchmarks.crash",
+              "a SIGKILLed member's partitions reassigned: groupgate (pod-local) vs Kafka 4.4"),
     "soak": ("tests.benchmarks.soak.command",
              "real clients under random failures; offsets and ownership checked"),
     "engine": ("tests.benchmarks.engine",

@@ -13,8 +13,12 @@ Default run (about a minute): KIP-848 and classic joins without READ refused
 with READ allowed, a member joins and a topic without DESCRIBE fails its heartbeat as a whole;
 a commit's topic without READ is refused and nothing of a refused client is written (read
 straight at the broker); a DENY on one group overrides the prefixed ALLOW; an ACL removed while
-the member is in its group refuses its next heartbeat after ``authorization-ttl-ms``; and a
-client behind a follower sidecar is refused on its own sidecar before anything is relayed.
+the member is in its group refuses its next heartbeat after ``authorization-ttl-ms``; a
+client behind a follower sidecar is refused on its own sidecar before anything is relayed; a
+regex matching two topics, one of which the member may describe, gets it only that one; a
+TxnOffsetCommit without WRITE on its transactional id is refused before anything else (with it,
+inside a transaction, it lands); and DESCRIBE denied with DELETE allowed refuses DescribeGroups
+and deletes with DeleteGroups. Each of these has its Kafka 4.4 reference case (``slow``).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import pytest
@@ -509,3 +513,283 @@ async def test_kafka_4_4_answers_every_api_the_same(
         commit_codes = got.pop("commit")
         assert commit_codes[secret] == TOPIC_AUTH, commit_codes
         assert got == EXPECTED_EVERY_API, got
+
+
+async def regex_assignment(connect: Connect, group: str, regex: str) -> set[uuid.UUID]:
+    """The topics bob's member subscribing to ``regex`` is assigned, once it is assigned
+    anything (Kafka 4.4 resolves a regex in the background, so not in the joining answer)."""
+    client = await connect()
+    try:
+        member, epoch = str(uuid.uuid4()), 0
+        assigned: set[uuid.UUID] = set()
+
+        async def beat() -> set[uuid.UUID]:
+            nonlocal epoch
+            value = dict(heartbeat(group, None, member, epoch),
+                         subscribed_topic_regex=regex if epoch == 0 else None)
+            answer = await client.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, value)
+            assert answer["error_code"] == 0, answer
+            epoch = answer["member_epoch"]
+            if answer.get("assignment") is not None:
+                assigned.clear()
+                assigned.update(tp["topic_id"]
+                                for tp in answer["assignment"]["topic_partitions"])
+            return assigned
+
+        await until(beat, bool)
+        return assigned
+    finally:
+        await client.aclose()
+
+
+async def topic_ids(connect: Connect, names: list[str]) -> dict[str, uuid.UUID]:
+    client = await connect()
+    try:
+        answer = await client.request(ApiKey.METADATA, 12, {
+            "topics": [{"topic_id": uuid.UUID(int=0), "name": n} for n in names],
+            "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False})
+        return {t["name"]: t["topic_id"] for t in answer["topics"]}
+    finally:
+        await client.aclose()
+
+
+@contextmanager
+def regex_topics(broker: KafkaBroker) -> Iterator[tuple[str, str, str]]:
+    """Two topics one regex matches, ``rx-<hex>-open`` and ``rx-<hex>-secret``; the regex."""
+    stem = f"rx-{uuid.uuid4().hex[:8]}-"
+    names = (stem + "open", stem + "secret")
+    for name in names:
+        broker.create_topic(name, 2, 1)
+    try:
+        yield names[0], names[1], stem + ".*"  # letters, digits and "-": literal
+    finally:
+        for name in names:
+            with suppress(Exception):
+                broker.delete_topic(name, timeout=15)
+
+
+async def regex_case(broker: KafkaBroker, bob: Connect, alice: Connect) -> None:
+    """bob may READ and DESCRIBE ``open`` only, READ every group: his regex matching both
+    topics gets him ``open``'s partitions, never ``secret``'s."""
+    with regex_topics(broker) as (open_topic, secret, regex), acls_of(broker) as acls:
+        for operation in ("READ", "DESCRIBE"):
+            acls.add("User:bob", "TOPIC", open_topic, "LITERAL", operation)
+        acls.add("User:bob", "GROUP", "*", "LITERAL", "READ")
+        ids = await topic_ids(alice, [open_topic, secret])
+        assigned = await regex_assignment(bob, f"authz-regex-{uuid.uuid4().hex[:8]}", regex)
+        assert assigned == {ids[open_topic]}, (assigned, ids)
+
+
+async def test_a_regex_member_is_assigned_only_the_topics_it_may_describe(
+        secured_kafka39: KafkaBroker, start_proxy: StartProxy) -> None:
+    broker = secured_kafka39
+    proxy = start_secured_proxy(start_proxy, broker, "--authorization-ttl-ms", str(TTL_MS))
+    address = address_of(proxy.bootstrap)
+    await regex_case(broker, client_for(broker, "bob", address, tls=False),
+                     client_for(broker, "alice", address, tls=False))
+
+
+@pytest.mark.slow
+async def test_kafka_4_4_assigns_a_regex_member_only_the_topics_it_may_describe(
+        secured_kafka4: KafkaBroker) -> None:
+    broker = secured_kafka4
+    await coordinator_ready(broker)
+    address = address_of(broker.secure_bootstrap)
+    await regex_case(broker, client_for(broker, "bob", address, tls=True),
+                     client_for(broker, "alice", address, tls=True))
+
+
+def txn_commit(txn: str, group: str, topics: list[str], producer: tuple[int, int],
+               member: tuple[str, int]) -> dict[str, Any]:
+    value = commit(group, topics, *member)
+    del value["generation_id_or_member_epoch"]
+    return dict(value, transactional_id=txn, producer_id=producer[0],
+                producer_epoch=producer[1], generation_id_or_member_epoch=member[1])
+
+
+async def txn_offsets(client: UpstreamClient, value: dict[str, Any]) -> dict[str, int]:
+    return partition_errors(await client.request(ApiKey.TXN_OFFSET_COMMIT, 3, value))
+
+
+async def assigned_member(client: UpstreamClient, group: str, topic_name: str
+                          ) -> tuple[str, int]:
+    """A KIP-848 member of ``group`` once it is assigned partitions of ``topic_name``."""
+    member, epoch = str(uuid.uuid4()), 0
+
+    async def beat() -> dict[str, Any]:
+        nonlocal epoch
+        value = dict(heartbeat(group, [topic_name] if epoch == 0 else None, member, epoch))
+        answer = await client.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, value)
+        assert answer["error_code"] == 0, answer
+        epoch = answer["member_epoch"]
+        return answer
+
+    await until(beat, lambda a: bool((a.get("assignment") or {}).get("topic_partitions")))
+    return member, epoch
+
+
+async def txn_case(broker: KafkaBroker, connect: Connect, owner: Connect, readable: str,
+                   prefix: str, acls: Acls) -> dict[str, Any]:
+    """bob, READ on the group and on ``readable``: TxnOffsetCommit without WRITE on its
+    transactional id (also to a group alice's member is in, on which bob is denied READ),
+    then with it inside a real transaction."""
+    out: dict[str, Any] = {}
+    group, txn, denied = prefix + "txn", prefix + "txn-id", prefix + "txn-denied"
+    alice = await owner()
+    try:
+        await assigned_member(alice, denied, readable)
+    finally:
+        await alice.aclose()
+    acls.add("User:bob", "GROUP", denied, "LITERAL", "READ", allow=False)
+    client = await connect()
+    try:
+        member = await assigned_member(client, group, readable)
+        out["without write"] = partition_errors(await client.request(
+            ApiKey.TXN_OFFSET_COMMIT, 3, txn_commit(txn, group, [readable], (7, 0), member)))
+        out["without write or read on the group"] = partition_errors(await client.request(
+            ApiKey.TXN_OFFSET_COMMIT, 3, txn_commit(txn, denied, [readable], (7, 0), member)))
+        acls.add("User:bob", "TRANSACTIONAL_ID", txn, "LITERAL", "WRITE")
+        # as a producer does: find the transaction coordinator first (a fresh broker creates
+        # its transaction state topic then; until it is loaded, InitProducerId answers
+        # NOT_COORDINATOR)
+        found = await until(lambda: client.request(ApiKey.FIND_COORDINATOR, 4, {
+            "key_type": 1, "coordinator_keys": [txn]}),
+            lambda a: a["coordinators"][0]["error_code"] == 0, seconds=60)
+        assert found["coordinators"][0]["error_code"] == 0, found
+        started = await until(lambda: client.request(ApiKey.INIT_PRODUCER_ID, 4, {
+            "transactional_id": txn, "transaction_timeout_ms": 30_000, "producer_id": -1,
+            "producer_epoch": -1}), lambda a: a["error_code"] == 0, seconds=60)
+        assert started["error_code"] == 0, started
+        producer = (started["producer_id"], started["producer_epoch"])
+        added = await until(lambda: client.request(ApiKey.ADD_OFFSETS_TO_TXN, 3, {
+            "transactional_id": txn, "producer_id": producer[0],
+            "producer_epoch": producer[1], "group_id": group}),
+            lambda a: a["error_code"] == 0)
+        assert added["error_code"] == 0, added
+        # a refusal the proxy still holds is believed for its answers' lifetime
+        out["with write"] = await until(lambda: txn_offsets(client, txn_commit(
+            txn, group, [readable], producer, member)), lambda e: e != {readable: 53})
+        ended = await client.request(ApiKey.END_TXN, 3, {
+            "transactional_id": txn, "producer_id": producer[0],
+            "producer_epoch": producer[1], "committed": True})
+        assert ended["error_code"] == 0, ended
+    finally:
+        await client.aclose()
+    deadline = time.monotonic() + 30  # the commit marker lands after EndTxn's answer
+    while (offset := committed(broker, group, readable)) != 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    out["committed"] = offset
+    return out
+
+
+EXPECTED_TXN = {"without write": {"readable": 53},
+                "without write or read on the group": {"readable": 53},
+                "with write": {"readable": 0}, "committed": 3}
+"""Kafka 4.4's answers (and the proxy's, for groups its engine coordinates): WRITE on the
+transactional id is checked before READ on the group (TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+for every partition, where the proxy answered GROUP_AUTHORIZATION_FAILED before); with it, the
+transactional commit lands."""
+
+
+def _named(got: dict[str, Any], readable: str) -> dict[str, Any]:
+    return {k: ({"readable" if t == readable else t: c for t, c in v.items()}
+                if isinstance(v, dict) else v) for k, v in got.items()}
+
+
+async def test_a_txn_commit_needs_write_on_its_transactional_id(
+        secured_kafka39: KafkaBroker, topic: Callable[..., str],
+        start_proxy: StartProxy) -> None:
+    broker = secured_kafka39
+    readable, _secret, prefix = setup_names(broker, topic)
+    proxy = start_secured_proxy(start_proxy, broker, "--authorization-ttl-ms", str(TTL_MS))
+    address = address_of(proxy.bootstrap)
+    connect = client_for(broker, "bob", address, tls=False)
+    with acls_of(broker) as acls:
+        for operation in ("READ", "DESCRIBE"):
+            acls.add("User:bob", "TOPIC", readable, "LITERAL", operation)
+        acls.add("User:bob", "GROUP", prefix, "PREFIXED", "READ")
+        got = await txn_case(broker, connect, client_for(broker, "alice", address, tls=False),
+                             readable, prefix, acls)
+    assert _named(got, readable) == EXPECTED_TXN, got
+
+
+@pytest.mark.slow
+async def test_kafka_4_4_needs_write_on_the_transactional_id_of_a_txn_commit(
+        secured_kafka4: KafkaBroker, topic: Callable[..., str]) -> None:
+    broker = secured_kafka4
+    readable, _secret, prefix = setup_names(broker, topic)
+    await coordinator_ready(broker)
+    address = address_of(broker.secure_bootstrap)
+    connect = client_for(broker, "bob", address, tls=True)
+    with acls_of(broker) as acls:
+        for operation in ("READ", "DESCRIBE"):
+            acls.add("User:bob", "TOPIC", readable, "LITERAL", operation)
+        acls.add("User:bob", "GROUP", prefix, "PREFIXED", "READ")
+        got = await txn_case(broker, connect, client_for(broker, "alice", address, tls=True),
+                             readable, prefix, acls)
+    assert _named(got, readable) == EXPECTED_TXN, got
+
+
+async def deny_describe_case(bob: Connect, alice: Connect, readable: str, prefix: str,
+                             acls: Acls) -> dict[str, Any]:
+    """bob is denied DESCRIBE on a group alice's member left empty, and allowed DELETE on it:
+    what DescribeGroups and DeleteGroups answer him."""
+    group = prefix + "deletable"
+    owner = await alice()
+    try:
+        joined = await owner.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0,
+                                     heartbeat(group, [readable]))
+        assert joined["error_code"] == 0, joined
+        left = await owner.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, heartbeat(
+            group, None, joined["member_id"], -1))
+        assert left["error_code"] == 0, left
+    finally:
+        await owner.aclose()
+    acls.add("User:bob", "GROUP", prefix, "PREFIXED", "DELETE")
+    acls.add("User:bob", "GROUP", group, "LITERAL", "DESCRIBE", allow=False)
+    client = await bob()
+    try:
+        out: dict[str, Any] = {}
+        described = await client.request(ApiKey.DESCRIBE_GROUPS, 5, {
+            "groups": [group], "include_authorized_operations": True})
+        out["describe groups"] = [g["error_code"] for g in described["groups"]]
+        deleted = await until(lambda: client.request(ApiKey.DELETE_GROUPS, 2, {
+            "groups_names": [group]}), lambda a: a["results"][0]["error_code"] != GROUP_AUTH)
+        out["delete groups"] = [r["error_code"] for r in deleted["results"]]
+        return out
+    finally:
+        await client.aclose()
+
+
+EXPECTED_DENY_DESCRIBE = {"describe groups": [GROUP_AUTH], "delete groups": [0]}
+"""Kafka 4.4 (and the proxy): each API checks its own operation; DESCRIBE denied refuses
+DescribeGroups, DELETE allowed deletes the empty group."""
+
+
+async def test_deny_describe_with_allow_delete_deletes_the_group(
+        secured_kafka39: KafkaBroker, topic: Callable[..., str],
+        start_proxy: StartProxy) -> None:
+    broker = secured_kafka39
+    readable, _secret, prefix = setup_names(broker, topic)
+    proxy = start_secured_proxy(start_proxy, broker, "--authorization-ttl-ms", str(TTL_MS))
+    address = address_of(proxy.bootstrap)
+    with acls_of(broker) as acls:
+        got = await deny_describe_case(client_for(broker, "bob", address, tls=False),
+                                       client_for(broker, "alice", address, tls=False),
+                                       readable, prefix, acls)
+    assert got == EXPECTED_DENY_DESCRIBE, got
+
+
+@pytest.mark.slow
+async def test_kafka_4_4_deletes_with_describe_denied_and_delete_allowed(
+        secured_kafka4: KafkaBroker, topic: Callable[..., str]) -> None:
+    broker = secured_kafka4
+    readable, _secret, prefix = setup_names(broker, topic)
+    await coordinator_ready(broker)
+    address = address_of(broker.secure_bootstrap)
+    with acls_of(broker) as acls:
+        got = await deny_describe_case(client_for(broker, "bob", address, tls=True),
+                                       client_for(broker, "alice", address, tls=True),
+                                       readable, prefix, acls)
+    assert got == EXPECTED_DENY_DESCRIBE, got

@@ -9,7 +9,9 @@ steps:
 * a rolling migration from the classic protocol (``cooperative-sticky``) to KIP-848: each of
   the three members is closed, and once the others have its partitions it starts again with
   ``group.protocol=consumer``;
-* a crash: a member's process is SIGKILLed; its partitions move when its session ends;
+* a crash: a member's process is SIGKILLed; its sidecar sees every connection of the process
+  close (pod-local liveness, on by default) and the member is fenced a grace later, long
+  before its session would end;
 * a stuck member: one member blocks 8 s in its next callback while a new member joins.
 
 ``groupgate report`` then reads the journal topic through Spark's Kafka source for the window
@@ -17,10 +19,11 @@ from the first settled moment to the end, and its tables are held to the clients
 
 * as many rebalances as the clients saw episodes of change (a member's partitions moved, from
   the first callback to the last), each starting within one heartbeat interval of its episode
-  (the crash's after the session timeout: nobody hears of a crash before that);
+  (the crash's a liveness grace after the SIGKILL);
 * one downtime row per partition the clients saw given up (a revocation callback, a close, a
   crash) and given out again, with the same partition and the same two moments within one
-  heartbeat interval (a crashed member's partitions from the crash plus the session timeout).
+  heartbeat interval (a crashed member's partitions from the crash plus the grace), and the
+  crashed member's life ends fenced pod-local.
 
 The server's and the clients' moments differ by up to a heartbeat interval: a member hears of
 an assignment at its next heartbeat, and the coordinator hears of a revocation at the member's
@@ -41,6 +44,7 @@ from typing import Any
 
 import pytest
 
+from proxy.report.compute import POD_LOCAL_END
 from proxy.report.job import Options, Source, run_report
 from tests.benchmarks.rebalance import scenarios, timeline
 from tests.integration.conftest import StartProxy
@@ -49,6 +53,9 @@ from tests.testbed.spark import local_session, stop_session
 
 HEARTBEAT_S = 1.0
 SESSION_S = 6.0
+CRASH_NOTICED_S = 0.4
+"""A crashed member is fenced this long after its process died: ``liveness-grace-ms`` (400),
+the time its sidecar waits for the client to come back once all its connections closed."""
 STUCK_S = 8.0
 PARTITIONS = 12
 CLASSIC = {"group.protocol": "classic", "partition.assignment.strategy": "cooperative-sticky",
@@ -84,8 +91,8 @@ def client_view(events: list[timeline.Event], since: float
     An episode runs while the group is not converged as the clients see it (a partition
     without exactly one owner, a member inside a callback, a live member with nothing);
     episodes less than two heartbeat intervals apart are one (members hear of their part at
-    their own next heartbeats). A crashed member gives its partitions up when its session ends,
-    as far as anyone can tell: its downtimes start at ``crash + SESSION_S``."""
+    their own next heartbeats). A crashed member gives its partitions up when the proxy fences
+    it: its downtimes start at ``crash + CRASH_NOTICED_S``."""
     state = timeline.State(PARTITIONS)
     owner: dict[int, str] = {}
     down_since: dict[int, tuple[float, str]] = {}
@@ -101,7 +108,7 @@ def client_view(events: list[timeline.Event], since: float
                 if started is not None and started[0] >= since:
                     downtimes.append(Downtime(p, started[0], ev.t, started[1]))
         elif ev.kind in ("revoke", "lost", "leave", "crash"):
-            t = ev.t + SESSION_S if ev.kind == "crash" else ev.t
+            t = ev.t + CRASH_NOTICED_S if ev.kind == "crash" else ev.t
             given_up = [p for p, m in owner.items() if m == ev.member
                         and (ev.kind in ("leave", "crash") or p in ev.partitions)]
             for p in given_up:
@@ -238,7 +245,7 @@ def test_report_agrees_with_the_clients_timeline(
     starts = []
     for (start, _end, outcome), episode in zip(rebalances, episodes, strict=True):
         assert outcome == "stable", rebalances
-        expected = episode.start + (SESSION_S if episode.cause == "crash" else 0.0)
+        expected = episode.start + (CRASH_NOTICED_S if episode.cause == "crash" else 0.0)
         starts.append(start - expected)
         assert abs(start - expected) <= HEARTBEAT_S, (start, episode)
 
@@ -256,6 +263,9 @@ def test_report_agrees_with_the_clients_timeline(
         assert abs(end_t - c_end) <= HEARTBEAT_S, (p, end_t, c_end, cause)
         lengths.append((end_t - start) - (c_end - c_start))
     assert summary["downtimes"] == len(seen)
+    ended = [r["end_reason"] for r in spark.read.parquet(str(out / "members")).collect()
+             if r["group"] == group]
+    assert ended.count(POD_LOCAL_END) == 1, ended  # the crash, as its sidecar saw it
     agreement = {"rebalances": len(rebalances),
                  "rebalance_start_s_max_difference": round(max(map(abs, starts)), 3),
                  "downtimes": len(seen),

@@ -8,9 +8,11 @@ members report (callbacks, consumed ranges) and the producer's high-water marks 
 by a :class:`Recorder`; the metrics come from :mod:`tests.benchmarks.rebalance.timeline`.
 
 Scenarios: ``scale-out`` (N -> N+1), ``leave`` (one member closes), ``crash`` (SIGKILL of one
-member, found by the session timeout), ``rolling`` (each of the N members closed and replaced,
-one after another, waiting for convergence in between), ``slow`` (one member blocks 30 s in its
-next rebalance callback while a new member joins).
+member, found by the session timeout; in front of groupgate, whose pod-local liveness is on by
+default, by the proxy seeing the member's process go: ``dev/bench crash`` measures that),
+``rolling`` (each of the N members closed and replaced, one after another, waiting for
+convergence in between), ``slow`` (one member blocks 30 s in its next rebalance callback while
+a new member joins).
 
 Members are confluent-kafka clients hosted by :mod:`tests.benchmarks.rebalance.members` processes
 (several per process; the crash victim alone in its own), or Kafka's Java VerifiableConsumer

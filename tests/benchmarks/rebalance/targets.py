@@ -13,7 +13,9 @@ for each protocol; it records the broker settings it chose. Adding a target is o
   will also serve ``consumer``.
 
 Session timeouts are lowered the same way on every target (6 s session, 1 s heartbeat) so that a
-crashed member is detected within seconds; the values are recorded with every run.
+crashed member is detected within seconds; the values are recorded with every run. groupgate
+runs with its defaults otherwise, pod-local liveness among them: it fences a crashed member
+(alone in its process) within its liveness grace, before the session would end.
 """
 
 from __future__ import annotations

@@ -11,11 +11,13 @@ that may not use the group.
 from __future__ import annotations
 
 import struct
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+import trio
 
 from proxy.codec import messages
 from proxy.codec.header import parse_request_header
@@ -28,16 +30,18 @@ from proxy.router import parse_table
 from proxy.security.rights import (
     DELETE,
     DESCRIBE,
+    PROBES_PER_KIND,
     READ,
     SECURITY_DISABLED,
     AuthorizerCheck,
     Rights,
 )
 from proxy.security.session import Session
+from translation.topics import TopicMetadata, TopicsImage
 
 from .helpers import TOPIC, TOPIC_ID, coordinate, exchange, make_service, request
 
-GROUP_AUTH, TOPIC_AUTH = 30, 29
+GROUP_AUTH, TOPIC_AUTH, TXN_AUTH = 30, 29, 53
 GROUP_OPS = (1 << READ) | (1 << DESCRIBE) | (1 << DELETE)
 
 
@@ -48,9 +52,15 @@ class Acls:
     groups: dict[str, set[int]] = field(default_factory=dict)
     topics: dict[str, set[int]] = field(default_factory=dict)
     cluster_describe: bool = False
+    transactional_ids: set[str] = field(default_factory=set)
+    """The transactional ids the principal may WRITE."""
+    denied: dict[str, set[int]] = field(default_factory=dict)
+    """Group operations DENY ACLs refuse (over any ALLOW, and over an implied DESCRIBE)."""
     probes: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
 
     def group(self, name: str, op: int) -> bool:
+        if op in self.denied.get(name, set()):
+            return False
         ops = self.groups.get(name, set())
         return op in ops or (op == DESCRIBE and bool(ops & {READ, DELETE}))
 
@@ -100,6 +110,15 @@ class Acls:
             cluster = (1 << DESCRIBE) if self.cluster_describe else 0
             return {"brokers": [], "topics": topics, "cluster_authorized_operations":
                     cluster if value["include_cluster_authorized_operations"] else -(1 << 31)}
+        if api_key == 47:  # OffsetDelete: DELETE on the group before anything else
+            allowed = self.group(value["group_id"], DELETE)
+            return {"error_code": 16 if allowed else GROUP_AUTH, "topics": []}
+        if api_key == 25:  # AddOffsetsToTxn: WRITE on the transactional id, then READ group
+            if value["transactional_id"] not in self.transactional_ids:
+                return {"error_code": TXN_AUTH}
+            if not self.group(value["group_id"], READ):
+                return {"error_code": GROUP_AUTH}
+            return {"error_code": 49}  # INVALID_PRODUCER_ID_MAPPING: producer id -1
         raise AssertionError(f"unexpected probe {api_key}")
 
 
@@ -245,6 +264,37 @@ async def test_consumer_group_describe_refuses_groups_and_hides_groups_with_secr
     assert groups[1]["members"] == []
 
 
+async def test_a_regex_member_is_assigned_only_the_matching_topics_it_may_describe() -> None:
+    """Kafka keeps of a regex's matches those the triggering member may DESCRIBE: the regex
+    matches two topics, the client may describe one; it is assigned that one only, and its
+    steady heartbeats ask nothing more."""
+    service = make_service()
+    coordinate(service, "g")
+    other = uuid.UUID(int=0x07)
+    service.engine.update_topics(TopicsImage.of([TopicMetadata(TOPIC_ID, TOPIC, 4),
+                                                 TopicMetadata(other, "ordersecret", 2)]), 0)
+    acls = Acls(groups={"g": {READ}}, topics={TOPIC: {READ}})
+    r = authorizing_router(service, acls)
+    member = "m-regex"
+    value = dict(heartbeat("g", member=member), subscribed_topic_regex="order.*")
+    first = await exchange(r, request(68, 1, value))
+    assert first.response is not None and first.response["error_code"] == 0
+    assert service.engine.group("g").resolved_regex == {"order.*": frozenset({TOPIC})}
+    metadata = [v for key, v in acls.probes if key == 3]
+    assert [sorted(t["name"] for t in v["topics"]) for v in metadata] == [
+        [TOPIC, "ordersecret"]]
+    assigned: set[Any] = set()
+    for _ in range(3):
+        beat = await exchange(r, request(68, 1, heartbeat("g", None, 1, member)))
+        assert beat.response is not None and beat.response["error_code"] == 0
+        for tp in (beat.response.get("assignment") or {}).get("topic_partitions", ()):
+            assigned.add(tp["topic_id"])
+    assigned |= {tp["topic_id"] for tp in
+                 (first.response.get("assignment") or {}).get("topic_partitions", ())}
+    assert assigned == {TOPIC_ID}  # progress: the topic it may describe, never the other
+    assert len([k for k, _ in acls.probes if k == 3]) == 1
+
+
 # -- classic ---------------------------------------------------------------------------------
 
 
@@ -305,6 +355,39 @@ async def test_a_commit_of_topics_the_client_may_not_read_never_reaches_the_engi
     assert partition_errors(result.response) == {TOPIC: {TOPIC_AUTH}}
 
 
+async def test_a_txn_commit_needs_write_on_its_transactional_id_first(
+        monkeypatch: Any) -> None:
+    """Kafka checks WRITE on the transactional id before READ on the group: without it every
+    partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED (not the group's error, nor the engine's
+    verdict), and nothing reaches the engine or the broker; with it, the commit goes on."""
+    service = make_service()
+    coordinate(service, "g")
+    verdicts: list[Any] = []
+    monkeypatch.setattr(service.engine, "validate_offset_commit",
+                        lambda *args, **kwargs: verdicts.append(args) or 0)
+    txn = dict(commit("g"), transactional_id="app-txn", producer_id=7, producer_epoch=0)
+    acls = Acls(groups={"g": {DESCRIBE}}, topics={TOPIC: {READ}})
+    result = await exchange(authorizing_router(service, acls), request(28, 3, txn))
+    assert result.action == "local" and result.response is not None
+    assert partition_errors(result.response) == {TOPIC: {TXN_AUTH}}
+    acls.groups["g"] = {READ}
+    result = await exchange(authorizing_router(service, acls), request(28, 3, txn))
+    assert partition_errors(result.response or {}) == {TOPIC: {TXN_AUTH}}
+    assert not verdicts
+    probe = next(v for key, v in acls.probes if key == 25)
+    assert probe["transactional_id"] == "app-txn" and probe["producer_id"] == -1
+    acls.transactional_ids.add("app-txn")  # progress: with WRITE it goes on
+
+    def broker(key: int, version: int, sent: dict[str, Any]) -> dict[str, Any]:
+        return {"topics": [{"name": t["name"], "partitions": [
+            {"partition_index": p["partition_index"], "error_code": 0}
+            for p in t["partitions"]]} for t in sent["topics"]]}
+
+    result = await exchange(authorizing_router(service, acls), request(28, 3, txn), broker)
+    assert result.action == "rewrite" and len(verdicts) == 1
+    assert partition_errors(result.response or {}) == {TOPIC: {0}}
+
+
 async def test_offset_fetch_and_delete_follow_kafkas_checks() -> None:
     service = make_service()
     coordinate(service, "g")
@@ -355,6 +438,34 @@ async def test_describe_and_delete_groups_refuse_per_group_in_kafkas_order() -> 
     assert [(g["group_id"], g["error_code"]) for g in deleted.response["results"]] == [
         ("kept", GROUP_AUTH)]
     assert membership.leaves == 0 and service.claims("kept")
+
+
+async def test_deny_describe_with_allow_delete_deletes_as_kafka_does() -> None:
+    """Kafka checks each API's own operation: with DESCRIBE denied and DELETE allowed on a
+    group, DescribeGroups is refused and DeleteGroups and OffsetDelete go on (the DescribeGroups
+    bitfield, refused too, cannot tell DELETE)."""
+    service = make_service()
+    membership = coordinate(service, "g")
+    acls = Acls(groups={"g": {DELETE}}, topics={TOPIC: {READ}}, denied={"g": {DESCRIBE}})
+    r = authorizing_router(service, acls)
+    described = await exchange(r, request(15, 5, {"groups": ["g"],
+                                                   "include_authorized_operations": True}))
+    assert described.response is not None
+    assert [g["error_code"] for g in described.response["groups"]] == [GROUP_AUTH]
+    offsets = await exchange(r, request(47, 0, {"group_id": "g", "topics": [
+        {"name": TOPIC, "partitions": [{"partition_index": 0}]}]}),
+        lambda k, v, sent: {"error_code": 0, "topics": [
+            {"name": t["name"], "partitions": [{"partition_index": 0, "error_code": 0}]}
+            for t in sent["topics"]]})
+    assert offsets.response is not None and offsets.response["error_code"] == 0
+    deleted = await exchange(r, request(42, 2, {"groups_names": ["g"]}),
+                             lambda k, v, sent: {"results": [
+                                 {"group_id": g, "error_code": 0}
+                                 for g in sent["groups_names"]]})
+    assert deleted.response is not None
+    assert [(g["group_id"], g["error_code"]) for g in deleted.response["results"]] == [
+        ("g", 0)]
+    assert membership.leaves == 1 and not service.claims("g")  # progress: deleted
 
 
 async def test_list_groups_shows_only_the_coordinated_groups_the_client_may_describe() -> None:
@@ -457,3 +568,52 @@ async def test_a_stale_retry_is_not_acknowledged_to_a_client_without_read() -> N
     assert result.response is not None
     assert partition_errors(result.response) == {TOPIC: {GROUP_AUTH}}
     assert service.commit_retries.acknowledged == 0
+
+
+async def test_a_regex_matching_nothing_yet_is_resolved_under_rights_when_topics_appear(
+        ) -> None:
+    """The member joins before the proxy's metadata has the topics: the regex matches nothing
+    then, and the topics appearing later are resolved only under the rights its next
+    heartbeat brings."""
+    service = make_service()
+    coordinate(service, "g")
+    acls = Acls(groups={"g": {READ}}, topics={TOPIC: {READ}})
+    r = authorizing_router(service, acls)
+    member = "m-regex"
+    first = await exchange(r, request(68, 1, dict(heartbeat("g", member=member),
+                                                  subscribed_topic_regex="x.*")))
+    assert first.response is not None and first.response["error_code"] == 0
+    group = service.engine.group("g")
+    assert group is not None and group.resolved_regex == {"x.*": frozenset()}
+    service.engine.update_topics(TopicsImage.of([
+        TopicMetadata(TOPIC_ID, TOPIC, 4), TopicMetadata(uuid.UUID(int=8), "xopen", 1),
+        TopicMetadata(uuid.UUID(int=9), "xsecret", 1)]), 10)
+    assert group.resolved_regex == {"x.*": frozenset()}  # nothing checked yet
+    acls.topics["xopen"] = {READ}
+    beat = await exchange(r, request(68, 1, heartbeat("g", None, 1, member)))
+    assert beat.response is not None and beat.response["error_code"] == 0
+    assert group.resolved_regex == {"x.*": frozenset({"xopen"})}
+
+
+async def test_per_group_probes_are_asked_a_few_at_a_time() -> None:
+    """A DeleteGroups naming many groups asks DELETE on each (OffsetDelete), at most
+    PROBES_PER_KIND in flight at once, and every group is answered."""
+    acls = Acls(groups={f"g{i}": {DELETE} for i in range(0, 100, 2)})
+    in_flight, most = 0, 0
+
+    async def send(api_key: int, version: int, encode: Callable[[int], bytes],
+                   timeout: float) -> bytes:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await trio.sleep(0)
+        try:
+            return await acls.send(api_key, version, encode, timeout)
+        finally:
+            in_flight -= 1
+
+    rights = Rights(send, ttl=5.0, timer=Clock())
+    learnt = await rights.ask(rights.missing({DELETE: [f"g{i}" for i in range(100)]}), None)
+    assert most == PROBES_PER_KIND
+    assert sorted(n for (_, n, _), allowed in learnt.items() if allowed) == sorted(
+        f"g{i}" for i in range(0, 100, 2))

@@ -47,6 +47,7 @@ class Closed:
     closing_reason: str | None = "client closed the connection"
     bad_input: bool = False
     draining: bool = False
+    name: str = "127.0.0.1:50000 -> node 1"
 
 
 BY_CLIENT = cast(Connection, Closed())

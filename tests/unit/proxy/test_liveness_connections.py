@@ -3,13 +3,21 @@ or reset: may be a death) or by the proxy (the broker closed, hostile input: nev
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 from collections.abc import Awaitable, Callable
 
+import pytest
 import trio
 
-from proxy.connection import FORWARD, Connection, RejectRequest, RequestInfo
+from proxy.connection import (
+    FORWARD,
+    LARGE_FRAME_BYTES,
+    Connection,
+    RejectRequest,
+    RequestInfo,
+)
 from proxy.coordination.pod_liveness import closed_by_client
 from proxy.frames import encode_frame
 
@@ -31,8 +39,8 @@ def frame(api_key: int) -> bytes:
     return encode_frame(struct.pack(">hhih", api_key, 0, 1, 1) + b"c")
 
 
-async def ended(script: Callable[[trio.SocketStream, trio.SocketStream], Awaitable[None]]
-                ) -> Connection:
+async def ended(script: Callable[[trio.SocketStream, trio.SocketStream], Awaitable[None]],
+                *, max_in_flight: int = 16) -> Connection:
     """Run one connection (client <-> Connection <-> broker on loopback) through ``script``
     until it ends; the connection as it ended."""
     broker_listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
@@ -44,7 +52,8 @@ async def ended(script: Callable[[trio.SocketStream, trio.SocketStream], Awaitab
         upstream = await trio.open_tcp_stream("127.0.0.1",
                                               broker_listener.socket.getsockname()[1])
         conn = Connection(accepted, upstream, Router(),  # type: ignore[arg-type]
-                          max_frame_bytes=1 << 20, max_in_flight=16, name="test")
+                          max_frame_bytes=1 << 20, max_in_flight=max_in_flight,
+                          name="test")
         await conn.run()
         done.append(conn)
 
@@ -84,3 +93,28 @@ async def test_closes_the_proxy_makes_are_not_the_client_s() -> None:
 
     assert not closed_by_client(await ended(broker_closes))
     assert not closed_by_client(await ended(hostile))
+
+
+@pytest.mark.parametrize("answer_bytes", [6, 2 * LARGE_FRAME_BYTES],
+                         ids=["held-answer", "cut-through-answer"])
+async def test_a_client_reset_seen_while_answering_it_is_the_client_s_close(
+        answer_bytes: int) -> None:
+    """A killed client whose socket the proxy first touches by sending it a response (its
+    request pump waiting elsewhere): the failed send is the client's close, as a failed read
+    is. The request pump waits for space here (one request in flight at most), so only the
+    response side can notice; a large answer goes through the cut-through path."""
+    async def reset_then_answer(client: trio.SocketStream, broker: trio.SocketStream) -> None:
+        await client.send_all(frame(3))  # read by the proxy, waiting for space to forward
+        await trio.sleep(0.2)
+        client.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                 struct.pack("ii", 1, 0))
+        await client.aclose()  # a reset, as from a killed process with unread data
+        await trio.sleep(0.2)
+        with contextlib.suppress(trio.BrokenResourceError):  # the proxy may reset it
+            await broker.send_all(encode_frame(struct.pack(">i", 1) + b"a" * answer_bytes))
+            while await broker.receive_some(100):  # until the proxy closes it
+                pass
+
+    conn = await ended(reset_then_answer, max_in_flight=1)
+    assert conn.closing_reason is not None
+    assert closed_by_client(conn), conn.closing_reason
