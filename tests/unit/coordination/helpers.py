@@ -205,3 +205,14 @@ def consumer_heartbeat(value: dict[str, Any], *, client_id: str | None, client_h
     full.update(value)
     return convert.consumer_group_heartbeat_request(full, api_version, client_id=client_id,
                                                     client_host=client_host)
+
+
+def joining_heartbeat(member: str, epoch: int) -> ConsumerGroupHeartbeatRequest:
+    """Member ``member``'s heartbeat to group ``g``: a join (subscribing to :data:`TOPIC`) at
+    epoch 0, else a plain heartbeat at ``epoch``."""
+    return consumer_heartbeat(
+        {"group_id": "g", "member_id": member, "member_epoch": epoch,
+         "rebalance_timeout_ms": 10_000 if epoch == 0 else -1,
+         "subscribed_topic_names": [TOPIC] if epoch == 0 else None,
+         "topic_partitions": [] if epoch == 0 else None},
+        client_id="c", client_host="/h", api_version=1)

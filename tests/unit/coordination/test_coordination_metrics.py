@@ -12,24 +12,15 @@ import trio.testing
 
 from proxy import metrics
 from proxy.coordination.fleet import Card, Holder
-from translation.heartbeat import ConsumerGroupHeartbeatRequest
 
-from .helpers import TOPIC, consumer_heartbeat, coordinate, make_service
+from .helpers import coordinate, make_service
+from .helpers import joining_heartbeat as _hb
 
 ENGINE = Path(__file__).resolve().parents[3] / "translation"
 
 
 def sample(name: str, **labels: str) -> float:
     return metrics.REGISTRY.get_sample_value(name, labels) or 0.0
-
-
-def _hb(member: str, epoch: int) -> ConsumerGroupHeartbeatRequest:
-    return consumer_heartbeat(
-        {"group_id": "g", "member_id": member, "member_epoch": epoch,
-         "rebalance_timeout_ms": 10_000 if epoch == 0 else -1,
-         "subscribed_topic_names": [TOPIC] if epoch == 0 else None,
-         "topic_partitions": [] if epoch == 0 else None},
-        client_id="c", client_host="/h", api_version=1)
 
 
 async def test_a_session_timeout_counts_a_fence_and_a_rebalance_and_the_gauges_follow(

@@ -5,18 +5,8 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from translation.heartbeat import ConsumerGroupHeartbeatRequest
-
-from .helpers import TOPIC, FakeMembership, consumer_heartbeat, coordinate, make_service
-
-
-def _hb(member: str, epoch: int) -> ConsumerGroupHeartbeatRequest:
-    return consumer_heartbeat(
-        {"group_id": "g", "member_id": member, "member_epoch": epoch,
-         "rebalance_timeout_ms": 10_000 if epoch == 0 else -1,
-         "subscribed_topic_names": [TOPIC] if epoch == 0 else None,
-         "topic_partitions": [] if epoch == 0 else None},
-        client_id="c", client_host="/h", api_version=1)
+from .helpers import FakeMembership, coordinate, make_service
+from .helpers import joining_heartbeat as _hb
 
 
 async def test_session_timeout_fences_and_empty_group_expires(
