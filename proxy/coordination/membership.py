@@ -69,6 +69,7 @@ from proxy.coordination.fleet import (
     read_holder,
     subscription_metadata,
 )
+from proxy.coordination.in_flight import InFlight
 from proxy.kafka_client.links import Address, BrokerLink, LinkPool
 from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode
@@ -185,10 +186,8 @@ class BrokerMembership:
         self._topics = topics
         """The topic names the group subscribes to now (advertised in the subscription)."""
         self.advertised: tuple[str, ...] = ()
-        self.in_flight = 0
+        self.commits = InFlight()
         """Commits stamped with the current generation whose answer has not come back."""
-        self._drained = trio.Event()
-        self._drained.set()
         self._stable_changed = trio.Event()
         self._resubscribe = False
         """The group's topics changed: rejoin (after draining) to advertise them."""
@@ -274,19 +273,7 @@ class BrokerMembership:
     def stamp(self) -> tuple[str, int, Callable[[], None]]:
         """(member id, generation) for a commit, and the callable to call exactly once when
         its answer is back or will never come (counts it as in flight meanwhile)."""
-        self.in_flight += 1
-        self._drained = trio.Event() if self.in_flight == 1 else self._drained
-        done = False
-
-        def release() -> None:
-            nonlocal done
-            if done:
-                return
-            done = True
-            self.in_flight -= 1
-            if not self.in_flight:
-                self._drained.set()
-
+        release = self.commits.track()
         return self.member_id, self.generation, release
 
     async def wait_stable(self, timeout: float) -> bool:
@@ -704,11 +691,9 @@ class BrokerMembership:
         self._planned = True
         self._set_stable(False)
         bound = min(DRAIN_SECONDS, self.session_timeout_ms / 2000)
-        with trio.move_on_after(bound) as waited:
-            await self._drained.wait()
-        if waited.cancelled_caught:
+        if not await self.commits.drained(bound):
             log.warning("group %s: %d commit(s) still unanswered after %.1f s; rejoining "
-                        "anyway", self.group_id, self.in_flight, bound)
+                        "anyway", self.group_id, self.commits.count, bound)
 
     async def _heartbeat_until_rejoin(self) -> None:
         while True:

@@ -59,6 +59,7 @@ from proxy.codec.api_keys import ApiKey
 from proxy.codec.header import encode_request_header
 from proxy.coordination import convert
 from proxy.coordination.handler import PASS, GroupRequest, Outcome, Upstream, Value
+from proxy.coordination.in_flight import InFlight
 from proxy.coordination.membership import (
     CoordinatorUnavailable,
     MembershipRefused,
@@ -261,10 +262,9 @@ class Upgrades:
             maxsize=JOINS_MAX, ttl=JOINS_SECONDS, timer=trio.current_time)
         self.candidates: TTLCache[str, Candidate] = TTLCache(
             maxsize=CANDIDATES_MAX, ttl=CANDIDATE_SECONDS, timer=trio.current_time)
-        self._in_flight: dict[str, int] = {}
+        self._in_flight: dict[str, InFlight] = {}
         """Forwarded requests of candidate groups not answered yet (only candidates' entries;
         an entry goes with its last request)."""
-        self._drained: dict[str, trio.Event] = {}
         self._holds: dict[str, trio.Event] = {}
         """Groups being converted (at most one conversion at a time: see :meth:`run`)."""
         self.converted: TTLCache[str, int] = TTLCache(
@@ -338,22 +338,13 @@ class Upgrades:
     def _track(self, group_id: str) -> Callable[[], None] | None:
         if group_id not in self.candidates:
             return None
-        self._in_flight[group_id] = self._in_flight.get(group_id, 0) + 1
-        done = False
+        requests = self._in_flight.setdefault(group_id, InFlight())
+        done = requests.track()
 
         def release() -> None:
-            nonlocal done
-            if done:
-                return
-            done = True
-            left = self._in_flight.get(group_id, 1) - 1
-            if left > 0:
-                self._in_flight[group_id] = left
-                return
-            self._in_flight.pop(group_id, None)
-            drained = self._drained.pop(group_id, None)
-            if drained is not None:
-                drained.set()
+            done()
+            if not requests.count and self._in_flight.get(group_id) is requests:
+                del self._in_flight[group_id]
 
         return release
 
@@ -398,12 +389,8 @@ class Upgrades:
         return None
 
     async def _drain(self, group_id: str) -> bool:
-        if not self._in_flight.get(group_id):
-            return True
-        drained = self._drained.setdefault(group_id, trio.Event())
-        with trio.move_on_after(DRAIN_SECONDS):
-            await drained.wait()
-        return not self._in_flight.get(group_id)
+        requests = self._in_flight.get(group_id)
+        return requests is None or await requests.drained(DRAIN_SECONDS)
 
     # -- step 3: conversion ------------------------------------------------------------------
 
