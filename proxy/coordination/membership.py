@@ -71,12 +71,16 @@ from proxy.coordination.fleet import (
 )
 from proxy.coordination.in_flight import InFlight
 from proxy.kafka_client.links import Address, BrokerLink, LinkPool
+from proxy.kafka_client.metadata import (
+    FIND_COORDINATOR_VERSION,
+    GROUP_KEY,
+    find_coordinator_request,
+)
 from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode
 
 log = logging.getLogger("groupgate.coordination")
 
-FIND_COORDINATOR_VERSION = 3
 JOIN_VERSION = 5
 SYNC_VERSION = 3
 HEARTBEAT_VERSION = 3
@@ -150,7 +154,7 @@ async def find_coordinator(pool: LinkPool, bootstrap: Sequence[Address], group_i
             try:
                 response = await pool.link(address).request(
                     ApiKey.FIND_COORDINATOR, FIND_COORDINATOR_VERSION,
-                    {"key": group_id, "key_type": 0})
+                    find_coordinator_request(group_id, GROUP_KEY))
             except UpstreamError as exc:
                 last = str(exc)
                 continue
