@@ -358,3 +358,17 @@ async def test_a_group_with_a_bridged_member_is_never_a_conversion_candidate() -
     assert UPGRADED in service.upgrades.candidates  # all forwarded here: a candidate
     await _forward_join(service, forwarded, forwarded, [forwarded, bridged])
     assert UPGRADED not in service.upgrades.candidates
+
+
+async def test_with_migration_policy_disabled_a_kip848_join_is_refused_as_kafka_refuses_it(
+        autojump_clock: trio.testing.MockClock) -> None:
+    broker = Broker()
+    async with running(broker, migration_policy="disabled") as (service, nursery):
+        response = await service.heartbeat(hb("m1", 0))
+        assert response.error_code == 69, response  # GROUP_ID_NOT_FOUND
+        assert "disabled" in (response.error_message or "")
+        assert not broker.of(ApiKey.JOIN_GROUP) or all(  # only the refused lock's join
+            p["name"] == "groupgate-coordinated" for v in broker.of(ApiKey.JOIN_GROUP)
+            for p in v["protocols"])
+        assert not service.bridges.members
+        nursery.cancel_scope.cancel()
