@@ -350,6 +350,7 @@ class CoordinatorService:
                                  default_session_ms=config.group_session_timeout_ms)
         """The online upgrade of broker groups whose members are all behind sidecars
         (:mod:`.upgrade`)."""
+        self.bridges.on_leader = self.upgrades.note_leader
 
     # -- lifecycle --------------------------------------------------------------------------
 

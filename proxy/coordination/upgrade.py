@@ -49,8 +49,14 @@ member is gone, without calling anybody back:
 The conversion needs ``classic-translation`` (the engine serves the members afterwards) and a
 ``migration-policy`` that allows upgrades (``bidirectional`` or ``upgrade``). A refused or
 failed attempt is journalled (``conversion_aborted``) and tried again after
-:data:`RETRY_SECONDS`. A group with a bridged member (:mod:`.bridged`) is not converted (that
-conversion is not built); it stays the broker's.
+:data:`RETRY_SECONDS`. *Bridged* members (:mod:`.bridged`: the classic members sidecars run
+for KIP-848 clients) convert too: a bridged member made leader notes the candidate
+(:meth:`Upgrades.note_leader`); every sidecar with bridged members in the group suspends them
+(nothing more is sent to the broker for them) while the conversion is announced or under way;
+the engine adopts each under its client's KIP-848 member id, as a consumer-protocol member at
+the generation's epoch, which is the epoch its client was told; then the bridged members end
+without a word (:meth:`~.bridged.Bridges.convert_away`) and their clients' next heartbeats
+reach the engine. An aborted conversion lets them go on.
 """
 
 from __future__ import annotations
@@ -88,6 +94,7 @@ from translation.config import MigrationPolicy
 from translation.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from proxy.coordination.bridged import Bridges
     from proxy.coordination.service import CoordinatorService
     from proxy.journal.observer import JournalObserver
     from proxy.journal.schema import Event
@@ -171,12 +178,6 @@ def read_mark(client_id: str | None) -> MemberMark | None:
         return None
     address, member, rest = parts
     return MemberMark(address, None if member == NO_MEMBER else member, rest)
-
-
-def bridged(member_id: str) -> bool:
-    """Whether the mark in ``member_id`` is a bridged member's (it names a KIP-848 member)."""
-    mark = read_mark(member_id)
-    return mark is not None and mark.kip848_member_id is not None
 
 
 def all_marked(ids: Iterable[str], address: str | None = None) -> bool:
@@ -281,6 +282,7 @@ def snapshot_of(group_id: str, generation: int, described: Value,
             client_host=m.get("client_host") or "",
             session_timeout_ms=seen.session_timeout_ms if seen else default_session_ms,
             rebalance_timeout_ms=seen.rebalance_timeout_ms if seen else default_session_ms,
+            kip848_member_id=mark.kip848_member_id if mark is not None else None,
         ))
     return ClassicGroupSnapshot(group_id, generation, CONSUMER_PROTOCOL_TYPE, protocol_name,
                                 members)
@@ -315,6 +317,8 @@ class Upgrades:
         self._peer_holds: dict[str, PeerHold] = {}
         """Groups another sidecar is converting (their events are in :attr:`_holds` too)."""
         self._forget_route: Callable[[str], None] = lambda _group_id: None
+        self._bridges: Bridges | None = None
+        """This sidecar's bridged members (set with the FleetControl handlers)."""
         self.send = fleet_control.send
         """How FleetControl reaches another sidecar (replaced in tests)."""
         self._holds: dict[str, trio.Event] = {}
@@ -370,15 +374,19 @@ class Upgrades:
             join.group_instance_id, join.client_id, join.client_host)
         if response.get("leader") != member_id:
             return
-        member_ids = frozenset(m["member_id"] for m in response.get("members") or ())
-        if (not self.policy.upgrade_enabled or not all_marked(member_ids)
-                or any(bridged(m) for m in member_ids)):
-            # a direct member: the group stays the broker's; so does a group with bridged
-            # members (:mod:`.bridged`), whose conversion is not built
+        self.note_leader(group_id, response["generation_id"],
+                         frozenset(m["member_id"] for m in response.get("members") or ()))
+
+    def note_leader(self, group_id: str, generation: int, member_ids: frozenset[str]) -> None:
+        """The broker's leader answer for ``group_id``, seen here (a forwarded member's, or a
+        bridged member's, :mod:`.bridged`): the group is a candidate when every member is
+        marked."""
+        if not self.policy.upgrade_enabled or not all_marked(member_ids):
+            # a direct member: the group stays the broker's
             self.candidates.pop(group_id, None)
             return
         previous = self.candidates.get(group_id)
-        candidate = Candidate(response["generation_id"], member_ids)
+        candidate = Candidate(generation, member_ids)
         if previous is not None:
             candidate.not_before = previous.not_before
         self.candidates[group_id] = candidate
@@ -530,6 +538,10 @@ class Upgrades:
         except (CoordinatorUnavailable, UpstreamError, trio.TooSlowError) as exc:
             reason = f"the broker could not be asked: {exc}"
         finally:
+            if reason is None:
+                service.bridges.convert_away(group_id)  # before any held request goes on
+            else:
+                service.bridges.resume(group_id)
             del self._holds[group_id]
             hold.set()
         if announced:
@@ -629,6 +641,7 @@ class Upgrades:
                          ) -> dict[str, fleet_control.Handler]:
         """What this sidecar answers of another sidecar's conversion (:mod:`.fleet_control`)."""
         self._forget_route = lambda group_id: service.routes.forget([group_id])
+        self._bridges = service.bridges
         return {"GroupConverting": self.on_converting, "GroupConverted": self.on_ended,
                 "ConversionAborted": self.on_ended}
 
@@ -655,14 +668,20 @@ class Upgrades:
         self._peer_holds[group_id] = PeerHold(converter, generation,
                                               trio.current_time() + PEER_HOLD_SECONDS)
         requests = self._in_flight.get(group_id)
-        if requests is not None and not await requests.drained(PEER_DRAIN_SECONDS):
+        bridges = self._bridges
+        deadline = trio.current_time() + PEER_DRAIN_SECONDS
+        if ((requests is not None and not await requests.drained(PEER_DRAIN_SECONDS))
+                or (bridges is not None and bridges.suspend(group_id) and not await
+                    bridges.drained(group_id, max(0.0, deadline - trio.current_time())))):
             self._end_peer_hold(group_id)
-            log.info("group %s: %s announced its conversion; refused: forwarded requests "
-                     "of the group are still unanswered", group_id, source)
+            log.info("group %s: %s announced its conversion; refused: requests of the group "
+                     "are still at the broker", group_id, source)
             return ErrorCode.REBALANCE_IN_PROGRESS
         members = {member_id: [seen.session_timeout_ms, seen.rebalance_timeout_ms]
                    for (group, member_id), seen in list(self.joins.items())
                    if group == group_id}
+        if bridges is not None:
+            members.update(bridges.timeouts(group_id))
         log.info("group %s: %s converts it at generation %d; holding its requests here",
                  group_id, source, generation)
         return ErrorCode.NONE, {"members": members}
@@ -676,15 +695,21 @@ class Upgrades:
             return ErrorCode.INVALID_REQUEST
         if group_id not in self._peer_holds:
             return ErrorCode.NONE  # not held here (any more): nothing to do
+        converted = body.get("type") == "GroupConverted"
         log.info("group %s: %s says %s", group_id, source,
-                 "it converted the group" if body.get("type") == "GroupConverted"
+                 "it converted the group" if converted
                  else f"its conversion was aborted ({str(body.get('reason'))[:300]})")
-        self._end_peer_hold(group_id)
+        self._end_peer_hold(group_id, converted=converted)
         return ErrorCode.NONE
 
-    def _end_peer_hold(self, group_id: str) -> None:
+    def _end_peer_hold(self, group_id: str, *, converted: bool = False) -> None:
         if self._peer_holds.pop(group_id, None) is None:
             return
+        if self._bridges is not None:
+            if converted:
+                self._bridges.convert_away(group_id)
+            else:
+                self._bridges.resume(group_id)
         self._forget_route(group_id)
         hold = self._holds.pop(group_id, None)
         if hold is not None:
@@ -694,6 +719,12 @@ class Upgrades:
                             candidate: Candidate) -> str | None:
         if not await self._drain(group_id):
             return "forwarded requests of the group are still unanswered"
+        bridges = service.bridges
+        if bridges.suspend(group_id) and not await bridges.drained(group_id, DRAIN_SECONDS):
+            return "bridged members' requests of the group are still unanswered"
+        for member_id, (session_ms, rebalance_ms) in bridges.timeouts(group_id).items():
+            self.joins[(group_id, member_id)] = JoinSeen((), session_ms, rebalance_ms, None,
+                                                         "", "")
         if self.candidates.get(group_id) is not candidate:
             return "the broker's group rebalanced meanwhile"
         described = await self._describe(service, group_id)

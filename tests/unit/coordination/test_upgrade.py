@@ -460,3 +460,39 @@ async def test_a_sidecar_whose_forwarded_requests_are_still_out_refuses(
     assert not service.upgrades.converting  # not held
     release()
     assert (await _control(service, converting))[0] == ErrorCode.NONE
+
+
+KIP848 = member_mark("127.0.0.1:9092", "appk", "kip848m1") + "-2c4e28ba-2fa1-11d2-883f-0016d3cca427"
+"""A bridged member: the classic member a sidecar runs for KIP-848 client ``kip848m1``."""
+
+
+async def test_a_bridged_member_is_adopted_under_its_clients_member_id(
+        autojump_clock: trio.testing.MockClock) -> None:
+    from .helpers import TOPIC_ID, consumer_heartbeat
+
+    broker = Broker([A, KIP848])
+    service = _service(broker)
+    OWNED[KIP848] = (2, 3)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(lambda task_status: service.run(watch_topics=False,
+                                                                 task_status=task_status))
+            await _forward_join(service, A, A, [A, KIP848])
+            candidate = service.upgrades.candidates[GROUP]
+            await service.upgrades.poll(service, GROUP, candidate)
+            await trio.sleep(upgrade.POLL_SECONDS)
+            await service.upgrades.poll(service, GROUP, candidate)
+            assert sorted(broker.leaving) == sorted([A, KIP848])
+            group = service.engine.group(GROUP)
+            assert group is not None and set(group.members) == {A, "kip848m1"}
+            beat = consumer_heartbeat(
+                {"group_id": GROUP, "member_id": "kip848m1", "member_epoch": GENERATION,
+                 "topic_partitions": [{"topic_id": TOPIC_ID, "partitions": [2, 3]}]},
+                client_id="appk", client_host="/10.0.0.7", api_version=1)
+            answer = await service.heartbeat(beat)
+            assert answer.error_code == ErrorCode.NONE
+            assert answer.member_epoch == GENERATION
+            assert group.group_epoch == GENERATION  # nothing moved
+            nursery.cancel_scope.cancel()
+    finally:
+        del OWNED[KIP848]
