@@ -522,6 +522,11 @@ class CoordinatorService:
         return (group_id in self.memberships or group_id in self.engine.groups
                 or self.hand_off.telling(group_id) or self.bridges.has_group(group_id))
 
+    def engine_claims(self, group_id: str) -> bool:
+        """:meth:`claims`, bridged members aside: the engine has (or is getting) the group."""
+        return (group_id in self.memberships or group_id in self.engine.groups
+                or self.hand_off.telling(group_id))
+
     def coordinates(self, group_id: str) -> bool:
         membership = self.memberships.get(group_id)
         return membership is not None and membership.established

@@ -473,7 +473,7 @@ class Upgrades:
                 candidate = self.candidates.get(group_id)
                 if candidate is None or trio.current_time() < candidate.not_before:
                     continue
-                if service.claims(group_id) or not self.policy.upgrade_enabled:
+                if service.engine_claims(group_id) or not self.policy.upgrade_enabled:
                     self.candidates.pop(group_id, None)
                     continue
                 await self.poll(service, group_id, candidate)
