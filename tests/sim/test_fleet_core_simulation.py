@@ -1,0 +1,152 @@
+"""Seeded simulations of a fleet of sidecars around one group, each driven by the fleet core
+(:mod:`proxy.fleet_core`), with sidecar faults: killed and restarted, frozen shorter and
+longer than a lease, cut off from the broker, slow links, failed and slow state-log writes,
+failed loads, lost and reordered fleet messages (``tests/sim/fleet_sim.py``).
+
+After every act the simulator checks that the acting sidecar leads the broker's group and no
+other may act, that no partition has two owners, and that no client knows an epoch a takeover
+did not load; at the end, that the fleet settled (one coordinator, every partition owned by a
+stable client). A failing seed replays with ``run_fleet_seed(seed)``; the default run covers
+``GROUPGATE_SIM_FLEET_SEEDS`` seeds (300), ``--run-slow`` 10,000 more.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from proxy.fleet_core import core as core_module
+from proxy.fleet_core import events as ev
+from proxy.fleet_core.core import TRANSITIONS, Role, Why
+from tests.sim import fleet_sim
+from tests.sim.fleet_sim import FleetResult, knobs_for_seed, run_fleet_seed
+
+SEEDS = int(os.environ.get("GROUPGATE_SIM_FLEET_SEEDS", "300"))
+FIRST = int(os.environ.get("GROUPGATE_SIM_START", "0")) + 900_000
+CHUNK = 100
+SLOW_SEEDS = 10_000
+SLOW_CHUNK = 500
+
+
+def _failures(results: list[FleetResult]) -> str:
+    lines = []
+    for r in results:
+        if not r.ok:
+            lines.append(f"seed {r.seed}: {r.violation}\n  replay: run_fleet_seed({r.seed})")
+            lines.extend(f"    {t}" for t in r.trace[-25:])
+    return "\n".join(lines[:200])
+
+
+def _run(start: int, stop: int) -> Counter[str]:
+    results = [run_fleet_seed(seed) for seed in range(start, stop)]
+    assert all(r.ok for r in results), _failures(results)
+    total: Counter[str] = Counter()
+    for r in results:
+        total.update(r.stats)
+    return total
+
+
+@pytest.mark.parametrize("start", range(FIRST, FIRST + SEEDS, CHUNK))
+def test_sidecar_faults_keep_one_holder_and_one_owner_per_partition(start: int) -> None:
+    total = _run(start, min(start + CHUNK, FIRST + SEEDS))
+    # Every fault happened, with takeovers, fenced writes, relays and members let go; and the
+    # engine answered throughout (each seed also ended settled: progress).
+    for key in ("fault-kill", "fault-freeze", "fault-cut", "fault-slow", "fleet-lost",
+                "loads", "writes-fenced", "writes-failed-at-random", "relays",
+                "client-error-UNKNOWN_MEMBER_ID", "client-session-lost", "broker-expired",
+                "acts-request", "acts-timer"):
+        assert total[key] > 0, (key, total)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("start", range(FIRST + SEEDS, FIRST + SEEDS + SLOW_SEEDS, SLOW_CHUNK))
+def test_sidecar_faults_over_ten_thousand_seeds(start: int) -> None:
+    _run(start, start + SLOW_CHUNK)
+
+
+def test_every_move_of_the_table_happens(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: set[tuple[Role, Why]] = set()
+    move = core_module.GroupCore._move
+
+    def watched(self: core_module.GroupCore, why: Why, now: float,
+                out: list[ev.Action]) -> None:
+        seen.add((self.role, why))
+        move(self, why, now, out)
+
+    monkeypatch.setattr(core_module.GroupCore, "_move", watched)
+    for seed in range(FIRST, FIRST + 150):
+        assert run_fleet_seed(seed).ok
+    # Not simulated: direct members (the broker phase), the proxy's stop, made-up member ids.
+    # Rare enough to need more seeds (the core's unit tests walk them): the broker forgetting
+    # a holder before its lease passed (it cannot, unless a rebalance timed it out), a failed
+    # write or a lost rejoin while interrupted, a rebalance or a lease passing while loading.
+    rare = {(Role.COORDINATING, Why.REFUSED), (Role.LOADING, Why.REFUSED),
+            (Role.LOADING, Why.LEASE_PASSED), (Role.LOADING, Why.REBALANCE),
+            (Role.INTERRUPTED, Why.WRITE_FAILED), (Role.INTERRUPTED, Why.LOST_ELECTION)}
+    expected = {key for key in TRANSITIONS
+                if key[1] not in (Why.DIRECT, Why.STOP, Why.NOT_ELIGIBLE)
+                and key[0] is not Role.BROKER} - rare
+    assert expected - seen == set()
+
+
+def test_a_seed_replays_exactly() -> None:
+    first, second = run_fleet_seed(FIRST + 7), run_fleet_seed(FIRST + 7)
+    assert first.ok and second.ok and first.events > 1_000
+    assert (first.events, first.stats) == (second.events, second.stats)
+
+
+def _failing(seeds: range, **changes: Any) -> list[FleetResult]:
+    results = [run_fleet_seed(seed, dataclasses.replace(knobs_for_seed(seed), **changes))
+               for seed in seeds]
+    return [r for r in results if not r.ok]
+
+
+def test_a_lease_as_long_as_the_session_is_caught() -> None:
+    failed = _failing(range(FIRST, FIRST + 60), lease_fraction=1.0)
+    assert failed and any("runs the engine" in r.violation or "both act" in r.violation
+                          for r in failed)
+
+
+def test_clocks_outside_the_leases_assumption_are_caught() -> None:
+    assert _failing(range(FIRST, FIRST + 100), skew=0.45)
+
+
+def test_answers_that_skip_the_write_barrier_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    done = core_module.GroupCore._engine_done
+
+    def no_barrier(self: core_module.GroupCore, event: ev.EngineDone, now: float,
+                   out: list[ev.Action]) -> None:
+        done(self, event, now, out)
+        if self._waiting.pop(event.rid, None) is not None:
+            out.append(ev.Respond(event.rid))
+
+    monkeypatch.setattr(core_module.GroupCore, "_engine_done", no_barrier)
+    failed = _failing(range(FIRST, FIRST + 100))
+    assert any("owned by" in r.violation or "knows epoch" in r.violation for r in failed)
+
+
+def test_a_holder_that_ignores_its_lease_is_caught_by_ownership_alone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the holder check, the clients' partitions show it: two engines assign."""
+    monkeypatch.setattr(core_module.GroupCore, "acting",
+                        lambda self, now: self.role is Role.COORDINATING)
+    time_ = core_module.GroupCore._time
+
+    def no_lease(self: core_module.GroupCore, now: float, out: list[ev.Action]) -> None:
+        if self.role is Role.COORDINATING:
+            saved, self.lease_deadline = self.lease_deadline, core_module.INF
+            time_(self, now, out)
+            if self.lease_deadline == core_module.INF:
+                self.lease_deadline = saved
+        else:
+            time_(self, now, out)
+
+    monkeypatch.setattr(core_module.GroupCore, "_time", no_lease)
+    monkeypatch.setattr(fleet_sim.FleetSimulation, "check_sole_holder",
+                        lambda self, sc, what: None)
+    failed = _failing(range(FIRST, FIRST + 100))
+    assert any("owned by" in r.violation for r in failed)
