@@ -127,6 +127,7 @@ from proxy.fleet_core.events import (
     WriteFailed,
     Written,
 )
+from proxy.fleet_core.lease import LEASE_FRACTION, Lease, LeaseState
 from translation.errors import ErrorCode
 
 INF = float("inf")
@@ -203,7 +204,7 @@ class CoreConfig:
     session_ms: int
     """The lock member's session at the broker (``broker-session-timeout-ms``); also its
     rebalance timeout."""
-    lease_fraction: float = 0.8
+    lease_fraction: float = LEASE_FRACTION
     hold_ms: int = 5_000
     """Longest a request waits for a lookup, an election or a load."""
     max_held: int = 1_000
@@ -249,9 +250,8 @@ class GroupCore:
         self.membership = "none"
         """The lock member: ``none``, ``joining``, ``checking`` (a member id was given; is the
         group held elsewhere?), ``syncing``, ``stable``."""
-        self.lease_deadline = -INF
-        self.session_deadline = -INF
-        self.last_answered_sent = -INF
+        self.lease = Lease(config.lease_fraction, -INF, -INF)
+        """The lock's lease (:mod:`proxy.fleet_core.lease`), in this core's milliseconds."""
         self._attempt = 0
         self._call: int | None = None
         """The join, sync or lookup attempt an answer is awaited for."""
@@ -274,10 +274,22 @@ class GroupCore:
 
     # -- what the driver calls ---------------------------------------------------------------
 
+    @property
+    def lease_deadline(self) -> float:
+        return self.lease.lease_deadline
+
+    @lease_deadline.setter
+    def lease_deadline(self, value: float) -> None:
+        self.lease.lease_deadline = value
+
+    @property
+    def session_deadline(self) -> float:
+        return self.lease.session_deadline
+
     def acting(self, now: float) -> bool:
         """Whether this sidecar may act for the group now (answer, fire the engine's timers):
         coordinating, within the lease."""
-        return self.role is Role.COORDINATING and now < self.lease_deadline
+        return self.role is Role.COORDINATING and self.lease.state(now) is LeaseState.HELD
 
     def handle(self, event: Event, now: float) -> list[Action]:
         out: list[Action] = []
@@ -368,7 +380,8 @@ class GroupCore:
 
     def _time(self, now: float, out: list[Action]) -> None:
         """Everything the passing of time decides, before any event is handled."""
-        if self.role in (Role.LOADING, Role.COORDINATING) and now >= self.lease_deadline:
+        lease = self.lease.state(now)
+        if self.role in (Role.LOADING, Role.COORDINATING) and lease is not LeaseState.HELD:
             if self.role is Role.LOADING:
                 out.append(Forget("the lease passed while loading"))
                 self._leave(out)
@@ -376,7 +389,7 @@ class GroupCore:
             else:
                 out.append(Suspend())
                 self._move(Why.LEASE_PASSED, now, out)
-        if self.role is Role.INTERRUPTED and now >= self.session_deadline:
+        if self.role is Role.INTERRUPTED and lease is LeaseState.LOST:
             out.append(Forget("no answer from the broker within a session"))
             self._leave(out)
             self._move(Why.SESSION_PASSED, now, out)
@@ -526,14 +539,10 @@ class GroupCore:
         self.member_id = ""
         self.generation = -1
         self.membership = "none"
-        self.lease_deadline = self.session_deadline = -INF
+        self.lease.drop()
 
     def _answered(self, sent: float) -> None:
-        if sent <= self.last_answered_sent:
-            return
-        self.last_answered_sent = sent
-        self.lease_deadline = sent + self.config.lease_fraction * self.config.session_ms
-        self.session_deadline = sent + self.config.session_ms
+        self.lease.answered(sent, self.config.session_ms)
 
     def _join_answered(self, event: JoinAnswered, now: float, out: list[Action]) -> None:
         if event.attempt != self._call or self.membership != "joining":
@@ -600,7 +609,7 @@ class GroupCore:
         if self.role is Role.ELECTING:
             self._move(Why.ELECTED, now, out)
             out.append(Load())
-        elif self.role is Role.INTERRUPTED and now < self.lease_deadline:
+        elif self.role is Role.INTERRUPTED and self.lease.state(now) is LeaseState.HELD:
             self._move(Why.ANSWERED, now, out)
             out.append(Resume())
 
@@ -614,7 +623,7 @@ class GroupCore:
             return
         if event.error == ErrorCode.NONE:
             self._answered(sent)
-            if self.role is Role.INTERRUPTED and now < self.lease_deadline:
+            if self.role is Role.INTERRUPTED and self.lease.state(now) is LeaseState.HELD:
                 self._move(Why.ANSWERED, now, out)
                 out.append(Resume())
         elif event.error == ErrorCode.REBALANCE_IN_PROGRESS:
@@ -637,7 +646,7 @@ class GroupCore:
         out.append(Forget("the broker forgot the lock member"))
         self.member_id = ""
         self.membership = "none"
-        self.lease_deadline = self.session_deadline = -INF
+        self.lease.drop()
         self._move(Why.REFUSED, now, out)
         if self.role is Role.LETTING_GO:
             self._let_go_until = now + self.config.let_go_ms
