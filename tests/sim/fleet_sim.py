@@ -79,6 +79,11 @@ class Knobs:
     load_fail: float = 0.05
     request_timeout_ms: int = 2_000
     relay_timeout_ms: int = 1_500
+    per_connection_order: bool = True
+    """A client's requests reach the holder in the order sent, and a request dies with the
+    connection the client closed when it timed out (as the proxy's links per client connection
+    and its connection handling keep them). False: relays overtake each other freely and live
+    on after the client gave up on them."""
 
 
 def knobs_for_seed(seed: int) -> Knobs:
@@ -298,6 +303,8 @@ class Pending:
     origin_rid: int = 0
     response: ConsumerGroupHeartbeatResponse | None = None
     relayed: bool = False
+    connection: tuple[str, int] = ("", 0)
+    """The client's connection the request came on (client name, connection number)."""
 
 
 class Sidecar:
@@ -356,6 +363,10 @@ class FleetSimulation:
         self.first_unanswered: dict[str, int | None] = {}
         self.guard_token: dict[str, int] = {}
         self.hb_token: dict[str, int] = {}
+        self.connections: dict[str, int] = {}
+        """Client -> the number of its current connection (a new one after a timeout)."""
+        self.fifo: dict[tuple[object, ...], int] = {}
+        """Per link and client connection: the last delivery time (messages stay in order)."""
         self.rid = 0
         for i in range(k.clients):
             sc = self.sidecars[i % len(self.sidecars)] if i < len(self.sidecars) \
@@ -544,12 +555,22 @@ class FleetSimulation:
     def _handle(self, sc: Sidecar, event: ev.Event) -> None:
         self.perform(sc, sc.core.handle(event, self.local(sc)))
 
-    def fleet(self, fn: Callable[..., None], *args: Any) -> None:
+    def fleet(self, key: tuple[object, ...], fn: Callable[..., None], *args: Any) -> None:
+        """A message on the fleet link ``key`` (lost now and then; in order per link and
+        client connection unless ``per_connection_order`` is off)."""
         k = self.knobs
         if not self.chaos_over and self.rng.random() < k.fleet_loss:
             self.stats["fleet-lost"] += 1
             return
-        self.at(self.now + self.rng.randint(1, k.fleet_delay_ms), fn, *args)
+        at = self.now + self.rng.randint(1, k.fleet_delay_ms)
+        if k.per_connection_order:
+            at = self.fifo[key] = max(at, self.fifo.get(key, 0))
+        self.at(at, fn, *args)
+
+    def closed(self, pending: Pending) -> bool:
+        """The client closed the connection ``pending`` came on (it timed out)."""
+        name, number = pending.connection
+        return self.knobs.per_connection_order and self.connections.get(name, 0) != number
 
     def broker_check(self) -> None:
         self.broker.expire()
@@ -660,6 +681,10 @@ class FleetSimulation:
         pending = sc.pending[rid]
         assert sc.engine is not None, "the core ran the engine before it was loaded"
         now = self.local(sc)
+        if self.closed(pending):
+            del sc.pending[rid]  # it died with its connection while it was held
+            self.stats["requests-gone-with-connection"] += 1
+            return sc.core.handle(ev.EngineDone(rid, False), now)
         self.check_sole_holder(sc, "request")
         response, _ = sc.engine.heartbeat(pending.request, now)
         pending.response = response
@@ -672,9 +697,9 @@ class FleetSimulation:
     # -- requests and answers -----------------------------------------------------------------
 
     def sidecar_request(self, sc: Sidecar, client: SimulatedConsumer, seq: int,
-                        request: ConsumerGroupHeartbeatRequest) -> None:
+                        request: ConsumerGroupHeartbeatRequest, connection: int) -> None:
         self.rid += 1
-        sc.pending[self.rid] = Pending(client, seq, request)
+        sc.pending[self.rid] = Pending(client, seq, request, connection=(client.name, connection))
         self._handle(sc, ev.Request(self.rid, request.member_id or "",
                                     starts_group=request.member_epoch == 0))
 
@@ -683,10 +708,14 @@ class FleetSimulation:
         target = self.by_name.get(holder)
         if pending is None or target is None:
             return
+        if self.closed(pending):
+            del sc.pending[rid]
+            return
         pending.relayed = True
         self.stats["relays"] += 1
-        self.fleet(self.on, target, target.incarnation, self._inbound, target, sc,
-                   sc.incarnation, rid, pending.request)
+        self.fleet((sc.name, target.name, pending.connection), self.on, target,
+                   target.incarnation, self._inbound, target, sc, sc.incarnation, rid,
+                   pending.request, pending.connection)
         self.at(self.now + self.knobs.relay_timeout_ms, self.on, sc, sc.incarnation,
                 self._relay_timeout, sc, rid)
 
@@ -697,9 +726,13 @@ class FleetSimulation:
             self._handle(sc, ev.RelayDone(rid, refused=True))
 
     def _inbound(self, sc: Sidecar, origin: Sidecar, origin_incarnation: int, origin_rid: int,
-                 request: ConsumerGroupHeartbeatRequest) -> None:
+                 request: ConsumerGroupHeartbeatRequest, connection: tuple[str, int]) -> None:
         self.rid += 1
-        sc.pending[self.rid] = Pending(None, 0, request, origin, origin_incarnation, origin_rid)
+        pending = Pending(None, 0, request, origin, origin_incarnation, origin_rid,
+                          connection=connection)
+        if self.closed(pending):
+            return  # the follower closed the link with the client's connection
+        sc.pending[self.rid] = pending
         self._handle(sc, ev.Request(self.rid, request.member_id or "",
                                     starts_group=request.member_epoch == 0, inbound=True))
 
@@ -726,7 +759,8 @@ class FleetSimulation:
             response = ConsumerGroupHeartbeatResponse(error_code=error)
         if pending.origin is not None:
             origin = pending.origin
-            self.fleet(self.on, origin, pending.origin_incarnation, self._relayed_back, origin,
+            self.fleet((sc.name, origin.name, pending.connection), self.on, origin,
+                       pending.origin_incarnation, self._relayed_back, origin,
                        pending.origin_rid, response)
             return
         client = pending.client
@@ -761,13 +795,15 @@ class FleetSimulation:
         sc = self._sidecar_of(client)
         if sc.alive:
             self.at(self.now + self.rng.randint(0, 2), self.on, sc, sc.incarnation,
-                    self.sidecar_request, sc, client, seq, request)
+                    self.sidecar_request, sc, client, seq, request,
+                    self.connections.get(client.name, 0))
         self.at(self.now + self.knobs.request_timeout_ms, self.ev_timeout, client, seq)
 
     def ev_timeout(self, client: SimulatedConsumer, seq: int) -> None:
         if self.req_seq.get(client.name) != seq or not client.in_flight:
             return
         client.on_request_lost()
+        self.connections[client.name] = self.connections.get(client.name, 0) + 1
         self.stats["client-timeouts"] += 1
         self.schedule_heartbeat(client, 100)
 

@@ -150,3 +150,17 @@ def test_a_holder_that_ignores_its_lease_is_caught_by_ownership_alone(
                         lambda self, sc, what: None)
     failed = _failing(range(FIRST, FIRST + 100))
     assert any("owned by" in r.violation for r in failed)
+
+
+def test_requests_that_outlive_their_connection_strand_partitions() -> None:
+    """The fleet relies on a client's requests reaching the holder in order, and on a request
+    dying with the connection its client closed on a timeout (one link per client connection;
+    a connection's answers in progress are cancelled when it closes). Without that, an old
+    epoch-0 join that overtook a newer one is answered last: the engine believes it gave the
+    member partitions its client never heard of, and they are never consumed (seed 900948:
+    two partitions, 901400: one). Nothing is owned twice, but progress fails."""
+    for seed in (900_948, 901_400):
+        assert run_fleet_seed(seed).ok
+        reordered = run_fleet_seed(
+            seed, dataclasses.replace(knobs_for_seed(seed), per_connection_order=False))
+        assert not reordered.ok and "partitions unowned" in reordered.violation
