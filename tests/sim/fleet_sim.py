@@ -12,14 +12,17 @@ Around them:
   broker's clock counted from when a call *arrives*, LeaveGroup, and DescribeGroups;
 * the state log (:class:`StateLog`): units acknowledged in order after a delay; opening a
   writer fences every earlier one, whose later writes fail;
-* the fleet link: relays lost or reordered (each message its own delay).
+* the fleet link: messages lost, each with its own delay (in order per client connection).
 
 Faults, drawn per seed: a sidecar killed and restarted (a new process: new clock, nothing
-kept), frozen (SIGSTOP: everything that reaches it waits, its clock runs on) shorter or longer
-than a lease, cut off from the broker while its clients and the other sidecars still reach it,
-a slow link to the broker, failed and slow state-log writes, failed loads, lost and reordered
-fleet messages. Each sidecar's clock runs at its own rate (within ``Knobs.skew`` of the
-broker's) from its own offset.
+kept), stopped (it steps down: the lock left at once, then it exits and restarts), frozen
+(SIGSTOP: everything that reaches it waits, its clock runs on) shorter or longer than a lease,
+cut off from the broker while its clients and the other sidecars still reach it, a slow link to
+the broker, failed and slow state-log writes, failed loads, lost fleet messages, an
+application process dying (a new member starts in its pod later). Each sidecar's clock runs at
+its own rate (within ``Knobs.skew`` of the broker's) from its own offset. A client's requests
+reach the holder in order and die with the connection it closes on a timeout, as in the proxy
+(``Knobs.per_connection_order``).
 
 Checked after every act: a sidecar that runs the engine (a request, a timer) is the broker
 group's leader at that moment, and no other sidecar's core may act (at most one holder per
@@ -94,7 +97,7 @@ def knobs_for_seed(seed: int) -> Knobs:
         fault_every_ms=rng.choice([1_500, 3_000, 6_000]),
         fleet_loss=rng.choice([0.0, 0.02, 0.1]),
         fleet_delay_ms=rng.choice([5, 80, 300]),
-        write_delay_ms=rng.choice([5, 60, 900]),
+        write_delay_ms=rng.choice([5, 60, 900, 4_000]),
         write_fail=rng.choice([0.0, 0.005, 0.03]),
         load_fail=rng.choice([0.0, 0.1]),
     )
@@ -368,6 +371,7 @@ class FleetSimulation:
         self.fifo: dict[tuple[object, ...], int] = {}
         """Per link and client connection: the last delivery time (messages stay in order)."""
         self.rid = 0
+        self.client_counter = 0
         for i in range(k.clients):
             sc = self.sidecars[i % len(self.sidecars)] if i < len(self.sidecars) \
                 else self.rng.choice(self.sidecars)
@@ -441,11 +445,18 @@ class FleetSimulation:
             return
         k = self.knobs
         sc = self.rng.choice(self.sidecars)
-        kind = self.rng.choice(["kill", "freeze", "freeze", "cut", "cut", "slow"])
+        kind = self.rng.choice(["kill", "stop", "freeze", "freeze", "cut", "cut", "slow",
+                                "client-crash"])
         s = k.lock_session_ms
         if not sc.alive or self.now < sc.frozen_until:
             kind = "none"
-        if kind == "kill":
+        if kind == "client-crash":
+            self._crash_client()
+        elif kind == "stop":
+            # Stepping down: the lock left at once, then the process exits after its drain.
+            self.perform(sc, sc.core.handle(ev.Stop(), self.local(sc)))
+            self.at(self.now + self.rng.randint(0, 300), self.ev_exit, sc, sc.incarnation)
+        elif kind == "kill":
             sc.alive = False
             sc.incarnation += 1
             self.at(self.now + self.rng.randint(0, 3 * s), self.ev_restart, sc)
@@ -460,6 +471,37 @@ class FleetSimulation:
         self.stats[f"fault-{kind}"] += 1
         self.note(f"fault {kind} {sc.name}")
         self.at(self.now + int(self.rng.expovariate(1 / k.fault_every_ms)) + 1, self.ev_fault)
+
+    def ev_exit(self, sc: Sidecar, incarnation: int) -> None:
+        if sc.incarnation != incarnation or not sc.alive:
+            return
+        sc.alive = False
+        sc.incarnation += 1
+        self.at(self.now + self.rng.randint(0, self.knobs.lock_session_ms), self.ev_restart, sc)
+
+    def _crash_client(self) -> None:
+        """An application process dies; a new one (a new member) starts in its pod later."""
+        index = self.rng.randrange(len(self.clients))
+        client = self.clients[index][0]
+        if not client.alive:
+            return
+        client.crash()
+        self.hb_token[client.name] = self.hb_token.get(client.name, 0) + 1
+        self.at(self.now + self.rng.randint(0, self.knobs.member_session_ms),
+                self.ev_client_start, index)
+
+    def ev_client_start(self, index: int) -> None:
+        old, sc = self.clients[index]
+        self.client_counter += 1
+        number = self.client_counter
+        client = SimulatedConsumer(
+            f"{old.name.split('.')[0]}.{number}", f"member-{index}.{number}", GROUP,
+            topics=frozenset({"t0", "t1"}), regex=None, instance_id=None, server_assignor=None,
+            rebalance_timeout_ms=2 * self.knobs.member_session_ms,
+            on_acquire=self._acquire, on_release=self._release)
+        self.clients[index] = (client, sc)
+        client.subscribe(self.now)
+        self.schedule_heartbeat(client, 0)
 
     def ev_restart(self, sc: Sidecar) -> None:
         if sc.alive:

@@ -1,7 +1,7 @@
 """Seeded simulations of a fleet of sidecars around one group, each driven by the fleet core
-(:mod:`proxy.fleet_core`), with sidecar faults: killed and restarted, frozen shorter and
-longer than a lease, cut off from the broker, slow links, failed and slow state-log writes,
-failed loads, lost and reordered fleet messages (``tests/sim/fleet_sim.py``).
+(:mod:`proxy.fleet_core`), with sidecar faults: killed and restarted, stopped, frozen shorter
+and longer than a lease, cut off from the broker, slow links, failed and slow state-log writes,
+failed loads, lost fleet messages, application processes dying (``tests/sim/fleet_sim.py``).
 
 After every act the simulator checks that the acting sidecar leads the broker's group and no
 other may act, that no partition has two owners, and that no client knows an epoch a takeover
@@ -27,7 +27,6 @@ from tests.sim.fleet_sim import FleetResult, knobs_for_seed, run_fleet_seed
 
 SEEDS = int(os.environ.get("GROUPGATE_SIM_FLEET_SEEDS", "300"))
 FIRST = int(os.environ.get("GROUPGATE_SIM_START", "0")) + 900_000
-CHUNK = 100
 SLOW_SEEDS = 10_000
 SLOW_CHUNK = 500
 
@@ -50,25 +49,8 @@ def _run(start: int, stop: int) -> Counter[str]:
     return total
 
 
-@pytest.mark.parametrize("start", range(FIRST, FIRST + SEEDS, CHUNK))
-def test_sidecar_faults_keep_one_holder_and_one_owner_per_partition(start: int) -> None:
-    total = _run(start, min(start + CHUNK, FIRST + SEEDS))
-    # Every fault happened, with takeovers, fenced writes, relays and members let go; and the
-    # engine answered throughout (each seed also ended settled: progress).
-    for key in ("fault-kill", "fault-freeze", "fault-cut", "fault-slow", "fleet-lost",
-                "loads", "writes-fenced", "writes-failed-at-random", "relays",
-                "client-error-UNKNOWN_MEMBER_ID", "client-session-lost", "broker-expired",
-                "acts-request", "acts-timer"):
-        assert total[key] > 0, (key, total)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("start", range(FIRST + SEEDS, FIRST + SEEDS + SLOW_SEEDS, SLOW_CHUNK))
-def test_sidecar_faults_over_ten_thousand_seeds(start: int) -> None:
-    _run(start, start + SLOW_CHUNK)
-
-
-def test_every_move_of_the_table_happens(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sidecar_faults_keep_one_holder_and_one_owner_per_partition(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     seen: set[tuple[Role, Why]] = set()
     move = core_module.GroupCore._move
 
@@ -78,12 +60,21 @@ def test_every_move_of_the_table_happens(monkeypatch: pytest.MonkeyPatch) -> Non
         move(self, why, now, out)
 
     monkeypatch.setattr(core_module.GroupCore, "_move", watched)
-    for seed in range(FIRST, FIRST + 150):
-        assert run_fleet_seed(seed).ok
-    # Not simulated: direct members (the broker phase), the proxy's stop, made-up member ids.
-    # Rare enough to need more seeds (the core's unit tests walk them): the broker forgetting
-    # a holder before its lease passed (it cannot, unless a rebalance timed it out), a failed
-    # write or a lost rejoin while interrupted, a rebalance or a lease passing while loading.
+    total = _run(FIRST, FIRST + SEEDS)
+    # Every fault happened, with takeovers, fenced writes, relays and members let go; and the
+    # engine answered throughout (each seed also ended settled: progress).
+    for key in ("fault-kill", "fault-stop", "fault-freeze", "fault-cut", "fault-slow",
+                "fault-client-crash", "fleet-lost", "requests-gone-with-connection",
+                "loads", "writes-fenced", "writes-failed-at-random", "relays",
+                "client-error-UNKNOWN_MEMBER_ID", "client-session-lost", "broker-expired",
+                "acts-request", "acts-timer"):
+        assert total[key] > 0, (key, total)
+    # Every move of the table happened, but for what is not simulated (direct members: the
+    # broker phase; made-up member ids) and what is rare enough to need more seeds (the core's
+    # unit tests walk those): the broker forgetting a holder before its lease passed (it
+    # cannot, unless a rebalance timed it out), a failed write or a lost rejoin while
+    # interrupted, a rebalance or a lease passing or a refusal while loading. A stop happens
+    # in many roles; each is a move of the table's ``any`` row.
     rare = {(Role.COORDINATING, Why.REFUSED), (Role.LOADING, Why.REFUSED),
             (Role.LOADING, Why.LEASE_PASSED), (Role.LOADING, Why.REBALANCE),
             (Role.INTERRUPTED, Why.WRITE_FAILED), (Role.INTERRUPTED, Why.LOST_ELECTION)}
@@ -91,6 +82,13 @@ def test_every_move_of_the_table_happens(monkeypatch: pytest.MonkeyPatch) -> Non
                 if key[1] not in (Why.DIRECT, Why.STOP, Why.NOT_ELIGIBLE)
                 and key[0] is not Role.BROKER} - rare
     assert expected - seen == set()
+    assert (Role.COORDINATING, Why.STOP) in seen and (Role.FOLLOWING, Why.STOP) in seen
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("start", range(FIRST + SEEDS, FIRST + SEEDS + SLOW_SEEDS, SLOW_CHUNK))
+def test_sidecar_faults_over_ten_thousand_seeds(start: int) -> None:
+    _run(start, start + SLOW_CHUNK)
 
 
 def test_a_seed_replays_exactly() -> None:
@@ -137,11 +135,13 @@ def test_a_holder_that_ignores_its_lease_is_caught_by_ownership_alone(
     time_ = core_module.GroupCore._time
 
     def no_lease(self: core_module.GroupCore, now: float, out: list[ev.Action]) -> None:
+        lease = self.lease
         if self.role is Role.COORDINATING:
-            saved, self.lease_deadline = self.lease_deadline, core_module.INF
+            saved = (lease.lease_deadline, lease.session_deadline)
+            lease.lease_deadline = lease.session_deadline = core_module.INF
             time_(self, now, out)
-            if self.lease_deadline == core_module.INF:
-                self.lease_deadline = saved
+            if lease.lease_deadline == core_module.INF:
+                lease.lease_deadline, lease.session_deadline = saved
         else:
             time_(self, now, out)
 
@@ -157,10 +157,10 @@ def test_requests_that_outlive_their_connection_strand_partitions() -> None:
     dying with the connection its client closed on a timeout (one link per client connection;
     a connection's answers in progress are cancelled when it closes). Without that, an old
     epoch-0 join that overtook a newer one is answered last: the engine believes it gave the
-    member partitions its client never heard of, and they are never consumed (seed 900948:
-    two partitions, 901400: one). Nothing is owned twice, but progress fails."""
-    for seed in (900_948, 901_400):
-        assert run_fleet_seed(seed).ok
-        reordered = run_fleet_seed(
-            seed, dataclasses.replace(knobs_for_seed(seed), per_connection_order=False))
-        assert not reordered.ok and "partitions unowned" in reordered.violation
+    member partitions its client never heard of, and they are never consumed (seed 908611; about
+    one seed in 5,000 without the order). Nothing is owned twice, but progress fails."""
+    seed = 908_611
+    assert run_fleet_seed(seed).ok
+    reordered = run_fleet_seed(
+        seed, dataclasses.replace(knobs_for_seed(seed), per_connection_order=False))
+    assert not reordered.ok and "partitions unowned" in reordered.violation
