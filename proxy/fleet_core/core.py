@@ -50,6 +50,12 @@ broker          view-expired      absent          -
 any             stop              stepping-down   Forget and SendLeave if it held the group
 ==============  ================  ==============  ================================================
 
+``free`` is what a lookup says when this sidecar may try the election: the broker's group is
+Empty (used before: its state may be in the log), or unused and a held request may start the
+group (an epoch-0 heartbeat, a JoinGroup the engine takes), or led by this sidecar's own
+address (its member from before a restart: the JoinGroup waits until the broker drops it).
+An unused group and only requests of members that cannot exist is ``not-eligible``.
+
 What a member's request gets in each role (:meth:`GroupCore._request`): ``absent`` starts a
 lookup and holds it; ``looking``, ``electing`` and ``loading`` hold it (bounded by
 ``hold_ms`` and ``max_held``; an inbound request, relayed here by a follower, is answered
