@@ -69,14 +69,19 @@ from proxy.coordination.fleet import (
     read_holder,
     subscription_metadata,
 )
+from proxy.coordination.in_flight import InFlight
 from proxy.fleet_core.lease import LEASE_FRACTION, Lease, LeaseState
 from proxy.kafka_client.links import Address, BrokerLink, LinkPool
+from proxy.kafka_client.metadata import (
+    FIND_COORDINATOR_VERSION,
+    GROUP_KEY,
+    find_coordinator_request,
+)
 from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode
 
 log = logging.getLogger("groupgate.coordination")
 
-FIND_COORDINATOR_VERSION = 3
 JOIN_VERSION = 5
 SYNC_VERSION = 3
 HEARTBEAT_VERSION = 3
@@ -147,7 +152,7 @@ async def find_coordinator(pool: LinkPool, bootstrap: Sequence[Address], group_i
             try:
                 response = await pool.link(address).request(
                     ApiKey.FIND_COORDINATOR, FIND_COORDINATOR_VERSION,
-                    {"key": group_id, "key_type": 0})
+                    find_coordinator_request(group_id, GROUP_KEY))
             except UpstreamError as exc:
                 last = str(exc)
                 continue
@@ -183,10 +188,8 @@ class BrokerMembership:
         self._topics = topics
         """The topic names the group subscribes to now (advertised in the subscription)."""
         self.advertised: tuple[str, ...] = ()
-        self.in_flight = 0
+        self.commits = InFlight()
         """Commits stamped with the current generation whose answer has not come back."""
-        self._drained = trio.Event()
-        self._drained.set()
         self._stable_changed = trio.Event()
         self._resubscribe = False
         """The group's topics changed: rejoin (after draining) to advertise them."""
@@ -284,19 +287,7 @@ class BrokerMembership:
     def stamp(self) -> tuple[str, int, Callable[[], None]]:
         """(member id, generation) for a commit, and the callable to call exactly once when
         its answer is back or will never come (counts it as in flight meanwhile)."""
-        self.in_flight += 1
-        self._drained = trio.Event() if self.in_flight == 1 else self._drained
-        done = False
-
-        def release() -> None:
-            nonlocal done
-            if done:
-                return
-            done = True
-            self.in_flight -= 1
-            if not self.in_flight:
-                self._drained.set()
-
+        release = self.commits.track()
         return self.member_id, self.generation, release
 
     async def wait_stable(self, timeout: float) -> bool:
@@ -713,11 +704,9 @@ class BrokerMembership:
         self._planned = True
         self._set_stable(False)
         bound = min(DRAIN_SECONDS, self.session_timeout_ms / 2000)
-        with trio.move_on_after(bound) as waited:
-            await self._drained.wait()
-        if waited.cancelled_caught:
+        if not await self.commits.drained(bound):
             log.warning("group %s: %d commit(s) still unanswered after %.1f s; rejoining "
-                        "anyway", self.group_id, self.in_flight, bound)
+                        "anyway", self.group_id, self.commits.count, bound)
 
     async def _heartbeat_until_rejoin(self) -> None:
         while True:
