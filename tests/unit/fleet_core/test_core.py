@@ -214,3 +214,13 @@ def test_the_core_imports_no_io() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip() == ""
+
+
+def test_a_stop_leaves_the_lock_and_answers_nothing_more() -> None:
+    core = _coordinating()
+    out = core.handle(ev.Stop(), 100)
+    assert _role(core) is Role.STEPPING_DOWN
+    assert _of(out, ev.Forget) and ev.SendLeave("m1") in out
+    assert core.handle(ev.Request(7, "a"), 110) == [
+        ev.Fail(7, ErrorCode.COORDINATOR_NOT_AVAILABLE)]
+    assert not core.acting(110)
