@@ -144,6 +144,9 @@ class Bridge:
         self.suspended = False
         """Nothing is sent to the broker meanwhile: another sidecar or this one converts the
         group (:mod:`.upgrade`); what the machine asks for waits."""
+        self._resumed = trio.Event()
+        self.client_epoch = -1
+        """The epoch the client's last heartbeat carried."""
         self.at_broker = InFlight()
         """Requests of this member at the broker now (a conversion waits for them)."""
         self.on_leader: Callable[[str, int, frozenset[str]], None] | None = None
@@ -276,6 +279,7 @@ class Bridge:
             nursery.start_soon(self._control_request, request, scope)
 
     async def _control_request(self, request: BrokerRequest, scope: trio.CancelScope) -> None:
+        release = self.at_broker.track()  # from dispatch: a conversion's drain waits for it
         try:
             with scope:
                 if isinstance(request, JoinGroupRequest):
@@ -285,6 +289,7 @@ class Bridge:
                 elif isinstance(request, LeaveGroupRequest):
                     await self._leave(request)
         finally:
+            release()
             self._control_busy -= 1
             self._wake.set()
 
@@ -319,6 +324,8 @@ class Bridge:
                     heartbeat: bool = False) -> dict[str, Any] | None:
         """One request to the group's coordinator; None if it could not be reached (the
         coordinator is looked up again before the next one, after a pause)."""
+        while self.suspended:  # dispatched before the suspension: sent after it, if at all
+            await self._resumed.wait()
         release = self.at_broker.track()
         try:
             control, heartbeats = await self._links()
@@ -590,6 +597,7 @@ class Bridges:
                           bridge.member_id)
         if machine.state not in (BridgeState.LEAVING, BridgeState.LEFT):
             bridge.last_seen = trio.current_time()
+        bridge.client_epoch = request.member_epoch
         owned = (None if request.topic_partitions is None
                  else bridge.partitions_by_name(request.topic_partitions))
         names = request.subscribed_topic_names
@@ -663,7 +671,26 @@ class Bridges:
         """The conversion did not happen: the members go on in the broker's group."""
         for bridge in self.of_group(group_id):
             bridge.suspended = False
+            resumed, bridge._resumed = bridge._resumed, trio.Event()
+            resumed.set()
             bridge.feed(())
+
+    def unconvertible(self, group_id: str, generation: int) -> str | None:
+        """Why the group's members here cannot be adopted at ``generation`` now (None: they
+        can): each must be stable in that generation, with nothing of a rebalance pending
+        (a cooperative second round, a changed subscription), and its client must have
+        heartbeated at that epoch (the epoch the engine adopts it at)."""
+        for bridge in self.of_group(group_id):
+            machine = bridge.machine
+            if (machine.state is not BridgeState.STABLE or machine.followup
+                    or machine.subscribed != machine.joined_with
+                    or not machine.epoch == machine.generation == generation):
+                return (f"bridged member {bridge.member_id} is not stable at generation "
+                        f"{generation} ({machine.state.name})")
+            if bridge.client_epoch != generation:
+                return (f"the client of bridged member {bridge.member_id} has not heartbeated "
+                        f"at epoch {generation} yet")
+        return None
 
     def convert_away(self, group_id: str) -> int:
         """The engine adopted the group, these members included (under their clients' member

@@ -104,7 +104,7 @@ class FleetControlRouter:
             if len(raw) > MAX_BODY_BYTES:
                 return ErrorCode.INVALID_REQUEST
             body = json.loads(raw)
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             return ErrorCode.INVALID_REQUEST
         if not isinstance(body, dict) or not isinstance(body.get("type"), str):
             return ErrorCode.INVALID_REQUEST

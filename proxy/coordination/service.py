@@ -363,7 +363,7 @@ class CoordinatorService:
             nursery.start_soon(self._supervised, "timer task", self._timers)
             if watch_topics:
                 nursery.start_soon(self._supervised, "topic watcher", self.topics.run)
-            if self.classic is not None and self.engine.config.migration_policy.upgrade_enabled:
+            if self.engine.config.migration_policy.upgrade_enabled:
                 nursery.start_soon(self._supervised, "online upgrade",
                                    lambda: self.upgrades.run(self))
             if self.durability is not None:

@@ -22,14 +22,15 @@ member is gone, without calling anybody back:
   converted.
 * **Announcement** (members behind other sidecars; 0018, step 1): ``GroupConverting`` over
   FleetControl (:mod:`.fleet_control`) to every sidecar named in a mark, at once. Each holds
-  the group's requests on its client connections (:meth:`Upgrades.on_converting`, bounded by
-  :data:`PEER_HOLD_SECONDS`), waits up to :data:`PEER_DRAIN_SECONDS` for its forwarded
+  the group's requests on its client connections (:meth:`Upgrades.on_converting`), waits up to :data:`PEER_DRAIN_SECONDS` for its forwarded
   requests of the group still at the broker (it counts those of every group it forwarded a
   marked join of, :attr:`Upgrades.forwarding`) and acknowledges with its members' session and
   rebalance timeouts. One that refuses or does not answer within :data:`ANNOUNCE_SECONDS`
   aborts the conversion (``ConversionAborted`` to those that acknowledged). After the
-  conversion, ``GroupConverted`` (or ``ConversionAborted``) ends their hold: they forget who
-  held the group, look again, and relay the held requests to the new holder.
+  conversion, ``GroupConverted`` (or ``ConversionAborted``), from the converter only, ends
+  their hold: they forget who held the group, look again, and relay the held requests to the
+  new holder. One not told within :data:`PEER_HOLD_SECONDS` decides from the broker's group
+  (:meth:`Upgrades.sweep`).
 * **Conversion** (:meth:`Upgrades.convert`): *hold* the group's requests on this sidecar's
   connections (:meth:`Upgrades.holding`, bounded by :data:`HOLD_SECONDS`) and wait for the
   forwarded ones still at the broker (:data:`DRAIN_SECONDS` at most); *snapshot* the broker's
@@ -74,6 +75,7 @@ from proxy import metrics
 from proxy.codec.api_keys import ApiKey
 from proxy.codec.header import encode_request_header
 from proxy.coordination import convert, fleet_control
+from proxy.coordination.fleet import PROTOCOL_NAME as LOCK_PROTOCOL
 from proxy.coordination.fleet import Address
 from proxy.coordination.handler import PASS, GroupRequest, Outcome, Upstream, Value
 from proxy.coordination.in_flight import InFlight
@@ -134,6 +136,18 @@ PEER_HOLD_SECONDS = 6.0
 conversion ended: the converter's own hold (:data:`HOLD_SECONDS`) plus the broker's default
 ``group.initial.rebalance.delay.ms`` (3 s), which the lock's JoinGroup into the emptied group
 waits. Then it looks again at who holds the group."""
+PEER_HOLD_MAX_SECONDS = 20.0
+"""Longest a hold that ran out is kept while the broker's group is still between owners (the
+lock's JoinGroup waits the broker's initial rebalance delay, which operators raise): after
+:data:`PEER_HOLD_SECONDS` the sidecar looks at the broker's group every
+:data:`SWEEP_SECONDS`; held by the lock, the conversion happened; Stable in its old protocol,
+it did not; otherwise it waits, up to this long in all, then lets its members go on."""
+SWEEP_SECONDS = 0.5
+ENDED_SECONDS = 60.0
+"""How long an ended hold is remembered, so that a late ``GroupConverted`` still ends the
+bridged members the conversion adopted."""
+ANSWER_MEMBERS_MAX = 1000
+"""Members a sidecar's acknowledgement names at most."""
 PEER_HOLDS_MAX = 1000
 """Conversions of other sidecars held for at once; more are refused."""
 RETRY_SECONDS = 30.0
@@ -227,6 +241,9 @@ class PeerHold:
     converter: str
     generation: int
     until: float
+    """trio time at which the sidecar looks at the broker's group itself (the converter has
+    not said how the conversion ended by then)."""
+    started: float = 0.0
 
 
 def parse_address(address: str) -> Address | None:
@@ -316,9 +333,13 @@ class Upgrades:
         goes with its last request)."""
         self._peer_holds: dict[str, PeerHold] = {}
         """Groups another sidecar is converting (their events are in :attr:`_holds` too)."""
+        self._ended: TTLCache[str, str] = TTLCache(maxsize=PEER_HOLDS_MAX, ttl=ENDED_SECONDS,
+                                                   timer=trio.current_time)
+        """Groups whose peer hold ended without word from the converter, by its address."""
         self._forget_route: Callable[[str], None] = lambda _group_id: None
         self._bridges: Bridges | None = None
         """This sidecar's bridged members (set with the FleetControl handlers)."""
+        self._engine_claims: Callable[[str], bool] = lambda _group_id: False
         self.send = fleet_control.send
         """How FleetControl reaches another sidecar (replaced in tests)."""
         self._holds: dict[str, trio.Event] = {}
@@ -337,7 +358,8 @@ class Upgrades:
         if value.get("protocol_type") != CONSUMER_PROTOCOL_TYPE:
             return PASS  # only consumer groups can move to the engine
         group_id = value["group_id"]
-        self.forwarding[group_id] = True
+        if self.policy.upgrade_enabled:
+            self.forwarding[group_id] = True
         marked = member_mark(self.mark_address, request.client_id)
         header = encode_request_header(request.api_key, request.version,
                                        request.correlation_id, marked)
@@ -446,16 +468,8 @@ class Upgrades:
             return None
         for group_id in group_ids:
             hold = self._holds.get(group_id)
-            if hold is None:
-                continue
-            peer = self._peer_holds.get(group_id)
-            if peer is not None and trio.current_time() >= peer.until:
-                log.warning("group %s: the sidecar at %s did not say within %.0f s how its "
-                            "conversion ended; deciding the group's requests again", group_id,
-                            peer.converter, PEER_HOLD_SECONDS)
-                self._end_peer_hold(group_id)
-                continue
-            return hold
+            if hold is not None:
+                return hold
         return None
 
     async def _drain(self, group_id: str) -> bool:
@@ -465,18 +479,57 @@ class Upgrades:
     # -- step 3: conversion ------------------------------------------------------------------
 
     async def run(self, service: CoordinatorService) -> None:
-        """Poll the candidates every :data:`POLL_SECONDS`; convert those that are ready, one
-        at a time."""
+        """Poll the candidates every :data:`POLL_SECONDS` and convert those that are ready,
+        one at a time; meanwhile decide other sidecars' conversions whose hold ran out
+        (:meth:`sweep`)."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.sweep, service)
+            while True:
+                await trio.sleep(POLL_SECONDS)
+                for group_id in list(self.candidates):
+                    candidate = self.candidates.get(group_id)
+                    if candidate is None or trio.current_time() < candidate.not_before:
+                        continue
+                    if service.engine_claims(group_id) or not self.policy.upgrade_enabled:
+                        self.candidates.pop(group_id, None)
+                        continue
+                    if service.classic is None and not all(
+                            (mark := read_mark(m)) is not None and mark.kip848_member_id
+                            for m in candidate.member_ids):
+                        continue  # classic members: the engine could not serve them
+                    await self.poll(service, group_id, candidate)
+
+    async def sweep(self, service: CoordinatorService) -> None:
+        """Every :data:`SWEEP_SECONDS`: the holds of other sidecars' conversions that ran out
+        without word are decided from the broker's group (:data:`PEER_HOLD_MAX_SECONDS`)."""
         while True:
-            await trio.sleep(POLL_SECONDS)
-            for group_id in list(self.candidates):
-                candidate = self.candidates.get(group_id)
-                if candidate is None or trio.current_time() < candidate.not_before:
+            await trio.sleep(SWEEP_SECONDS)
+            now = trio.current_time()
+            for group_id, peer in list(self._peer_holds.items()):
+                if now < peer.until:
                     continue
-                if service.engine_claims(group_id) or not self.policy.upgrade_enabled:
-                    self.candidates.pop(group_id, None)
+                outcome = await self._outcome(service, group_id)
+                if self._peer_holds.get(group_id) is not peer:
+                    continue  # told meanwhile
+                if outcome is None and now - peer.started < PEER_HOLD_MAX_SECONDS:
                     continue
-                await self.poll(service, group_id, candidate)
+                said = ("nothing yet: its members go on as they were" if outcome is None
+                        else "converted" if outcome else "not converted")
+                log.warning("group %s: the sidecar at %s did not say how its conversion ended; "
+                            "the broker's group says %s", group_id, peer.converter, said)
+                self._ended[group_id] = peer.converter
+                self._end_peer_hold(group_id, converted=bool(outcome))
+
+    async def _outcome(self, service: CoordinatorService, group_id: str) -> bool | None:
+        """Whether the broker's group shows the conversion happened (the lock holds it, Stable),
+        did not (Stable with its members' protocol), or cannot tell yet (None)."""
+        try:
+            described = await self._describe(service, group_id)
+        except (CoordinatorUnavailable, UpstreamError, trio.TooSlowError):
+            return None
+        if described.get("error_code") or described.get("group_state") != "Stable":
+            return None
+        return described.get("protocol_data") == LOCK_PROTOCOL
 
     async def poll(self, service: CoordinatorService, group_id: str, candidate: Candidate
                    ) -> None:
@@ -530,26 +583,29 @@ class Upgrades:
         Returns why not (None: converted)."""
         hold = self._holds[group_id] = trio.Event()
         announced: list[Address] = []
-        reason: str | None = None
+        reason: str | None = "the conversion was interrupted"
+        converted = False
         try:
             reason = await self._announce(service, group_id, candidate, announced)
             if reason is None:
                 reason = await self._convert_held(service, group_id, candidate)
+                converted = reason is None
         except (CoordinatorUnavailable, UpstreamError, trio.TooSlowError) as exc:
             reason = f"the broker could not be asked: {exc}"
         finally:
-            if reason is None:
+            if converted:
                 service.bridges.convert_away(group_id)  # before any held request goes on
             else:
                 service.bridges.resume(group_id)
             del self._holds[group_id]
             hold.set()
-        if announced:
-            ended = ({"type": "GroupConverted", "group": group_id,
-                      "holder": self.mark_address} if reason is None
-                     else {"type": "ConversionAborted", "group": group_id, "reason": reason})
-            await self._tell_all(service, announced, ended)
-        if reason is None:
+            if announced:  # shielded and bounded: also when the conversion was cancelled
+                ended = ({"type": "GroupConverted", "group": group_id,
+                          "converter": self.mark_address} if converted
+                         else {"type": "ConversionAborted", "group": group_id,
+                               "converter": self.mark_address, "reason": reason})
+                await self._tell_all(service, announced, ended)
+        if converted:
             self.candidates.pop(group_id, None)
             self.converted[group_id] = candidate.generation
             return None
@@ -558,9 +614,10 @@ class Upgrades:
                     group_id, reason, RETRY_SECONDS)
         candidate.stable_since = None
         candidate.not_before = trio.current_time() + RETRY_SECONDS
+        why = reason or "unknown"
         journal(service, lambda observer, now: observer.conversion_aborted(
-            group_id, candidate.generation, reason, now))
-        return reason
+            group_id, candidate.generation, why, now))
+        return why
 
     # -- other sidecars' members: the announcement (decision record 0018, step 1) -----------
 
@@ -572,18 +629,20 @@ class Upgrades:
 
     async def _announce(self, service: CoordinatorService, group_id: str,
                         candidate: Candidate, announced: list[Address]) -> str | None:
-        """``GroupConverting`` to every other sidecar with members in the group, at once;
-        those that acknowledged are added to ``announced``; returns why not (None: every one
-        acknowledged and now holds the group's requests)."""
+        """``GroupConverting`` to every other sidecar with members in the group, at once (each
+        is added to ``announced``: told how it ended, whatever it answered); returns why not
+        (None: every one acknowledged and now holds the group's requests)."""
         failures: list[str] = []
         body = {"type": "GroupConverting", "group": group_id,
-                "generation": candidate.generation, "converter": self.mark_address}
+                "generation": candidate.generation, "converter": self.mark_address,
+                "members": sorted(candidate.member_ids)[:ANSWER_MEMBERS_MAX]}
 
         async def one(peer: str) -> None:
             address = parse_address(peer)
             if address is None:
                 failures.append(f"a member's mark names no fleet address ({peer!r})")
                 return
+            announced.append(address)  # told the outcome whatever it answers
             try:
                 error, answer = await self.send(
                     address, body, security=service.security, timeout=ANNOUNCE_SECONDS)
@@ -594,7 +653,6 @@ class Upgrades:
                 failures.append(f"the sidecar at {peer} refused: "
                                 f"{fleet_control.error_name(error)}")
                 return
-            announced.append(address)
             self._note_peer_members(group_id, candidate, answer)
 
         async with trio.open_nursery() as nursery:
@@ -642,6 +700,7 @@ class Upgrades:
         """What this sidecar answers of another sidecar's conversion (:mod:`.fleet_control`)."""
         self._forget_route = lambda group_id: service.routes.forget([group_id])
         self._bridges = service.bridges
+        self._engine_claims = service.engine_claims
         return {"GroupConverting": self.on_converting, "GroupConverted": self.on_ended,
                 "ConversionAborted": self.on_ended}
 
@@ -659,43 +718,65 @@ class Upgrades:
             log.info("group %s: %s announced its conversion; refused: migration-policy %s",
                      group_id, source, self.policy.value)
             return ErrorCode.GROUP_ID_NOT_FOUND
-        if group_id in self._holds and group_id not in self._peer_holds:
-            return ErrorCode.REBALANCE_IN_PROGRESS  # converting it here
+        if self._engine_claims(group_id) or (group_id in self._holds
+                                            and group_id not in self._peer_holds):
+            return ErrorCode.REBALANCE_IN_PROGRESS  # this sidecar has it, or converts it
         if group_id not in self._peer_holds and len(self._peer_holds) >= PEER_HOLDS_MAX:
             return ErrorCode.REBALANCE_IN_PROGRESS
+        wanted = body.get("members")
+        announced = (frozenset(m for m in wanted if isinstance(m, str))
+                     if isinstance(wanted, list) else None)
         self._end_peer_hold(group_id)  # an earlier announcement of it, replaced
+        self._ended.pop(group_id, None)
+        now = trio.current_time()
         self._holds[group_id] = trio.Event()
-        self._peer_holds[group_id] = PeerHold(converter, generation,
-                                              trio.current_time() + PEER_HOLD_SECONDS)
+        self._peer_holds[group_id] = PeerHold(converter, generation, now + PEER_HOLD_SECONDS,
+                                              now)
         requests = self._in_flight.get(group_id)
         bridges = self._bridges
-        deadline = trio.current_time() + PEER_DRAIN_SECONDS
-        if ((requests is not None and not await requests.drained(PEER_DRAIN_SECONDS))
-                or (bridges is not None and bridges.suspend(group_id) and not await
-                    bridges.drained(group_id, max(0.0, deadline - trio.current_time())))):
+        deadline = now + PEER_DRAIN_SECONDS
+        why: str | None = None
+        if requests is not None and not await requests.drained(PEER_DRAIN_SECONDS):
+            why = "forwarded requests of the group are still at the broker"
+        elif bridges is not None and bridges.suspend(group_id):
+            if not await bridges.drained(group_id, max(0.0, deadline - trio.current_time())):
+                why = "bridged members' requests are still at the broker"
+            else:
+                why = bridges.unconvertible(group_id, generation)
+        if why is not None:
             self._end_peer_hold(group_id)
-            log.info("group %s: %s announced its conversion; refused: requests of the group "
-                     "are still at the broker", group_id, source)
+            log.info("group %s: %s announced its conversion; refused: %s", group_id, source,
+                     why)
             return ErrorCode.REBALANCE_IN_PROGRESS
         members = {member_id: [seen.session_timeout_ms, seen.rebalance_timeout_ms]
                    for (group, member_id), seen in list(self.joins.items())
-                   if group == group_id}
+                   if group == group_id and (announced is None or member_id in announced)}
         if bridges is not None:
             members.update(bridges.timeouts(group_id))
         log.info("group %s: %s converts it at generation %d; holding its requests here",
                  group_id, source, generation)
-        return ErrorCode.NONE, {"members": members}
+        return ErrorCode.NONE, {"members": dict(list(members.items())[:ANSWER_MEMBERS_MAX])}
 
     def on_ended(self, body: fleet_control.Body, source: str) -> ErrorCode:
-        """``GroupConverted`` or ``ConversionAborted``: the group's held requests are decided
-        again, after a fresh look at who holds it."""
+        """``GroupConverted`` or ``ConversionAborted`` from the converter it names: the group's
+        held requests are decided again, after a fresh look at who holds it."""
         try:
             group_id = fleet_control.field(body, "group", str)
+            converter = fleet_control.field(body, "converter", str)
         except (KeyError, TypeError):
             return ErrorCode.INVALID_REQUEST
-        if group_id not in self._peer_holds:
-            return ErrorCode.NONE  # not held here (any more): nothing to do
         converted = body.get("type") == "GroupConverted"
+        peer = self._peer_holds.get(group_id)
+        if peer is None:
+            if converted and self._ended.pop(group_id, None) == converter:
+                # the hold had run out and the broker's group said nothing yet: the bridged
+                # members went on; the engine has them now
+                if self._bridges is not None:
+                    self._bridges.convert_away(group_id)
+                self._forget_route(group_id)
+            return ErrorCode.NONE  # not held here (any more)
+        if peer.converter != converter:
+            return ErrorCode.INVALID_REQUEST  # not the sidecar that announced it
         log.info("group %s: %s says %s", group_id, source,
                  "it converted the group" if converted
                  else f"its conversion was aborted ({str(body.get('reason'))[:300]})")
@@ -720,8 +801,12 @@ class Upgrades:
         if not await self._drain(group_id):
             return "forwarded requests of the group are still unanswered"
         bridges = service.bridges
-        if bridges.suspend(group_id) and not await bridges.drained(group_id, DRAIN_SECONDS):
-            return "bridged members' requests of the group are still unanswered"
+        if bridges.suspend(group_id):
+            if not await bridges.drained(group_id, DRAIN_SECONDS):
+                return "bridged members' requests of the group are still unanswered"
+            unconvertible = bridges.unconvertible(group_id, candidate.generation)
+            if unconvertible is not None:
+                return unconvertible
         for member_id, (session_ms, rebalance_ms) in bridges.timeouts(group_id).items():
             self.joins[(group_id, member_id)] = JoinSeen((), session_ms, rebalance_ms, None,
                                                          "", "")

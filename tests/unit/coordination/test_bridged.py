@@ -386,6 +386,11 @@ async def test_a_conversion_suspends_bridged_members_then_ends_them_without_a_wo
         epoch, parts = await joined(service, "m1")
         assert service.bridges.timeouts(GROUP) == {
             "bridged-1": [service.bridges.settings.client_session_ms, 10_000]}
+        # its client has not heartbeated at the epoch yet: it would be fenced if adopted
+        assert "has not heartbeated" in (service.bridges.unconvertible(GROUP, epoch) or "")
+        await service.heartbeat(hb("m1", epoch, owned=parts))
+        assert service.bridges.unconvertible(GROUP, epoch) is None  # stable, client told
+        assert "not stable" in (service.bridges.unconvertible(GROUP, epoch + 1) or "")
         assert service.bridges.suspend(GROUP) == 1
         assert await service.bridges.drained(GROUP, 1.0)
         beats = len(broker.of(ApiKey.HEARTBEAT))
