@@ -22,11 +22,12 @@ member is gone, without calling anybody back:
   converted.
 * **Announcement** (members behind other sidecars; 0018, step 1): ``GroupConverting`` over
   FleetControl (:mod:`.fleet_control`) to every sidecar named in a mark, at once. Each holds
-  the group's requests on its client connections (:meth:`Upgrades.on_converting`), waits up to :data:`PEER_DRAIN_SECONDS` for its forwarded
-  requests of the group still at the broker (it counts those of every group it forwarded a
+  the group's requests on its client connections (:meth:`Upgrades.on_converting`), suspends
+  its bridged members of the group, waits up to :data:`PEER_DRAIN_SECONDS` for its requests of
+  the group still at the broker (it counts the forwarded ones of every group it forwarded a
   marked join of, :attr:`Upgrades.forwarding`) and acknowledges with its members' session and
   rebalance timeouts. One that refuses or does not answer within :data:`ANNOUNCE_SECONDS`
-  aborts the conversion (``ConversionAborted`` to those that acknowledged). After the
+  aborts the conversion (``ConversionAborted`` to every sidecar contacted). After the
   conversion, ``GroupConverted`` (or ``ConversionAborted``), from the converter only, ends
   their hold: they forget who held the group, look again, and relay the held requests to the
   new holder. One not told within :data:`PEER_HOLD_SECONDS` decides from the broker's group
