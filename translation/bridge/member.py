@@ -373,6 +373,8 @@ class BridgedMember:
         if heartbeat.subscribed_names is not None:
             out += self.set_subscription(heartbeat.subscribed_names, now)
         if self.state is BridgeState.UNJOINED:
+            if self.carried:
+                return out  # joins once the broker's group is free (:meth:`carry_over`)
             if self.current_protocol is not None and self.current_protocol not in CLIENT_ASSIGNORS:
                 return self._fail()
             return out + self._join(BridgeEvent.JOIN_SENT, "a KIP-848 member joined")

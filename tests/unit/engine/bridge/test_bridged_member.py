@@ -396,6 +396,10 @@ def _carried(protocol: str, owned: Mapping[str, Sequence[int]], epoch: int = 12
 
 def test_carried_over_cooperatively_it_joins_at_once_with_what_it_owns() -> None:
     m = _carried("cooperative-sticky", {"t": [0, 1]})
+    # not before the broker's group is free (the lock still held): the client's heartbeat
+    # alone does not start it
+    assert m.client_heartbeat(ClientHeartbeat(12, {"t": [0, 1]}), 0) == []
+    assert _state(m) is BridgeState.UNJOINED and _shown(m) == (12, {"t": [0, 1]})
     join = _join(m.carry_over(0))
     assert _owned_in(join) == {"t": [0, 1]}
     assert [p.name for p in join.protocols][0] == "cooperative-sticky"
