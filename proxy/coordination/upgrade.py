@@ -45,6 +45,7 @@ the broker's (decision record 0018, "What is built").
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -128,6 +129,10 @@ class MemberMark:
     address: str
     kip848_member_id: str | None
     client_id: str
+
+
+def _unchanged(response: Value) -> Value:
+    return response
 
 
 def member_mark(address: str, client_id: str | None, kip848_member_id: str | None = None
@@ -273,12 +278,17 @@ class Upgrades:
 
     # -- step 1: marks ---------------------------------------------------------------------
 
-    def forward_join(self, request: GroupRequest) -> Outcome:
+    def forward_join(self, request: GroupRequest, *, member_id: str | None = None) -> Outcome:
         """A classic JoinGroup the engine does not take: forwarded with the member mark, its
-        answer noted (:meth:`observe_join`) and passed back unchanged."""
+        answer noted (:meth:`observe_join`) and passed back unchanged. ``member_id``: sent
+        instead of the request's (a member of a group handed back, whose id is the
+        engine's: "" lets the broker give it one)."""
         value = request.value
+        if member_id is not None:
+            value = dict(value, member_id=member_id)
+            request = dataclasses.replace(request, value=value)
         if value.get("protocol_type") != CONSUMER_PROTOCOL_TYPE:
-            return PASS  # only consumer groups can move to the engine
+            return PASS if member_id is None else Upstream(value, _unchanged)
         group_id = value["group_id"]
         marked = member_mark(self.mark_address, request.client_id)
         header = encode_request_header(request.api_key, request.version,
@@ -416,7 +426,9 @@ class Upgrades:
                 candidate = self.candidates.get(group_id)
                 if candidate is None or trio.current_time() < candidate.not_before:
                     continue
-                if service.claims(group_id) or not self.policy.upgrade_enabled:
+                if (service.claims(group_id) or not self.policy.upgrade_enabled
+                        or service.releases.get(group_id, trio.current_time()) is not None):
+                    # handed back here (:mod:`.release`): not converted again meanwhile
                     self.candidates.pop(group_id, None)
                     continue
                 await self.poll(service, group_id, candidate)

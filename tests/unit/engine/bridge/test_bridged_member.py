@@ -402,7 +402,7 @@ def test_carried_over_cooperatively_it_joins_at_once_with_what_it_owns() -> None
     assert _state(m) is BridgeState.UNJOINED and _shown(m) == (12, {"t": [0, 1]})
     join = _join(m.carry_over(0))
     assert _owned_in(join) == {"t": [0, 1]}
-    assert [p.name for p in join.protocols][0] == "cooperative-sticky"
+    assert join.protocols[0].name == "cooperative-sticky"
     # until the broker's first generation the client keeps its epoch and partitions
     assert m.client_heartbeat(ClientHeartbeat(12, {"t": [0, 1]}), 10) == []
     assert _shown(m) == (12, {"t": [0, 1]})
