@@ -57,13 +57,13 @@ class ClassicHandler(ApiHandler):
 
     def told_to_rejoin(self, request: GroupRequest) -> Outcome | None:
         """A Heartbeat or SyncGroup of a classic member of a group being handed back (or handed
-        back) to the broker's coordinator: REBALANCE_IN_PROGRESS, so that it rejoins there
-        (:mod:`.release`); None: not one."""
+        back) to the broker's coordinator: ILLEGAL_GENERATION, so that it gives up its
+        partitions and joins again, keeping its member id (:mod:`.release`); None: not one."""
         value = request.value
-        if not self.service.releases.tell(value["group_id"], value.get("member_id") or "",
-                                           trio.current_time()):
+        if not self.service.releases.classic_member(
+                value["group_id"], value.get("member_id") or "", trio.current_time()):
             return None
-        return Answer(self.failure(request, int(ErrorCode.REBALANCE_IN_PROGRESS)))
+        return Answer(self.failure(request, int(ErrorCode.ILLEGAL_GENERATION)))
 
     def is_local(self, request: GroupRequest) -> bool:
         value = request.value
@@ -86,7 +86,8 @@ class JoinGroupHandler(ClassicHandler):
         group_id, member_id = request.value["group_id"], request.value.get("member_id") or ""
         if service.releasing(group_id):
             # the group is being handed back: once it is, the member joins the broker's group
-            service.releases.tell(group_id, member_id, trio.current_time())
+            if not owns_partitions(request):
+                service.releases.gave_up(group_id, member_id, trio.current_time())
             return Answer(self._after_release(request))
         if service.released_member(group_id, member_id):
             # the member id is the engine's: the broker gives the member one of its own
@@ -162,8 +163,8 @@ class LeaveGroupHandler(ClassicHandler):
         group_id = request.value["group_id"]
         if service.releasing(group_id):  # a member that leaves needs no telling
             for member in request.value.get("members") or [request.value]:
-                service.releases.tell(group_id, member.get("member_id") or "",
-                                      trio.current_time())
+                service.releases.gave_up(group_id, member.get("member_id") or "",
+                                         trio.current_time())
         if not self.is_local(request):
             return PASS
         return Answer(self._answer(request))
@@ -176,6 +177,17 @@ class LeaveGroupHandler(ClassicHandler):
     def failure(self, request: GroupRequest, error: int) -> Value:
         return convert.leave_group_response(LeaveGroupResponse(error_code=error),
                                            request.version)
+
+
+def owns_partitions(request: GroupRequest) -> bool:
+    """Whether a JoinGroup's first subscription names partitions its member still owns (a
+    cooperative member rejoining with them; an unreadable one counts as owning)."""
+    try:
+        join = join_request(request)
+    except convert.ShapeError:
+        return True
+    subscription = join.protocols[0].subscription if join.protocols else None
+    return subscription is not None and any(ps for _, ps in subscription.owned_partitions)
 
 
 def join_request(request: GroupRequest) -> JoinGroupRequest:

@@ -11,22 +11,28 @@ downgrade rule). The sidecar holding the group acts; per group it goes through t
 kept by :class:`ReleaseBook` (sans-I/O: the times are passed in):
 
 * ``releasing``: the lock is still held and the engine's timers for the group are suspended
-  (nobody is fenced meanwhile). Every classic member is told to rejoin: its next Heartbeat or
-  SyncGroup is answered REBALANCE_IN_PROGRESS (an eager member revokes everything, a
-  cooperative one keeps what it owns), and its JoinGroup is held until the group is released,
-  then answered REBALANCE_IN_PROGRESS (it joins again, now at the broker). KIP-848 members go
-  on being answered by the engine. The phase ends when every classic member has been told, or
-  after half of the shortest classic session (:func:`release_bound_s`), whichever is first:
-  every member heartbeats well within that, and nobody waits for partitions longer than one
-  session.
+  (nobody is fenced meanwhile). Every member gives up its partitions before the broker's group
+  can form: a classic member's next Heartbeat or SyncGroup is answered ILLEGAL_GENERATION (it
+  treats its partitions as lost and joins again, keeping its member id; its JoinGroup is held
+  until the group is released, then answered REBALANCE_IN_PROGRESS, and it joins the broker's
+  group); a KIP-848 member's heartbeats are answered with an empty assignment at its epoch
+  until it reports owning nothing; a new KIP-848 member waits (COORDINATOR_LOAD_IN_PROGRESS).
+  The phase ends when every member gave up, or after half the shortest member session
+  (:func:`release_bound_s`), whichever is first: every member heartbeats well within that, and
+  nobody waits for partitions longer than one session. So the broker's first generation never
+  hands out a partition a member behind this sidecar still consumes, whatever the broker's
+  ``group.initial.rebalance.delay.ms``; the price is that every member is called back once
+  (cooperative ones too): keeping cooperative members' partitions through the hand-back would
+  need the lock to stay in the broker's group as a placeholder owner until they rejoined, which
+  is not built.
 * ``released``: the engine forgets the group (its state log records become tombstones:
   :meth:`~translation.classic.coordinator.ClassicGroupCoordinator.release`), each KIP-848
   member is carried over as a bridged member (:meth:`~.bridged.Bridges.carry_over`: it keeps
-  its epoch and what it owns), the lock leaves the broker's group, and the bridged members
-  join it (cooperative protocols with the partitions they own, eager ones once their client
-  released them). Classic members rejoin themselves: a JoinGroup carrying a member id the
-  engine gave is forwarded without it (the broker answers MEMBER_ID_REQUIRED with one of its
-  own), their stray Heartbeats, SyncGroups and commits are answered REBALANCE_IN_PROGRESS. The
+  its member id and epoch, and what it still owns: nothing, unless it stayed silent), the lock
+  leaves the broker's group, and the bridged members join it. Classic members rejoin
+  themselves: a JoinGroup carrying a member id the engine gave is forwarded without it (the
+  broker answers MEMBER_ID_REQUIRED with one of its own); their stray Heartbeats and
+  SyncGroups are answered ILLEGAL_GENERATION, their commits REBALANCE_IN_PROGRESS. The
   release is remembered (:data:`RELEASED_SECONDS`): meanwhile this sidecar neither takes the
   group over again (a KIP-848 member joining it is bridged, a classic one forwarded) nor
   converts it back (the online upgrade skips it), even while the broker's group is Empty.
@@ -81,15 +87,20 @@ class GroupRelease:
     deadline: float
     """End of the ``releasing`` phase at the latest."""
     members: frozenset[str]
-    """The group's classic member ids (the engine's): told to rejoin."""
-    untold: set[str] = field(default_factory=set)
+    """The group's classic member ids (the engine's)."""
+    consumers: frozenset[str] = frozenset()
+    """The group's KIP-848 member ids."""
+    unreleased: set[str] = field(default_factory=set)
+    """Members not known yet to have given up their partitions."""
+    left: set[str] = field(default_factory=set)
+    """KIP-848 members that left meanwhile (nothing to carry over)."""
     until: float = float("inf")
     """When a released group is forgotten."""
 
 
 def release_bound_s(session_timeouts_ms: Iterable[int], default_ms: int) -> float:
-    """How long the ``releasing`` phase lasts at most: half the shortest classic member session
-    (every live member heartbeats well within it), at least :data:`MIN_BOUND_SECONDS`."""
+    """How long the ``releasing`` phase lasts at most: half the shortest member session (every
+    live member heartbeats well within it), at least :data:`MIN_BOUND_SECONDS`."""
     shortest = min((s for s in session_timeouts_ms if s > 0), default=default_ms)
     return max(MIN_BOUND_SECONDS, shortest / 2000)
 
@@ -117,16 +128,17 @@ class ReleaseBook:
         release = self.get(group_id, now)
         return None if release is None else release.phase
 
-    def start(self, group_id: str, reason: str, classic_members: Iterable[str], now: float,
-              bound_s: float) -> GroupRelease | str:
+    def start(self, group_id: str, reason: str, classic_members: Iterable[str],
+              consumer_members: Iterable[str], now: float, bound_s: float
+              ) -> GroupRelease | str:
         """Begin releasing ``group_id``; why not (it is being released already)."""
         known = self.get(group_id, now)
         if known is not None and known.phase is ReleasePhase.RELEASING:
             return "the group is being released already"
         self._make_room(now)
-        members = frozenset(classic_members)
+        members, consumers = frozenset(classic_members), frozenset(consumer_members)
         release = GroupRelease(group_id, reason, ReleasePhase.RELEASING, now, now + bound_s,
-                               members, set(members))
+                               members, consumers, set(members | consumers))
         self._groups.pop(group_id, None)
         self._groups[group_id] = release
         return release
@@ -141,22 +153,38 @@ class ReleaseBook:
                 return
             del self._groups[oldest]
 
-    def tell(self, group_id: str, member_id: str, now: float) -> bool:
-        """A classic member's Heartbeat, SyncGroup or JoinGroup of ``group_id``: whether it is
-        a member to be told to rejoin (REBALANCE_IN_PROGRESS) rather than answered by the
-        engine or the broker; it counts as told."""
+    def classic_member(self, group_id: str, member_id: str, now: float) -> bool:
+        """Whether ``member_id`` is a classic member of a group being (or) handed back here:
+        its Heartbeat and SyncGroup are answered ILLEGAL_GENERATION (it gives up its partitions
+        and joins again, keeping its member id), its commits after the hand-back
+        REBALANCE_IN_PROGRESS."""
         release = self.get(group_id, now)
-        if release is None or member_id not in release.members:
-            return False
-        release.untold.discard(member_id)
-        return True
+        return release is not None and member_id in release.members
 
-    def ready(self, group_id: str, now: float) -> bool:
-        """Whether the ``releasing`` phase of ``group_id`` is over: every classic member told,
-        or the bound passed."""
+    def consumer_member(self, group_id: str, member_id: str, now: float) -> bool:
+        """Whether ``member_id`` is a KIP-848 member of a group being handed back here (its
+        heartbeats are answered with an empty assignment until it owns nothing)."""
         release = self.get(group_id, now)
         return (release is not None and release.phase is ReleasePhase.RELEASING
-                and (not release.untold or now >= release.deadline))
+                and member_id in release.consumers)
+
+    def gave_up(self, group_id: str, member_id: str, now: float, *, left: bool = False
+                ) -> None:
+        """``member_id`` owns nothing of the group any more: a classic member's JoinGroup or
+        LeaveGroup arrived, or a KIP-848 member reported owning nothing (``left``: it left)."""
+        release = self.get(group_id, now)
+        if release is None or release.phase is not ReleasePhase.RELEASING:
+            return
+        release.unreleased.discard(member_id)
+        if left:
+            release.left.add(member_id)
+
+    def ready(self, group_id: str, now: float) -> bool:
+        """Whether the ``releasing`` phase of ``group_id`` is over: every member gave up its
+        partitions, or the bound passed."""
+        release = self.get(group_id, now)
+        return (release is not None and release.phase is ReleasePhase.RELEASING
+                and (not release.unreleased or now >= release.deadline))
 
     def released(self, group_id: str, now: float, classic_members: Iterable[str] = ()) -> None:
         """The group was handed back: remembered for :attr:`remember_s`; ``classic_members``:
@@ -166,7 +194,6 @@ class ReleaseBook:
             return
         release.phase = ReleasePhase.RELEASED
         release.members = release.members | frozenset(classic_members)
-        release.untold.clear()
         release.until = now + self.remember_s
 
     def abort(self, group_id: str) -> None:

@@ -43,6 +43,7 @@ network:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import uuid
@@ -559,6 +560,8 @@ class CoordinatorService:
                         ) -> ConsumerGroupHeartbeatResponse:
         group_id = request.group_id
         arrived = trio.current_time()
+        if (releasing := self._releasing_heartbeat(request)) is not None:
+            return releasing
         if (bridged := await self._bridged_heartbeat(request)) is not None:
             return bridged
         if (request.member_epoch > 0
@@ -1461,19 +1464,22 @@ class CoordinatorService:
                 or self.hand_off.active or self._nursery is None):
             return NOT_HELD
         classic = [m for m in group.members.values() if m.protocol is MemberProtocol.CLASSIC]
-        bound = release_bound_s((m.session_timeout_ms or 0 for m in classic),
-                                self.config.group_session_timeout_ms)
-        started = self.releases.start(group_id, reason, (m.member_id for m in classic), now,
-                                      bound)
+        consumers = [m for m in group.members.values()
+                     if m.protocol is MemberProtocol.CONSUMER]
+        bound = release_bound_s(
+            [m.session_timeout_ms or 0 for m in classic]
+            + [self.config.group_session_timeout_ms] * bool(consumers),
+            self.config.group_session_timeout_ms)
+        started = self.releases.start(group_id, reason, (m.member_id for m in classic),
+                                      (m.member_id for m in consumers), now, bound)
         if isinstance(started, str):
             return started
         self.engine.suspend(group_id)  # nobody is fenced while the members are told
         done = self._release_done[group_id] = trio.Event()
         metrics.GROUP_RELEASES.labels("started").inc()
-        log.warning("group %s: handing it back to the broker's classic coordinator (%s): %d "
-                    "classic member(s) told to rejoin (at most %.1f s), %d KIP-848 member(s) "
-                    "carried over as bridged members", group_id, reason, len(classic), bound,
-                    len(group.members) - len(classic))
+        log.warning("group %s: handing it back to the broker's classic coordinator (%s): its "
+                    "%d classic and %d KIP-848 member(s) give up their partitions first (at "
+                    "most %.1f s)", group_id, reason, len(classic), len(consumers), bound)
         self._nursery.start_soon(self._release, group_id, reason, done)
         return None
 
@@ -1485,11 +1491,40 @@ class CoordinatorService:
                 await done.wait()
 
     def released_member(self, group_id: str, member_id: str) -> bool:
-        """Whether ``member_id`` is a classic member of a group this sidecar handed back: its
-        requests of the group are answered REBALANCE_IN_PROGRESS (it rejoins at the broker)."""
+        """Whether ``member_id`` is a classic member of a group this sidecar handed back (it
+        rejoins at the broker; its member id is the engine's)."""
         now = trio.current_time()
         return (self.releases.phase(group_id, now) is ReleasePhase.RELEASED
-                and self.releases.tell(group_id, member_id, now))
+                and self.releases.classic_member(group_id, member_id, now))
+
+    def _releasing_heartbeat(self, request: ConsumerGroupHeartbeatRequest
+                             ) -> ConsumerGroupHeartbeatResponse | None:
+        """A KIP-848 heartbeat of a group being handed back (:mod:`.release`): its member is
+        answered an empty assignment at its epoch until it reports owning nothing; a new member
+        waits; None: not such a heartbeat."""
+        group_id, member_id = request.group_id, request.member_id
+        now = trio.current_time()
+        if self.releases.phase(group_id, now) is not ReleasePhase.RELEASING:
+            return None
+        if not self.releases.consumer_member(group_id, member_id, now):
+            if request.member_epoch == 0:
+                return ConsumerGroupHeartbeatResponse(
+                    error_code=int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
+                    error_message=f"group {group_id} is being handed back to the broker's "
+                                  "classic coordinator")
+            return None
+        group = self.engine.group(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if request.member_epoch < 0 or member is None:
+            self.releases.gave_up(group_id, member_id, now, left=True)
+            return ConsumerGroupHeartbeatResponse(member_id=member_id,
+                                                  member_epoch=min(request.member_epoch, -1))
+        owned = request.topic_partitions
+        if owned is not None and not any(parts for _, parts in owned):
+            self.releases.gave_up(group_id, member_id, now)
+        return ConsumerGroupHeartbeatResponse(
+            member_id=member_id, member_epoch=member.member_epoch,
+            heartbeat_interval_ms=self.config.group_heartbeat_interval_ms, assignment=[])
 
     def releasing(self, group_id: str) -> bool:
         return self.releases.phase(group_id, trio.current_time()) is ReleasePhase.RELEASING
@@ -1511,7 +1546,7 @@ class CoordinatorService:
                     return
                 await trio.sleep(RELEASE_POLL_SECONDS)
             release = self.releases.get(group_id, trio.current_time())
-            untold = sorted(release.untold) if release is not None else []
+            untold = sorted(release.unreleased) if release is not None else []
             membership = self.memberships.get(group_id)
             _released, effects = classic.release(group_id, reason)
             self.apply(effects)  # GroupReleased: its KIP-848 members carried over
@@ -1524,7 +1559,8 @@ class CoordinatorService:
             metrics.GROUP_RELEASES.labels("released").inc()
             log.warning("group %s: handed back to the broker's classic coordinator; %d KIP-848 "
                         "member(s) joining it as bridged members%s", group_id, carried,
-                        f"; not told before (silent): {', '.join(untold)}" if untold else "")
+                        f"; still owning partitions (silent): {', '.join(untold)}"
+                        if untold else "")
         finally:
             done.set()
             if self._release_done.get(group_id) is done:
@@ -1535,13 +1571,20 @@ class CoordinatorService:
         bridged member that keeps its epoch and partitions (it joins once the lock is left)."""
         now = trio.current_time()
         group_id = released.group_id
-        if self.releases.get(group_id, now) is None:  # released without the command's book
-            self.releases.start(group_id, released.reason, (), now, 0.0)
+        release = self.releases.get(group_id, now)
+        if release is None:  # released without a release under way
+            started = self.releases.start(group_id, released.reason, (), (), now, 0.0)
+            assert not isinstance(started, str)
+            release = started
+        still_owning, left = set(release.unreleased), set(release.left)
         self.releases.released(group_id, now, [m.member_id for m in released.members
                                                if not m.consumer_protocol])
         topics = dict(self.engine.image.by_name)
         for member in released.members:
-            if member.consumer_protocol and member.member_epoch > 0:
+            if (member.consumer_protocol and member.member_epoch > 0
+                    and member.member_id not in left):
+                if member.member_id not in still_owning:  # it gave everything up
+                    member = dataclasses.replace(member, owned=())
                 self.bridges.carry_over(group_id, member, released.protocol, topics)
         log.info("group %s: released by the engine (%s); the broker's group selects %s",
                  group_id, released.reason, released.protocol or "(no common protocol)")
