@@ -8,7 +8,7 @@ groupgate's config ``groupgate.release``. The sidecar has the broker authorize i
 the caller's principal on the caller's own connection (ALTER_CONFIGS on the group), then
 starts the hand-back and answers; a sidecar that does not hold the group answers
 NOT_COORDINATOR. With ``--wait`` the command then describes the group through the sidecar
-until the broker's classic group is Stable with its members again.
+until the broker's classic group is Stable with members behind sidecars (member marks) again.
 
 This client speaks plaintext Kafka only (no TLS, no SASL): on a secured listener use any Kafka
 admin client instead, e.g. ``kafka-configs.sh --bootstrap-server SIDECAR --alter --entity-type
@@ -26,6 +26,7 @@ import trio
 
 from proxy.codec.api_keys import ApiKey
 from proxy.coordination.release import GROUP_RESOURCE, RELEASE_CONFIG, SET
+from proxy.coordination.upgrade import MARK_PREFIX
 from proxy.upstream import UpstreamClient, UpstreamError
 from translation.errors import ErrorCode
 
@@ -94,7 +95,10 @@ async def release(group_id: str, where: tuple[str, int], wait: bool, timeout: fl
             if now != seen:
                 print(f"{time.strftime('%H:%M:%S')} group {group_id}: {now}")
                 seen = now
-            if state == "Stable" and protocol not in ("", LOCK_PROTOCOL) and members:
+            if (state == "Stable" and protocol not in ("", LOCK_PROTOCOL)
+                    and any(c.startswith(MARK_PREFIX) for c in members)):
+                # the broker's own view: it names the members behind sidecars by their member
+                # marks (the engine's view, while it still has the group, names none)
                 print(f"group {group_id}: the broker's classic coordinator coordinates it")
                 return 0
             await trio.sleep(0.5)
