@@ -13,6 +13,10 @@ hand-back; ``proxy/coordination/release.py``):
 * every member was called back exactly once by the hand-back itself: its first callback after
   the command gives up everything it owned (revoked or lost), and then it gets partitions
   again and consumes;
+* then the sidecar is removed pod by pod (a classic application, then a KIP-848 one, each
+  restarted straight at the broker as a classic consumer): no client is refused
+  (INCONSISTENT_GROUP_PROTOCOL) at any step, the broker's group settles with the direct
+  members next to the marked ones;
 * throughout: no partition owned by two members at once (each member's callbacks,
   wall-clock stamped on one machine), every record the producer saw acknowledged consumed,
   the group's committed offsets (read at the broker) never moving back.
@@ -161,6 +165,28 @@ def test_released_the_group_is_the_brokers_classic_group_with_every_member(
             assert given_up_first(m, released_at, owned_before[m.name]), (
                 m.name, owned_before[m.name], m.callbacks_after(released_at))
             assert not m.errors or all(not e.get("fatal") for e in m.errors), (m.name, m.errors)
+
+        # the sidecar removed pod by pod: each application restarted straight at the broker
+        # (a KIP-848 one as a classic consumer: Kafka 3.9 has no KIP-848 coordinator)
+        for step, slot in enumerate((0, 2), start=1):
+            start = time.time()
+            members[slot].stop()
+            members[slot] = Classic(f"{members[slot].name}-direct", kafka39.bootstrap, name,
+                                    group, ASSIGNOR)
+            running.append(members[slot])
+            wait_until(lambda: owned_exactly_once(members),
+                       f"the group to settle after pod {slot} left its sidecar", WAIT)
+            entry = described_at_broker(kafka39.bootstrap, group)
+            clients = [m["client_id"] for m in entry["members"]]
+            assert len(clients) == 4 and sum(not c.startswith("gg3|") for c in clients) == step, \
+                clients
+            print(f"pod {slot} straight at the broker: longest unconsumed "
+                  f"{longest_unconsumed(running, start, time.time()):.2f} s; callbacks "
+                  f"{[(m.name, len(m.callbacks_after(start))) for m in members]}")
+        for m in running:
+            refused = [e for e in m.errors if "INCONSISTENT_GROUP_PROTOCOL" in str(e)]
+            assert refused == [] and not any(e.get("fatal") for e in m.errors), (m.name,
+                                                                               m.errors)
     finally:
         producer.stop()
     try:
