@@ -8,6 +8,9 @@ from typing import Any
 import trio
 import trio.testing
 
+from proxy.codec.api_keys import ApiKey
+from proxy.coordination.handler import PASS, GroupRequest, Upstream
+from proxy.coordination.release import GROUP_RESOURCE, RELEASE_CONFIG, ReleaseCommandHandler
 from translation.classic.messages import ClassicProtocol, ClassicSubscription, JoinGroupRequest
 from translation.errors import ErrorCode
 from translation.heartbeat import ConsumerGroupHeartbeatRequest
@@ -124,4 +127,46 @@ async def test_the_upgrade_policy_refuses_a_release(
         assert why is not None and "downgrade" in why
         assert service.releases.phase("g", trio.current_time()) is None
         assert service.start_release("other", "groupgate release") is not None
+        nursery.cancel_scope.cancel()
+
+
+def _command(group: str, configs: list[str]) -> GroupRequest:
+    return GroupRequest(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, 3, "admin", "/127.0.0.1", None, b"", {
+        "resources": [{"resource_type": GROUP_RESOURCE, "resource_name": group,
+                       "configs": [{"name": c, "config_operation": 0, "value": "true"}
+                                   for c in configs]}],
+        "validate_only": False})
+
+
+def _answer(group: str, error: int) -> dict[str, Any]:
+    return {"throttle_time_ms": 0, "responses": [
+        {"error_code": error, "error_message": "x", "resource_type": GROUP_RESOURCE,
+         "resource_name": group}]}
+
+
+async def test_the_command_is_authorized_by_the_broker_before_anything_is_done(
+        autojump_clock: trio.testing.MockClock) -> None:
+    service = make_service(_unavailable, migration_policy="downgrade")
+    coordinate(service, "g")
+    handler = ReleaseCommandHandler(service)
+    async with trio.open_nursery() as nursery:
+        await _started(service, nursery)
+        await service.heartbeat(_hb("m1", 0))
+        # any other config change of the group is the broker's
+        assert handler.decide(_command("g", ["consumer.session.timeout.ms"])) is PASS
+        outcome = handler.decide(_command("g", [RELEASE_CONFIG]))
+        assert isinstance(outcome, Upstream) and outcome.value["validate_only"] is True
+        # the broker refuses the caller: nothing happens, the refusal is the answer
+        refused = outcome.on_response(_answer("g", int(ErrorCode.GROUP_AUTHORIZATION_FAILED)))
+        assert refused["responses"][0]["error_code"] == ErrorCode.GROUP_AUTHORIZATION_FAILED
+        assert service.releases.phase("g", trio.current_time()) is None
+        # the broker authorized it (and refused the config it does not know): released here
+        accepted = outcome.on_response(_answer("g", int(ErrorCode.INVALID_CONFIG)))
+        assert accepted["responses"][0]["error_code"] == ErrorCode.NONE
+        assert service.releasing("g")
+        # a sidecar that does not hold the group says so
+        other = handler.decide(_command("other", [RELEASE_CONFIG]))
+        assert isinstance(other, Upstream)
+        answer = other.on_response(_answer("other", int(ErrorCode.INVALID_CONFIG)))
+        assert answer["responses"][0]["error_code"] == ErrorCode.NOT_COORDINATOR
         nursery.cancel_scope.cancel()
