@@ -38,10 +38,13 @@ kept by :class:`ReleaseBook` (sans-I/O: the times are passed in):
   converts it back (the online upgrade skips it), even while the broker's group is Empty.
 
 Journal ``group_released`` (schema version 2), metric ``groupgate_group_releases_total``.
+The command is decided by the sidecar it reaches and never relayed (:class:`ReleaseCommandHandler`).
 Not built: the fleet messages (``GroupReleasing`` / ``GroupReleased`` to the followers that
-relayed for the group), so a group with members behind other sidecars is refused; the release
-is remembered in memory only (a restarted sidecar under ``bidirectional`` may convert the
-group again once all its members are behind it: roll ``downgrade`` first).
+relayed for the group): members behind other sidecars take part only through their relayed
+requests, and a follower could take the group over in the moment the broker's group is Empty,
+so only groups whose members are all behind the holder should be handed back; the release is
+remembered in memory only (a restarted sidecar under ``bidirectional`` may convert the group
+again once all its members are behind it: roll ``downgrade`` first).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Hand-back: a group the engine coordinates goes back to the broker's classic coordinator.
 
-Two librdkafka classic consumers (``group.protocol=classic``, cooperative-sticky) and two
+Two librdkafka classic consumers (``group.protocol=classic``; cooperative-sticky, and range
+for the eager case) and two
 KIP-848 consumers (``group.protocol=consumer``) consume a 12-partition topic through one
 groupgate in front of Kafka 3.9 while a producer writes to it continuously; the engine
 coordinates the group. Then ``groupgate release --group G`` (decision record 0018, the
@@ -59,7 +60,6 @@ from tests.testbed.broker import KafkaBroker
 WAIT = 60.0
 """Bound for one step to settle (a hang fails; nothing is timed)."""
 RELEASE_FLAGS = ("--migration-policy", "downgrade")
-ASSIGNOR = "cooperative-sticky"
 
 
 class Kip848(Classic):
@@ -103,17 +103,18 @@ def running() -> Iterator[list[Classic]]:
         m.stop()
 
 
+@pytest.mark.parametrize("assignor", ["cooperative-sticky", "range"])
 def test_released_the_group_is_the_brokers_classic_group_with_every_member(
         kafka39: KafkaBroker, start_proxy: StartProxy, topic: Callable[..., str],
-        running: list[Classic]) -> None:
+        running: list[Classic], assignor: str) -> None:
     proxy: ProxyProcess = start_proxy(kafka39, *FLAGS, *RELEASE_FLAGS)
     name = topic(kafka39, partitions=PARTITIONS)
-    group = f"release-{uuid.uuid4().hex[:8]}"
+    group = f"release-{assignor}-{uuid.uuid4().hex[:8]}"
     producer = Producer(kafka39.bootstrap, name)
     commits = Commits(kafka39.bootstrap, group, name)
     members: list[Classic] = [
-        Classic("classic-0", proxy.bootstrap, name, group, ASSIGNOR),
-        Classic("classic-1", proxy.bootstrap, name, group, ASSIGNOR),
+        Classic("classic-0", proxy.bootstrap, name, group, assignor),
+        Classic("classic-1", proxy.bootstrap, name, group, assignor),
         Kip848("kip848-0", proxy.bootstrap, name, group),
         Kip848("kip848-1", proxy.bootstrap, name, group)]
     running.extend(members)
@@ -140,7 +141,7 @@ def test_released_the_group_is_the_brokers_classic_group_with_every_member(
         def at_broker() -> bool:
             entry = described_at_broker(kafka39.bootstrap, group)
             return (entry["group_state"] == "Stable" and entry["protocol_type"] == "consumer"
-                    and entry["protocol_data"] == ASSIGNOR and len(entry["members"]) == 4)
+                    and entry["protocol_data"] == assignor and len(entry["members"]) == 4)
 
         wait_until(at_broker, "the broker's classic group with the four members", WAIT)
         wait_until(lambda: owned_exactly_once(members), "the 4 members to own all again",
@@ -172,7 +173,7 @@ def test_released_the_group_is_the_brokers_classic_group_with_every_member(
             start = time.time()
             members[slot].stop()
             members[slot] = Classic(f"{members[slot].name}-direct", kafka39.bootstrap, name,
-                                    group, ASSIGNOR)
+                                    group, assignor)
             running.append(members[slot])
             wait_until(lambda: owned_exactly_once(members),
                        f"the group to settle after pod {slot} left its sidecar", WAIT)
@@ -197,5 +198,6 @@ def test_released_the_group_is_the_brokers_classic_group_with_every_member(
     assert producer.acked and producer.failed == 0
     assert ownership_overlaps(running) == []
     assert commits.reads > 0 and commits.backwards == [], commits.backwards
-    print(f"hand-back: longest unconsumed {longest_unconsumed(running, released_at, settled):.2f}"
-          f" s; heartbeat interval of the classic members {HEARTBEAT_MS} ms")
+    longest = longest_unconsumed(running, released_at, settled)
+    print(f"{assignor}: hand-back: longest unconsumed {longest:.2f} s; heartbeat interval of "
+          f"the classic members {HEARTBEAT_MS} ms")
