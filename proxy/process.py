@@ -4,23 +4,53 @@
 use the proxy exactly as a user would: a separate process started with command-line settings.
 :class:`ProxyProcess` starts it, waits for its ``ready`` log line, reads the bootstrap port and
 broker listener ports from its log, and stops it with SIGTERM (then SIGKILL after a bound). The
-log file stays for assertions and for a failing test's artefacts.
+log file stays for assertions and for a failing test's artefacts. On Linux, a proxy started from
+the main thread is sent SIGTERM by the kernel when its parent dies (``PR_SET_PDEATHSIG``), so a
+test run that is killed leaves no sidecar behind. (Not from other threads: the signal follows
+the thread that forked, and a harness thread may end long before the proxy should.)
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
 _READY = re.compile(r"ready: bootstrap (\S+):(\d+)")
 _BROKER = re.compile(r"broker (\d+): listening on (\S+):(\d+)")
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def exit_with_parent(signum: int = signal.SIGTERM) -> Callable[[], None] | None:
+    """A ``preexec_fn`` asking the kernel to send the child ``signum`` when this process's
+    main thread ends, or None where that cannot be asked (not Linux, or not called from the
+    main thread: the signal follows the thread that forked). The libc function is looked up
+    here, before the fork, so the child only calls it."""
+    if not sys.platform.startswith("linux") or threading.current_thread() is not \
+            threading.main_thread():
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the request took effect
+            os.kill(os.getpid(), signum)
+
+    return preexec
 
 
 class ProxyStartError(RuntimeError):
@@ -59,7 +89,8 @@ class ProxyProcess:
         env = dict(os.environ, **(self.env or {}))
         with open(self.log_file, "ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                            env=env, start_new_session=True, cwd=self.cwd)
+                                            env=env, start_new_session=True, cwd=self.cwd,
+                                            preexec_fn=exit_with_parent())
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             match = _READY.search(self.log())

@@ -6,6 +6,8 @@ member's broker member id and generation, never with another."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
@@ -113,6 +115,19 @@ def direct_members(service: CoordinatorService) -> None:
     service.memberships[GROUP] = refused
 
 
+@asynccontextmanager
+async def running(broker: Broker, **settings: Any
+                  ) -> AsyncIterator[tuple[CoordinatorService, trio.Nursery]]:
+    """A running service whose next takeover of ``GROUP`` is refused for direct members (so
+    the group's KIP-848 joins are bridged), and the nursery it runs in."""
+    service = make_service(broker, **settings)
+    direct_members(service)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lambda task_status: service.run(watch_topics=False,
+                                                            task_status=task_status))
+        yield service, nursery
+
+
 def hb(member: str, epoch: int, owned: list[int] | None = None,
        group: str = GROUP) -> ConsumerGroupHeartbeatRequest:
     value: dict[str, Any] = {"group_id": group, "member_id": member, "member_epoch": epoch,
@@ -141,11 +156,7 @@ async def test_a_kip848_join_refused_the_lock_is_bridged_into_the_broker_group(
         autojump_clock: trio.testing.MockClock) -> None:
     broker = Broker()
     broker.protocol = "range"  # the direct members' protocol: offered first
-    service = make_service(broker)
-    direct_members(service)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(lambda task_status: service.run(watch_topics=False,
-                                                            task_status=task_status))
+    async with running(broker) as (service, nursery):
         epoch, parts = await joined(service)
         assert epoch == broker.generation == 5  # the member epoch is the broker generation
         assert parts == [0, 1]  # the leader's range share of 4 partitions
@@ -172,11 +183,7 @@ async def test_a_kip848_join_refused_the_lock_is_bridged_into_the_broker_group(
 async def test_the_client_leaving_or_going_silent_leaves_the_broker_group(
         autojump_clock: trio.testing.MockClock) -> None:
     broker = Broker()
-    service = make_service(broker)
-    direct_members(service)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(lambda task_status: service.run(watch_topics=False,
-                                                            task_status=task_status))
+    async with running(broker) as (service, nursery):
         epoch, parts = await joined(service, "m1")
         left = await service.heartbeat(hb("m1", -1))
         assert left.error_code == 0 and left.member_epoch == -1
@@ -201,11 +208,7 @@ async def test_the_client_leaving_or_going_silent_leaves_the_broker_group(
 async def test_a_join_the_broker_refuses_ends_that_member_only(
         autojump_clock: trio.testing.MockClock) -> None:
     broker = Broker()
-    service = make_service(broker)
-    direct_members(service)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(lambda task_status: service.run(watch_topics=False,
-                                                            task_status=task_status))
+    async with running(broker) as (service, nursery):
         await joined(service, "m1")
         broker.join_error = 30  # GROUP_AUTHORIZATION_FAILED
         response = await service.heartbeat(hb("m2", 0))
@@ -219,11 +222,7 @@ async def test_a_join_the_broker_refuses_ends_that_member_only(
 async def test_a_failing_member_task_stays_with_that_member(
         autojump_clock: trio.testing.MockClock) -> None:
     broker = Broker()
-    service = make_service(broker)
-    direct_members(service)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(lambda task_status: service.run(watch_topics=False,
-                                                            task_status=task_status))
+    async with running(broker) as (service, nursery):
         epoch, parts = await joined(service, "m1")
         broker.broken = True
         response = await service.heartbeat(hb("m2", 0))
@@ -239,11 +238,7 @@ async def test_a_failing_member_task_stays_with_that_member(
 async def test_an_unreachable_coordinator_is_answered_retriably_and_tried_again(
         autojump_clock: trio.testing.MockClock) -> None:
     broker = Broker()
-    service = make_service(broker)
-    direct_members(service)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(lambda task_status: service.run(watch_topics=False,
-                                                            task_status=task_status))
+    async with running(broker) as (service, nursery):
         broker.coordinator_error = 15  # COORDINATOR_NOT_AVAILABLE
         response = await service.heartbeat(hb("m1", 0))
         assert response.error_code == 14 and response.member_epoch == 0
@@ -257,11 +252,7 @@ async def test_an_unreachable_coordinator_is_answered_retriably_and_tried_again(
 async def test_the_table_of_bridged_members_is_bounded(
         autojump_clock: trio.testing.MockClock) -> None:
     broker = Broker()
-    service = make_service(broker, max_members=2)
-    direct_members(service)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(lambda task_status: service.run(watch_topics=False,
-                                                            task_status=task_status))
+    async with running(broker, max_members=2) as (service, nursery):
         await joined(service, "m1")
         await joined(service, "m2")
         full = await service.heartbeat(hb("m3", 0))
@@ -273,11 +264,7 @@ async def test_the_table_of_bridged_members_is_bounded(
 async def test_commits_are_stamped_with_the_bridged_members_broker_id_and_generation(
         autojump_clock: trio.testing.MockClock) -> None:
     broker = Broker()
-    service = make_service(broker)
-    direct_members(service)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(lambda task_status: service.run(watch_topics=False,
-                                                            task_status=task_status))
+    async with running(broker) as (service, nursery):
         epoch, parts = await joined(service, "m1")
         await service.heartbeat(hb("m1", epoch, owned=parts))
 
@@ -313,11 +300,7 @@ async def test_commits_are_stamped_with_the_bridged_members_broker_id_and_genera
 async def test_describe_and_offset_fetch_of_a_bridged_group(
         autojump_clock: trio.testing.MockClock) -> None:
     broker = Broker()
-    service = make_service(broker)
-    direct_members(service)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(lambda task_status: service.run(watch_topics=False,
-                                                            task_status=task_status))
+    async with running(broker) as (service, nursery):
         epoch, _parts = await joined(service, "m1")
         described = await exchange(router(service), request(69, 0, {
             "group_ids": [GROUP], "include_authorized_operations": False}))
@@ -341,11 +324,7 @@ async def test_describe_and_offset_fetch_of_a_bridged_group(
 async def test_stopping_tells_bridged_clients_to_let_go_then_leaves(
         autojump_clock: trio.testing.MockClock) -> None:
     broker = Broker()
-    service = make_service(broker)
-    direct_members(service)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(lambda task_status: service.run(watch_topics=False,
-                                                            task_status=task_status))
+    async with running(broker) as (service, nursery):
         epoch, parts = await joined(service, "m1")
         answers: list[int] = []
 
@@ -363,9 +342,9 @@ async def test_stopping_tells_bridged_clients_to_let_go_then_leaves(
 
 
 
-async def test_a_group_with_a_bridged_member_is_never_a_conversion_candidate() -> None:
-    """Its conversion is not built: emptying the broker's group would leave the bridged member
-    (and its client) without a group to rejoin."""
+async def test_a_group_with_a_bridged_member_is_a_conversion_candidate() -> None:
+    """Every member marked, one of them bridged: the group converts (the bridged member is
+    adopted under its client's KIP-848 member id)."""
     from proxy.coordination.upgrade import member_mark
 
     from .test_upgrade import GROUP as UPGRADED
@@ -375,7 +354,49 @@ async def test_a_group_with_a_bridged_member_is_never_a_conversion_candidate() -
     here = service.upgrades.mark_address
     forwarded = member_mark(here, "app-a") + "-0b6f9a4c-1d2e-4f3a-9b8c-7d6e5f4a3b2c"
     bridged = member_mark(here, "app-b", "kip848-m1") + "-1b6f9a4c-1d2e-4f3a-9b8c-7d6e5f4a3b2c"
-    await _forward_join(service, forwarded, forwarded, [forwarded])
-    assert UPGRADED in service.upgrades.candidates  # all forwarded here: a candidate
     await _forward_join(service, forwarded, forwarded, [forwarded, bridged])
-    assert UPGRADED not in service.upgrades.candidates
+    assert UPGRADED in service.upgrades.candidates
+    # a bridged member made leader notes the candidate too
+    service.upgrades.candidates.clear()
+    service.upgrades.note_leader(UPGRADED, 9, frozenset({forwarded, bridged}))
+    assert service.upgrades.candidates[UPGRADED].generation == 9
+
+
+async def test_with_migration_policy_disabled_a_kip848_join_is_refused_as_kafka_refuses_it(
+        autojump_clock: trio.testing.MockClock) -> None:
+    broker = Broker()
+    async with running(broker, migration_policy="disabled") as (service, nursery):
+        response = await service.heartbeat(hb("m1", 0))
+        assert response.error_code == 69, response  # GROUP_ID_NOT_FOUND
+        assert "disabled" in (response.error_message or "")
+        assert not broker.of(ApiKey.JOIN_GROUP) or all(  # only the refused lock's join
+            p["name"] == "groupgate-coordinated" for v in broker.of(ApiKey.JOIN_GROUP)
+            for p in v["protocols"])
+        assert not service.bridges.members
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_conversion_suspends_bridged_members_then_ends_them_without_a_word(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """While a conversion is announced the member sends nothing to the broker; aborted, it
+    goes on; done, its task ends with no LeaveGroup (the conversion removed it) and its
+    client's next heartbeat is no longer the bridge's."""
+    broker = Broker()
+    async with running(broker) as (service, nursery):
+        epoch, parts = await joined(service, "m1")
+        assert service.bridges.timeouts(GROUP) == {
+            "bridged-1": [service.bridges.settings.client_session_ms, 10_000]}
+        assert service.bridges.suspend(GROUP) == 1
+        assert await service.bridges.drained(GROUP, 1.0)
+        beats = len(broker.of(ApiKey.HEARTBEAT))
+        await trio.sleep(4)  # within the client's session: the member is kept
+        assert len(broker.of(ApiKey.HEARTBEAT)) == beats  # suspended: nothing sent
+        service.bridges.resume(GROUP)
+        await trio.sleep(1)
+        assert len(broker.of(ApiKey.HEARTBEAT)) > beats
+        assert service.bridges.convert_away(GROUP) == 1
+        await trio.sleep(0.1)
+        assert not service.bridges.has_group(GROUP) and not service.bridges.members
+        assert not broker.of(ApiKey.LEAVE_GROUP)
+        assert await service.bridges.heartbeat(hb("m1", epoch, owned=parts), 0) is None
+        nursery.cancel_scope.cancel()
