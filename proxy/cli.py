@@ -1,8 +1,8 @@
 """The ``groupgate`` console script.
 
-``groupgate run`` starts the proxy; the other subcommands are tools for users: the simulator, the
-fleet report from the group-event journal, and the pass-through benchmark against their own
-cluster. Subcommand modules live in
+``groupgate run`` starts the proxy; the other subcommands are tools for users: the hand-back of a
+group to the broker (``release``), the simulator, the fleet report from the group-event
+journal, and the pass-through benchmark against their own cluster. Subcommand modules live in
 ``proxy.commands`` and are imported only when used. The benchmarks that need the test bed's
 brokers and JVMs are development commands (``dev/bench``), not part of the package.
 """
@@ -19,6 +19,8 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("run",): ("proxy.commands.run", "run the proxy in front of a Kafka cluster"),
     ("simulate",): ("proxy.commands.simulate",
                     "run the seeded group simulator (invariants checked after every event)"),
+    ("release",): ("proxy.commands.release",
+                   "hand a group back to the broker's classic coordinator (downgrade)"),
     ("report",): ("proxy.commands.report",
                   "fleet report from the group-event journal (PySpark; the 'report' extra)"),
     ("bench", "passthrough"): ("proxy.commands.bench_passthrough",

@@ -309,8 +309,12 @@ SETTINGS: tuple[Setting, ...] = (
             "live group'); with downgrade or disabled it stays the broker's. With disabled, a "
             "KIP-848 member joining a group that has members connected straight to the broker "
             "is answered GROUP_ID_NOT_FOUND, as Kafka answers it (otherwise it takes part as a "
-            "bridged member). The default is upgrade, not Kafka's bidirectional: the hand-back "
-            "to the broker is not built yet."),
+            "bridged member). With downgrade or bidirectional, a group the engine coordinates "
+            "is handed back to the broker's classic coordinator by 'groupgate release', or on "
+            "its own when its last KIP-848 member leaves while classic members remain "
+            "(docs/operations.md, 'Handing a group back'). The default is upgrade, not Kafka's "
+            "bidirectional: a group handed back is not converted again only for an hour (in "
+            "memory), so roll downgrade before removing sidecars."),
     Setting("pod-local-liveness", _bool, "on",
             "Fence a member at once (reason pod-local) when every connection of its client "
             "to this sidecar closes together and none reopens within liveness-grace-ms: its "

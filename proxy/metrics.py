@@ -125,14 +125,21 @@ GROUP_CONVERSION_LATE_ANSWERS = Counter(
     "answered UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS or "
     "INCONSISTENT_GROUP_PROTOCOL (the conversion's hold missed them)", registry=REGISTRY)
 
+GROUP_RELEASES = Counter(
+    "groupgate_group_releases",
+    "Hand-backs of a group to the broker's classic coordinator (groupgate release, or the "
+    "downgrade policy), by outcome: started, released, aborted (the group was lost "
+    "meanwhile)",
+    ["outcome"], registry=REGISTRY)
 BRIDGED_MEMBERS = Counter(
     "groupgate_bridged_members",
     "Bridged members (the classic member this sidecar runs in a broker group for a KIP-848 "
     "client while the group has members connected straight to the broker), by event: "
-    "started, left (the client left), expired (the client stopped heartbeating), failed (the "
-    "group cannot take one, or its task failed), stopped (the proxy stopped), refused "
-    "(migration-policy disabled: the client was answered GROUP_ID_NOT_FOUND), converted (the "
-    "group moved to the engine, which adopted the client)",
+    "started, carried (carried over from a group handed back), left (the client left), "
+    "expired (the client stopped heartbeating), failed (the group cannot take one, or its "
+    "task failed), stopped (the proxy stopped), refused (migration-policy disabled: the "
+    "client was answered GROUP_ID_NOT_FOUND), converted (the group moved to the engine, which "
+    "adopted the client)",
     ["event"], registry=REGISTRY)
 BRIDGED_ACTIVE = Gauge("groupgate_bridged_members_active",
                        "Bridged members this sidecar runs now", registry=REGISTRY)

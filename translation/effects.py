@@ -182,6 +182,41 @@ class GroupHandedBack:
     """``(member_id, instance_id)`` of the classic members that were in the group."""
 
 
+@dataclass(frozen=True, slots=True)
+class ReleasedMember:
+    """A member of a group handed back to the broker's classic coordinator (what its sidecar
+    needs to carry it over: a classic client rejoins the broker's group itself; a KIP-848
+    client gets a bridged member that joins with the partitions it owns and keeps its epoch
+    until the broker's first generation)."""
+
+    member_id: str
+    consumer_protocol: bool
+    """True: a KIP-848 (consumer-protocol) member; False: a classic one."""
+    member_epoch: int
+    owned: Sequence[tuple[str, Sequence[int]]]
+    """What the client may still own, by topic name: assigned or pending revocation."""
+    subscribed_topic_names: Sequence[str] = ()
+    client_id: str = ""
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class GroupReleased:
+    """The engine handed the group back to the broker's classic coordinator (a release: the
+    ``groupgate release`` command or the downgrade policy). Its records become tombstones; the
+    proxy leaves the broker's group and carries the members over (:class:`ReleasedMember`).
+    Held classic requests were answered REBALANCE_IN_PROGRESS."""
+
+    group_id: str
+    reason: str
+    protocol: str | None
+    """The classic protocol the broker's group will select from the members' votes (None: no
+    protocol every classic member supports)."""
+    members: Sequence[ReleasedMember]
+
+
 Effect = (
     TimerArmed
     | TimerCancelled
@@ -202,4 +237,5 @@ Effect = (
     | JoinCompleted
     | SyncCompleted
     | GroupHandedBack
+    | GroupReleased
 )

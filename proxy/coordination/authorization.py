@@ -95,6 +95,10 @@ class AuthorizationStage:
         the client's own request on the client's own connection and authorizes it there).
         ``relayed_or_unknown``: the fleet route is not this sidecar's."""
         key, value, service = request.api_key, request.value, self.service
+        if key == ApiKey.INCREMENTAL_ALTER_CONFIGS:
+            # the release command: its validate-only copy goes to the broker on the client's
+            # own connection, which authorizes ALTER_CONFIGS on the group (:mod:`.release`)
+            return False
         if key in (ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE):
             return True
         if relayed_or_unknown:

@@ -65,6 +65,7 @@ from translation.classic.messages import (
     SyncGroupResponse,
 )
 from translation.config import random_member_id
+from translation.effects import ReleasedMember
 from translation.errors import ErrorCode
 from translation.heartbeat import (
     ConsumerGroupHeartbeatRequest,
@@ -567,6 +568,51 @@ class Bridges:
                  group_id, member_id, request.client_id or "-")
         self._nursery.start_soon(self._run_one, bridge)
         return await self._serve(bridge, _with_member_id(request, member_id), wait_s)
+
+    def carry_over(self, group_id: str, member: ReleasedMember, protocol: str | None,
+                   topics: Mapping[str, TopicMetadata]) -> None:
+        """A KIP-848 member of a group the engine handed back (:mod:`.release`): a bridged
+        member that keeps showing the client its epoch and the partitions it owns; it joins
+        the broker's group at :meth:`start_carried`, once the lock has left it. ``topics``:
+        the engine's topics by name (the client's answers name partitions by topic id)."""
+        key = (group_id, member.member_id)
+        if self.stopping or self._nursery is None or key in self.members:
+            return
+        if len(self.members) >= self.settings.max_members:
+            log.warning("group %s: KIP-848 member %s not carried over: max-members reached; "
+                        "it rejoins", group_id, member.member_id)
+            return
+        machine = BridgedMember(
+            group_id=group_id, fleet_address=self.settings.fleet_address,
+            member_id=member.member_id, client_id=member.client_id,
+            subscribed_names=member.subscribed_topic_names,
+            session_timeout_ms=self.settings.session_timeout_ms,
+            rebalance_timeout_ms=max(member.rebalance_timeout_ms,
+                                     self.settings.session_timeout_ms),
+            current_protocol=protocol, group_instance_id=member.instance_id,
+            rack_id=member.rack_id, epoch=member.member_epoch,
+            owned={t: list(p) for t, p in member.owned})
+        bridge = Bridge(machine, self.settings, self.pool, self._bootstrap)
+        for name in {*member.subscribed_topic_names, *(t for t, _ in member.owned)}:
+            if name in topics:
+                bridge.topics[name] = topics[name]
+        self.members[key] = bridge
+        self._groups[group_id] = self._groups.get(group_id, 0) + 1
+        metrics.BRIDGED_MEMBERS.labels("carried").inc()
+        log.info("group %s: KIP-848 member %s (client %s) carried over at epoch %d with %d "
+                 "partition(s)", group_id, member.member_id, member.client_id or "-",
+                 member.member_epoch, sum(len(p) for _, p in member.owned))
+        self._nursery.start_soon(self._run_one, bridge)
+
+    def start_carried(self, group_id: str) -> int:
+        """The broker's group is free: the members carried over join it (cooperative) or
+        have their clients release first (eager). Returns how many there are."""
+        started = 0
+        for (group, _member_id), bridge in list(self.members.items()):
+            if group == group_id and bridge.machine.carried:
+                bridge.feed(bridge.machine.carry_over(bridge.now_ms()))
+                started += 1
+        return started
 
     async def _current_protocol(self, group_id: str) -> tuple[str, str]:
         """(protocol type, protocol name) of the broker's group now ("" where unknown)."""

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import trio
+
 from proxy.codec.api_keys import ApiKey
 from proxy.coordination import convert
 from proxy.coordination.handler import PASS, Answer, ApiHandler, GroupRequest, Outcome, Value
@@ -28,10 +30,16 @@ from translation.classic.messages import (
     LeaveGroupResponse,
     SyncGroupResponse,
 )
+from translation.errors import ErrorCode
 
 if TYPE_CHECKING:
     from proxy.coordination.service import CoordinatorService
 
+
+
+RELEASE_JOIN_WAIT = 60.0
+"""Longest a JoinGroup of a group being handed back waits for the hand-back (the release's own
+bound is half a member session)."""
 
 
 class ClassicHandler(ApiHandler):
@@ -39,9 +47,23 @@ class ClassicHandler(ApiHandler):
 
     def decide(self, request: GroupRequest) -> Outcome:
         service = self.service
-        if service.classic is None or not self.is_local(request):
+        if service.classic is None:
+            return PASS
+        if (told := self.told_to_rejoin(request)) is not None:
+            return told
+        if not self.is_local(request):
             return PASS
         return Answer(self.answer(request))
+
+    def told_to_rejoin(self, request: GroupRequest) -> Outcome | None:
+        """A Heartbeat or SyncGroup of a classic member of a group being handed back (or handed
+        back) to the broker's coordinator: ILLEGAL_GENERATION, so that it gives up its
+        partitions and joins again, keeping its member id (:mod:`.release`); None: not one."""
+        value = request.value
+        if not self.service.releases.classic_member(
+                value["group_id"], value.get("member_id") or "", trio.current_time()):
+            return None
+        return Answer(self.failure(request, int(ErrorCode.ILLEGAL_GENERATION)))
 
     def is_local(self, request: GroupRequest) -> bool:
         value = request.value
@@ -61,10 +83,24 @@ class JoinGroupHandler(ClassicHandler):
         service = self.service
         if service.classic is None:
             return PASS
+        group_id, member_id = request.value["group_id"], request.value.get("member_id") or ""
+        if service.releasing(group_id):
+            # the group is being handed back: once it is, the member joins the broker's group
+            if not owns_partitions(request):
+                service.releases.gave_up(group_id, member_id, trio.current_time())
+            return Answer(self._after_release(request))
+        if service.released_member(group_id, member_id):
+            # the member id is the engine's: the broker gives the member one of its own
+            # (MEMBER_ID_REQUIRED), and the member keeps what it owns
+            return service.upgrades.forward_join(request, member_id="")
         if self.is_local(request):
             return Answer(self.answer(request))
         # to the broker's group, with the member mark (online upgrade, :mod:`.upgrade`)
         return service.upgrades.forward_join(request)
+
+    async def _after_release(self, request: GroupRequest) -> Value:
+        await self.service.release_finished(request.value["group_id"], RELEASE_JOIN_WAIT)
+        return self.failure(request, int(ErrorCode.REBALANCE_IN_PROGRESS))
 
     def is_local(self, request: GroupRequest) -> bool:
         try:
@@ -100,7 +136,11 @@ class HeartbeatHandler(ClassicHandler):
 
     def decide(self, request: GroupRequest) -> Outcome:
         service = self.service
-        if service.classic is None or not self.is_local(request):
+        if service.classic is None:
+            return PASS
+        if (told := self.told_to_rejoin(request)) is not None:
+            return told
+        if not self.is_local(request):
             return PASS
         return Answer(self._answer(request))
 
@@ -118,7 +158,14 @@ class LeaveGroupHandler(ClassicHandler):
 
     def decide(self, request: GroupRequest) -> Outcome:
         service = self.service
-        if service.classic is None or not self.is_local(request):
+        if service.classic is None:
+            return PASS
+        group_id = request.value["group_id"]
+        if service.releasing(group_id):  # a member that leaves needs no telling
+            for member in request.value.get("members") or [request.value]:
+                service.releases.gave_up(group_id, member.get("member_id") or "",
+                                         trio.current_time())
+        if not self.is_local(request):
             return PASS
         return Answer(self._answer(request))
 
@@ -130,6 +177,17 @@ class LeaveGroupHandler(ClassicHandler):
     def failure(self, request: GroupRequest, error: int) -> Value:
         return convert.leave_group_response(LeaveGroupResponse(error_code=error),
                                            request.version)
+
+
+def owns_partitions(request: GroupRequest) -> bool:
+    """Whether a JoinGroup's first subscription names partitions its member still owns (a
+    cooperative member rejoining with them; an unreadable one counts as owning)."""
+    try:
+        join = join_request(request)
+    except convert.ShapeError:
+        return True
+    subscription = join.protocols[0].subscription if join.protocols else None
+    return subscription is not None and any(ps for _, ps in subscription.owned_partitions)
 
 
 def join_request(request: GroupRequest) -> JoinGroupRequest:

@@ -147,6 +147,10 @@ class OffsetCommitHandler(ApiHandler):
             # the group's lease was cut off: the member must let go (told by its next
             # heartbeat; its commits fail meanwhile, as a fenced member's would)
             return Answer(commit_error(request.value, int(ErrorCode.UNKNOWN_MEMBER_ID)))
+        if self.service.released_member(group_id, request.value.get("member_id") or ""):
+            # a classic member of a group handed back: it rejoins the broker's group first
+            # (:mod:`.release`); the broker would refuse the engine's member id
+            return Answer(commit_error(request.value, int(ErrorCode.REBALANCE_IN_PROGRESS)))
         if (bridged := self._bridged(request)) is not None:
             return bridged
         membership = self.service.membership(group_id)

@@ -77,6 +77,7 @@ from proxy.coordination import (
     consumer_group,
     listing,
     offsets,
+    release,
     upgrade,
 )
 from proxy.coordination.authorization import AuthorizationStage
@@ -117,7 +118,8 @@ MAX_COMMITTERS_PER_CONNECTION = 64
 """Group members one connection's commits are remembered for (a client commits as one)."""
 
 
-HANDLERS = (*consumer_group.HANDLERS, *classic.HANDLERS, *offsets.HANDLERS, *listing.HANDLERS)
+HANDLERS = (*consumer_group.HANDLERS, *classic.HANDLERS, *offsets.HANDLERS, *listing.HANDLERS,
+            release.ReleaseCommandHandler)
 """Every examined API's handler class: adding an API is one handler and one entry here."""
 
 

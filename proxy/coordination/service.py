@@ -43,6 +43,7 @@ network:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import uuid
@@ -63,6 +64,7 @@ from proxy.coordination.fleet import Card, StateLogSettingsId
 from proxy.coordination.handoff import HandOff
 from proxy.coordination.membership import BrokerMembership
 from proxy.coordination.peers import Directory, Routes
+from proxy.coordination.release import NOT_HELD, ReleaseBook, ReleasePhase, release_bound_s
 from proxy.coordination.topics import TopicWatcher
 from proxy.coordination.upgrade import Upgrades, adopt_snapshot
 from proxy.journal.clients import ClientSoftwareDirectory
@@ -97,6 +99,7 @@ from translation.effects import (
     GroupHandedBack,
     GroupLoaded,
     GroupLost,
+    GroupReleased,
     JoinCompleted,
     MemberFenced,
     MemberJoined,
@@ -109,6 +112,7 @@ from translation.effects import (
 )
 from translation.errors import ErrorCode, GroupError
 from translation.heartbeat import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+from translation.member import MemberProtocol
 from translation.records import key_group_id
 from translation.topics import TopicsImage
 
@@ -140,6 +144,8 @@ REMEMBERED_MAX = 10_000
 SYNC_HOLD_SLACK = 5.0
 """Seconds a held SyncGroup may wait beyond ``classic-sync-hold-ms`` before the proxy answers
 it itself (the engine's own hold timer normally answers it at ``classic-sync-hold-ms``)."""
+RELEASE_POLL_SECONDS = 0.05
+"""How often a release under way looks whether every classic member has been told."""
 ISSUED_ID_SECONDS = 60.0
 """How long a member id the engine handed out with MEMBER_ID_REQUIRED routes the member's
 next JoinGroup to the engine while the group has no members yet."""
@@ -350,6 +356,12 @@ class CoordinatorService:
                                  default_session_ms=config.group_session_timeout_ms)
         """The online upgrade of broker groups whose members are all behind sidecars
         (:mod:`.upgrade`)."""
+        self.releases = ReleaseBook()
+        """Groups handed back to the broker's classic coordinator here (:mod:`.release`)."""
+        self._release_done: dict[str, trio.Event] = {}
+        self._had_consumer_members: set[str] = set()
+        """Engine groups that have had a KIP-848 member (the downgrade policy hands such a
+        group back when its last one leaves); bounded by the engine's groups."""
         self.bridges.on_leader = self.upgrades.note_leader
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -554,6 +566,8 @@ class CoordinatorService:
                         ) -> ConsumerGroupHeartbeatResponse:
         group_id = request.group_id
         arrived = trio.current_time()
+        if (releasing := self._releasing_heartbeat(request)) is not None:
+            return releasing
         if (bridged := await self._bridged_heartbeat(request)) is not None:
             return bridged
         if (request.member_epoch > 0
@@ -738,6 +752,11 @@ class CoordinatorService:
         if membership is None:
             if self.hand_off.active or self.stepping_down:
                 return NotTaken("the proxy is stopping", "unavailable")
+            if converting is None and self.releases.get(group_id, trio.current_time()):
+                # handed back here: the broker's classic coordinator keeps it (even while its
+                # group is Empty); KIP-848 members are bridged, classic ones forwarded
+                return NotTaken("the group was handed back to the broker's classic "
+                                "coordinator (groupgate release)", "refused", direct=True)
             if len(self.memberships) >= self.config.max_groups:
                 return NotTaken(f"the proxy coordinates its maximum of "
                                 f"{self.config.max_groups} groups (max-groups)")
@@ -1086,7 +1105,7 @@ class CoordinatorService:
         engine has the group, the proxy holds the broker's group of that id or is taking it
         over, or (with the state log) ``member_id`` is a member the log may know of a group
         free at the broker (:meth:`may_load`)."""
-        if self.classic is None:
+        if self.classic is None or self.released(group_id):
             return False
         return (self.engine.group(group_id) is not None or group_id in self.memberships
                 or self.to_let_go(group_id, member_id) or self.may_load(group_id, member_id))
@@ -1101,7 +1120,8 @@ class CoordinatorService:
         shows as never held by members of protocol type ``consumer`` (``unused``: Dead, e.g.
         a made-up group id) is never taken over for a member's request."""
         if (self.durability is None or not member_id or issued_by_a_broker(member_id)
-                or self.claims(group_id) or self.hand_off.active or self.stepping_down):
+                or self.claims(group_id) or self.hand_off.active or self.stepping_down
+                or self.releases.get(group_id, trio.current_time()) is not None):
             return False
         view = self.directory.view(group_id)
         return view is not None and view.kind in ("free", "sidecar")
@@ -1131,7 +1151,7 @@ class CoordinatorService:
         if self.classic is None:
             return False
         group_id = request.group_id
-        if not group_id.strip():
+        if not group_id.strip() or self.released(group_id):
             return False
         if self.to_let_go(group_id, request.member_id):
             return True  # to be told to let go (join_group answers UNKNOWN_MEMBER_ID)
@@ -1381,6 +1401,14 @@ class CoordinatorService:
             self.durability.submit(self.engine.drain_records(wall_ms()))
         if self.journal is not None and self.observer is not None:
             self.journal.record_all(self.observer.observe(effects, wall_ms()))
+        left: set[str] = set()
+        for effect in effects:
+            if isinstance(effect, MemberJoined | GroupLoaded):
+                self._note_consumer_members(effect.group_id)
+            elif isinstance(effect, MemberLeft | MemberFenced):
+                left.add(effect.group_id)
+            elif isinstance(effect, GroupExpired | GroupLost | GroupHandedBack | GroupReleased):
+                self._had_consumer_members.discard(effect.group_id)
         for effect in effects:
             if isinstance(effect, TimerArmed):
                 self._timer_wake.set()
@@ -1401,6 +1429,8 @@ class CoordinatorService:
                 held_sync = self.held_syncs.pop((effect.group_id, effect.member_id), None)
                 if held_sync is not None:
                     held_sync.resolve(effect.response)
+            elif isinstance(effect, GroupReleased):
+                self._carry_over(effect)
             elif isinstance(effect, GroupHandedBack):
                 log.info("group %s: handed back to the broker (%s)", effect.group_id,
                          effect.reason)
@@ -1427,6 +1457,175 @@ class CoordinatorService:
             elif isinstance(effect, GroupCreated | MemberJoined | MemberLeft
                             | TargetAssignmentComputed | TargetAssignmentFailed):
                 log.info("%s", effect)
+
+        for group_id in left:
+            self._downgrade_if_due(group_id)
+
+    # -- hand-back to the broker's classic coordinator (release) -------------------------------
+
+    def start_release(self, group_id: str, reason: str) -> str | None:
+        """Start handing ``group_id`` back to the broker's classic coordinator
+        (:mod:`.release`); why not, or None (started, or under way already)."""
+        now = trio.current_time()
+        if self.releases.phase(group_id, now) is ReleasePhase.RELEASING:
+            return None
+        if self.classic is None:
+            return "classic-translation is off: the broker's classic group cannot take over"
+        if not self.engine.config.migration_policy.downgrade_enabled:
+            return (f"migration-policy {self.engine.config.migration_policy.value} does not "
+                    "allow a downgrade; roll downgrade (or bidirectional) first")
+        group = self.engine.group(group_id)
+        if (group is None or not self.coordinates(group_id) or self._not_coordinating(group_id)
+                or self.hand_off.active or self._nursery is None):
+            return NOT_HELD
+        classic = [m for m in group.members.values() if m.protocol is MemberProtocol.CLASSIC]
+        consumers = [m for m in group.members.values()
+                     if m.protocol is MemberProtocol.CONSUMER]
+        bound = release_bound_s(
+            [m.session_timeout_ms or 0 for m in classic]
+            + [self.config.group_session_timeout_ms] * bool(consumers),
+            self.config.group_session_timeout_ms)
+        started = self.releases.start(group_id, reason, (m.member_id for m in classic),
+                                      (m.member_id for m in consumers), now, bound)
+        if isinstance(started, str):
+            return started
+        self.engine.suspend(group_id)  # nobody is fenced while the members are told
+        done = self._release_done[group_id] = trio.Event()
+        metrics.GROUP_RELEASES.labels("started").inc()
+        log.warning("group %s: handing it back to the broker's classic coordinator (%s): its "
+                    "%d classic and %d KIP-848 member(s) give up their partitions first (at "
+                    "most %.1f s)", group_id, reason, len(classic), len(consumers), bound)
+        self._nursery.start_soon(self._release, group_id, reason, done)
+        return None
+
+    async def release_finished(self, group_id: str, wait_s: float) -> None:
+        """Return once the release of ``group_id`` under way is over (or ``wait_s`` passed)."""
+        done = self._release_done.get(group_id)
+        if done is not None:
+            with trio.move_on_after(wait_s):
+                await done.wait()
+
+    def released_member(self, group_id: str, member_id: str) -> bool:
+        """Whether ``member_id`` is a classic member of a group this sidecar handed back (it
+        rejoins at the broker; its member id is the engine's)."""
+        now = trio.current_time()
+        return (self.releases.phase(group_id, now) is ReleasePhase.RELEASED
+                and self.releases.classic_member(group_id, member_id, now))
+
+    def _releasing_heartbeat(self, request: ConsumerGroupHeartbeatRequest
+                             ) -> ConsumerGroupHeartbeatResponse | None:
+        """A KIP-848 heartbeat of a group being handed back (:mod:`.release`): its member is
+        answered an empty assignment at its epoch until it reports owning nothing; a new member
+        waits; None: not such a heartbeat."""
+        group_id, member_id = request.group_id, request.member_id
+        now = trio.current_time()
+        if self.releases.phase(group_id, now) is not ReleasePhase.RELEASING:
+            return None
+        if not self.releases.consumer_member(group_id, member_id, now):
+            if request.member_epoch == 0:
+                return ConsumerGroupHeartbeatResponse(
+                    error_code=int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
+                    error_message=f"group {group_id} is being handed back to the broker's "
+                                  "classic coordinator")
+            return None
+        group = self.engine.group(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if request.member_epoch < 0 or member is None:
+            self.releases.gave_up(group_id, member_id, now, left=True)
+            return ConsumerGroupHeartbeatResponse(member_id=member_id,
+                                                  member_epoch=min(request.member_epoch, -1))
+        owned = request.topic_partitions
+        if owned is not None and not any(parts for _, parts in owned):
+            self.releases.gave_up(group_id, member_id, now)
+        return ConsumerGroupHeartbeatResponse(
+            member_id=member_id, member_epoch=member.member_epoch,
+            heartbeat_interval_ms=self.config.group_heartbeat_interval_ms, assignment=[])
+
+    def releasing(self, group_id: str) -> bool:
+        return self.releases.phase(group_id, trio.current_time()) is ReleasePhase.RELEASING
+
+    def released(self, group_id: str) -> bool:
+        return self.releases.phase(group_id, trio.current_time()) is ReleasePhase.RELEASED
+
+    async def _release(self, group_id: str, reason: str, done: trio.Event) -> None:
+        """The release's ``releasing`` phase, then the hand-back itself."""
+        classic = self.classic
+        assert classic is not None
+        try:
+            while not self.releases.ready(group_id, trio.current_time()):
+                if self.engine.group(group_id) is None or not self.coordinates(group_id):
+                    self.releases.abort(group_id)
+                    metrics.GROUP_RELEASES.labels("aborted").inc()
+                    log.warning("group %s: not handed back: the group was lost meanwhile",
+                                group_id)
+                    return
+                await trio.sleep(RELEASE_POLL_SECONDS)
+            release = self.releases.get(group_id, trio.current_time())
+            untold = sorted(release.unreleased) if release is not None else []
+            membership = self.memberships.get(group_id)
+            _released, effects = classic.release(group_id, reason)
+            self.apply(effects)  # GroupReleased: its KIP-848 members carried over
+            if membership is not None and self.memberships.get(group_id) is membership:
+                del self.memberships[group_id]
+                await self._give_up(group_id, membership)  # tombstones, then the lock leaves
+            self._loading.pop(group_id, None)
+            self.directory.forget(group_id)
+            carried = self.bridges.start_carried(group_id)
+            metrics.GROUP_RELEASES.labels("released").inc()
+            log.warning("group %s: handed back to the broker's classic coordinator; %d KIP-848 "
+                        "member(s) joining it as bridged members%s", group_id, carried,
+                        f"; still owning partitions (silent): {', '.join(untold)}"
+                        if untold else "")
+        finally:
+            done.set()
+            if self._release_done.get(group_id) is done:
+                del self._release_done[group_id]
+
+    def _carry_over(self, released: GroupReleased) -> None:
+        """The engine handed ``released`` back: remember it, and give each KIP-848 member a
+        bridged member that keeps its epoch and partitions (it joins once the lock is left)."""
+        now = trio.current_time()
+        group_id = released.group_id
+        release = self.releases.get(group_id, now)
+        if release is None:  # released without a release under way
+            started = self.releases.start(group_id, released.reason, (), (), now, 0.0)
+            assert not isinstance(started, str)
+            release = started
+        still_owning, left = set(release.unreleased), set(release.left)
+        self.releases.released(group_id, now, [m.member_id for m in released.members
+                                               if not m.consumer_protocol])
+        topics = dict(self.engine.image.by_name)
+        for member in released.members:
+            if (member.consumer_protocol and member.member_epoch > 0
+                    and member.member_id not in left):
+                if member.member_id not in still_owning:  # it gave everything up
+                    member = dataclasses.replace(member, owned=())
+                self.bridges.carry_over(group_id, member, released.protocol, topics)
+        log.info("group %s: released by the engine (%s); the broker's group selects %s",
+                 group_id, released.reason, released.protocol or "(no common protocol)")
+
+    def _note_consumer_members(self, group_id: str) -> None:
+        group = self.engine.group(group_id)
+        if group is not None and any(m.protocol is MemberProtocol.CONSUMER
+                                     for m in group.members.values()):
+            self._had_consumer_members.add(group_id)
+
+    def _downgrade_if_due(self, group_id: str) -> None:
+        """Kafka's downgrade rule, under ``migration-policy`` downgrade or bidirectional: a
+        group whose last KIP-848 member left while classic members remain is handed back."""
+        if (group_id not in self._had_consumer_members
+                or not self.engine.config.migration_policy.downgrade_enabled):
+            return
+        group = self.engine.group(group_id)
+        if group is None or not group.members or any(
+                m.protocol is MemberProtocol.CONSUMER for m in group.members.values()):
+            return
+        self._had_consumer_members.discard(group_id)
+        why = self.start_release(group_id, "its last KIP-848 member left (migration-policy "
+                                           f"{self.engine.config.migration_policy.value})")
+        if why is not None:
+            log.info("group %s: its last KIP-848 member left; not handed back: %s", group_id,
+                     why)
 
     def _group_shapes(self) -> Iterator[tuple[str, Iterator[str]]]:
         """State and member protocols of every group the engine coordinates (read when

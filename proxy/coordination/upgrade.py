@@ -63,6 +63,7 @@ reach the engine. An aborted conversion lets them go on.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -175,6 +176,10 @@ class MemberMark:
     address: str
     kip848_member_id: str | None
     client_id: str
+
+
+def _unchanged(response: Value) -> Value:
+    return response
 
 
 def member_mark(address: str, client_id: str | None, kip848_member_id: str | None = None
@@ -352,12 +357,17 @@ class Upgrades:
 
     # -- step 1: marks ---------------------------------------------------------------------
 
-    def forward_join(self, request: GroupRequest) -> Outcome:
+    def forward_join(self, request: GroupRequest, *, member_id: str | None = None) -> Outcome:
         """A classic JoinGroup the engine does not take: forwarded with the member mark, its
-        answer noted (:meth:`observe_join`) and passed back unchanged."""
+        answer noted (:meth:`observe_join`) and passed back unchanged. ``member_id``: sent
+        instead of the request's (a member of a group handed back, whose id is the
+        engine's: "" lets the broker give it one)."""
         value = request.value
+        if member_id is not None:
+            value = dict(value, member_id=member_id)
+            request = dataclasses.replace(request, value=value)
         if value.get("protocol_type") != CONSUMER_PROTOCOL_TYPE:
-            return PASS  # only consumer groups can move to the engine
+            return PASS if member_id is None else Upstream(value, _unchanged)
         group_id = value["group_id"]
         if self.policy.upgrade_enabled:
             self.forwarding[group_id] = True
@@ -491,7 +501,9 @@ class Upgrades:
                     candidate = self.candidates.get(group_id)
                     if candidate is None or trio.current_time() < candidate.not_before:
                         continue
-                    if service.engine_claims(group_id) or not self.policy.upgrade_enabled:
+                    if (service.engine_claims(group_id) or not self.policy.upgrade_enabled
+                            or service.releases.get(group_id, trio.current_time()) is not None):
+                        # handed back here (:mod:`.release`): not converted again meanwhile
                         self.candidates.pop(group_id, None)
                         continue
                     if service.classic is None and not all(

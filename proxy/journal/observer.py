@@ -37,6 +37,7 @@ from translation.effects import (
     GroupEpochBumped,
     GroupExpired,
     GroupHandedBack,
+    GroupReleased,
     MemberFenced,
     MemberJoined,
     MemberLeft,
@@ -225,6 +226,11 @@ class JournalObserver:
             event_type, fields = EventType.GROUP_EXPIRED, {}
         elif isinstance(effect, GroupDeleted):
             event_type, fields = EventType.GROUP_DELETED, {}
+        elif isinstance(effect, GroupReleased):
+            event_type = EventType.GROUP_RELEASED
+            fields = {"reason": effect.reason, "assignor": effect.protocol,
+                      "member_count": len(effect.members),
+                      "member_ids": sorted(m.member_id for m in effect.members)}
         elif isinstance(effect, GroupHandedBack):
             event_type = EventType.GROUP_HANDED_BACK
             fields = {"reason": effect.reason,

@@ -6,7 +6,8 @@ value is null or empty left out). Every value carries the common fields, so a fi
 (JSON lines) is the journal too:
 
 ``v``       schema version: 1, or 2 for the event types added with fleet protocol 3
-            (:data:`TYPE_VERSIONS`: ``group_converted``, ``conversion_aborted``); an event type
+            (:data:`TYPE_VERSIONS`: ``group_converted``, ``conversion_aborted``,
+            ``group_released``); an event type
             that existed in version 1 keeps version 1, so a reader of version 1 reads every
             event it knows and skips the new ones
 ``type``    one of :class:`EventType`
@@ -81,6 +82,12 @@ class EventType(enum.StrEnum):
     CONVERSION_ABORTED = "conversion_aborted"
     """(Version 2.) An online upgrade of the broker's group was refused or failed
     (``reason``); the group stays the broker's and is tried again later."""
+    GROUP_RELEASED = "group_released"
+    """(Version 2.) The group was handed back to the broker's classic coordinator (decision
+    record 0018, the hand-back: ``groupgate release`` or the downgrade policy; ``reason``):
+    its members (``member_ids``) rejoin the broker's group, classic ones themselves, KIP-848
+    ones as bridged members with the partitions they own; ``assignor``: the protocol the
+    broker's group selects."""
     ASSIGNMENT = "assignment"
     """A member's assignment moved: partitions ``revoked`` (it must stop consuming them),
     ``released`` (it no longer holds them), then ``assigned`` (it may consume them now; the
@@ -184,9 +191,11 @@ FIELDS: dict[EventType, tuple[str, ...]] = {
 """The fields of each event type besides :data:`COMMON` (any may be absent: null or empty)."""
 FIELDS[EventType.GROUP_CONVERTED] = ("group_epoch", "assignor", "member_count", "member_ids")
 FIELDS[EventType.CONVERSION_ABORTED] = ("group_epoch", "reason")
+FIELDS[EventType.GROUP_RELEASED] = ("reason", "assignor", "member_count", "member_ids")
 
 TYPE_VERSIONS: dict[EventType, int] = {EventType.GROUP_CONVERTED: 2,
-                                       EventType.CONVERSION_ABORTED: 2}
+                                       EventType.CONVERSION_ABORTED: 2,
+                                       EventType.GROUP_RELEASED: 2}
 """Event types written at a version other than :data:`SCHEMA_VERSION` (new types only)."""
 
 

@@ -40,6 +40,13 @@ revocations), and the whole assignment only once it reported those released.
   are what it reports).
 * The leader rejoins when the partition counts of the group's topics change
   (:meth:`BridgedMember.metadata_changed`), as Kafka's Java leader does.
+* A member *carried over* from the engine (the group was released to the broker's classic
+  coordinator, :meth:`BridgedMember.carry_over`) starts with the client's epoch and what the
+  engine says it may own: the client keeps seeing those partitions at that epoch (never more
+  than it reports owning) until the broker's first SyncGroup. Under a cooperative protocol it
+  joins at once with them in its subscription; under an eager one it first has the client
+  release everything (RELEASING), as any eager rebalance does, so that no other member is
+  given them while the client still consumes them.
 * The client leaving (epoch -1) sends LeaveGroup; a static member leaving for now (epoch -2)
   sends nothing and lets its session run out, as a Java static member does on close.
 
@@ -50,6 +57,7 @@ from the table raises :class:`BridgeStateError`:
 from        event       to
 ==========  ==========  ==========
 UNJOINED    JOIN_SENT   JOINING
+UNJOINED    REBALANCE   RELEASING
 UNJOINED    FAILED      LEFT
 UNJOINED    LEFT        LEFT
 JOINING     JOIN_RETRY  JOINING
@@ -159,6 +167,7 @@ _LIVE = (_S.JOINING, _S.SYNCING, _S.STABLE, _S.RELEASING)
 
 TRANSITIONS: dict[tuple[BridgeState, BridgeEvent], BridgeState] = {
     (_S.UNJOINED, _E.JOIN_SENT): _S.JOINING,
+    (_S.UNJOINED, _E.REBALANCE): _S.RELEASING,
     (_S.UNJOINED, _E.FAILED): _S.LEFT,
     (_S.UNJOINED, _E.LEFT): _S.LEFT,
     (_S.JOINING, _E.JOIN_RETRY): _S.JOINING,
@@ -224,7 +233,11 @@ class BridgedMember:
         current_protocol: str | None = None,
         group_instance_id: str | None = None,
         rack_id: str | None = None,
+        epoch: int = 0,
+        owned: Mapping[str, Sequence[int]] | None = None,
     ) -> None:
+        """``epoch`` and ``owned``: a member carried over from the engine
+        (:meth:`carry_over`): the client's member epoch, and what it may own by topic."""
         self.group_id = group_id
         self.member_id = member_id
         self.client_id = member_mark(fleet_address, member_id, client_id)
@@ -255,6 +268,13 @@ class BridgedMember:
         self.heartbeat_outstanding = False
         self.next_heartbeat_ms: int | None = None
         self.error_code = 0
+        self.carried = epoch > 0
+        """Carried over from the engine: the client keeps its epoch and partitions until
+        the broker's first generation."""
+        if self.carried:
+            self.epoch = self.previous_epoch = epoch
+            self.client_owned = _norm(owned or {})
+            self.assignment = dict(self.client_owned)
 
     # -- the table ---------------------------------------------------------------------------
 
@@ -346,10 +366,15 @@ class BridgedMember:
             return []
         if heartbeat.owned is not None:
             self.client_owned = _norm(heartbeat.owned)
+            if self.carried and self.generation < 0:
+                # carried over: never shown more than it still owns before the broker gives
+                self.assignment = _and(self.assignment, self.client_owned)
         out: list[BrokerRequest] = []
         if heartbeat.subscribed_names is not None:
             out += self.set_subscription(heartbeat.subscribed_names, now)
         if self.state is BridgeState.UNJOINED:
+            if self.carried:
+                return out  # joins once the broker's group is free (:meth:`carry_over`)
             if self.current_protocol is not None and self.current_protocol not in CLIENT_ASSIGNORS:
                 return self._fail()
             return out + self._join(BridgeEvent.JOIN_SENT, "a KIP-848 member joined")
@@ -361,6 +386,19 @@ class BridgedMember:
             self.followup = False
             return out + self._rebalance("revoked partitions in a cooperative rebalance")
         return out
+
+    def carry_over(self, now: int) -> list[BrokerRequest]:
+        """Start a member carried over from the engine without waiting for its client's
+        heartbeat: join with what it owns (cooperative), or first have the client release it
+        (eager: RELEASING; the join follows the client's report that it owns nothing)."""
+        if self.state is not BridgeState.UNJOINED:
+            return []
+        if self.current_protocol is not None and self.current_protocol not in CLIENT_ASSIGNORS:
+            return self._fail()
+        if not self.cooperative and self.client_owned:
+            self._move(BridgeEvent.REBALANCE)
+            return []
+        return self._join(BridgeEvent.JOIN_SENT, "handed back to the broker's coordinator")
 
     def set_subscription(self, names: Sequence[str], now: int) -> list[BrokerRequest]:
         """The subscribed names changed (a regex resolved to other names): rejoin."""

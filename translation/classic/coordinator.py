@@ -100,9 +100,11 @@ from translation.durable import member_value
 from translation.effects import (
     Effect,
     GroupHandedBack,
+    GroupReleased,
     JoinCompleted,
     MemberFenced,
     MemberLeft,
+    ReleasedMember,
     SyncCompleted,
 )
 from translation.errors import ErrorCode, GroupError
@@ -129,6 +131,7 @@ from .messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from .migration import released_protocol
 
 MAX_ASSIGNMENT_VERSION = 3
 SLOW_HOLDER_MS = 500
@@ -902,6 +905,39 @@ class ClassicGroupCoordinator:
             engine.cancel_member_timers(group.group_id, member.member_id, effects)
             left.append((member.member_id, member.instance_id))
         engine.drop_group(group, GroupHandedBack(group.group_id, reason, tuple(left)), effects)
+
+    def release(self, group_id: str, reason: str) -> tuple[GroupReleased | None, list[Effect]]:
+        """Hand the group back to the broker's classic coordinator (a release, decision record
+        0018, section 1): answer every held classic request REBALANCE_IN_PROGRESS (the member
+        rejoins, now at the broker), forget the group (its records become tombstones) and say
+        what each member may still own, so that the proxy can carry the members over. None
+        (and no effects) for a group the engine does not have."""
+        engine = self.engine
+        effects: list[Effect] = []
+        group = engine.groups.get(group_id)
+        if group is None:
+            return None, effects
+        names = {t.topic_id: t.name for t in engine.image.by_id.values()}
+        members = []
+        for member in list(group.members.values()):
+            self._forget(group, member, ErrorCode.REBALANCE_IN_PROGRESS, effects)
+            engine.cancel_member_timers(group.group_id, member.member_id, effects)
+            owned: dict[str, set[int]] = {}
+            for source in (member.assigned, member.pending_revocation):
+                for topic_id, partitions in source.items():
+                    name = names.get(topic_id)
+                    if name is not None and partitions:
+                        owned.setdefault(name, set()).update(partitions)
+            members.append(ReleasedMember(
+                member.member_id, member.protocol is MemberProtocol.CONSUMER,
+                member.member_epoch, tuple((t, tuple(sorted(p))) for t, p in sorted(owned.items())),
+                tuple(sorted(member.subscribed_topic_names)), member.client_id,
+                member.instance_id, member.rack_id, member.rebalance_timeout_ms))
+        protocol = released_protocol([m.classic.protocols for m in group.members.values()
+                                      if m.classic is not None])
+        released = GroupReleased(group_id, reason, protocol, tuple(members))
+        engine.drop_group(group, released, effects)
+        return released, effects
 
     # ------------------------------------------------------------------ helpers
 

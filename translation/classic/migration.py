@@ -29,7 +29,13 @@ remain. Behind the proxy the classic group lives in the broker, so:
   downgrades and ``GroupConfig.adopt_classic_groups`` is off (with it on, the engine keeps
   serving all-classic groups, so handing them back would only bounce them). The engine forgets
   the group; the proxy stops coordinating it and forwards its requests to the broker again,
-  where the classic members rejoin.
+  where the classic members rejoin;
+* release = :meth:`~translation.classic.coordinator.ClassicGroupCoordinator.release` (the
+  ``groupgate release`` command, or the downgrade policy in front of a broker's classic
+  coordinator, decision record 0018): the engine forgets the group with tombstones and says,
+  per member, what it may still own and at which epoch
+  (:class:`~translation.effects.GroupReleased`), and which protocol the broker's group will
+  select (:func:`released_protocol`).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from translation.config import CLASSIC_ASSIGNORS
 from translation.coordinator import GroupCoordinator
 from translation.effects import Effect
 from translation.member import ConsumerGroupMember, MemberProtocol, MemberState
@@ -82,6 +89,36 @@ class ClassicGroupSnapshot:
     members: Sequence[ClassicGroupMemberSnapshot]
     stable: bool = True
     """False if the group was rebalancing: the converted group then starts a new rebalance."""
+
+
+RELEASED_DEFAULT_PROTOCOL = "cooperative-sticky"
+"""The protocol a released group without classic members is handed back with (its KIP-848
+members' bridged members offer every client assignor; the incremental one keeps their
+partitions where they are)."""
+
+
+def released_protocol(classic_protocols: Sequence[Sequence[str]],
+                      known: frozenset[str] | None = None) -> str | None:
+    """The protocol Kafka's classic coordinator selects for a group whose classic members offer
+    ``classic_protocols`` (each in its order of preference) and whose bridged members offer
+    every client assignor (``known``): among the protocols every member supports, each member
+    votes for its first; the most votes win (ties: the first candidate in the first member's
+    order). :data:`RELEASED_DEFAULT_PROTOCOL` without classic members; None if they share
+    no protocol the bridged members can run too."""
+    supported = known if known is not None else CLASSIC_ASSIGNORS
+    if not classic_protocols:
+        return RELEASED_DEFAULT_PROTOCOL
+    candidates = set(supported)
+    for names in classic_protocols:
+        candidates &= set(names)
+    if not candidates:
+        return None
+    votes: dict[str, int] = {}
+    for names in classic_protocols:
+        vote = next(n for n in names if n in candidates)
+        votes[vote] = votes.get(vote, 0) + 1
+    order = [n for n in classic_protocols[0] if n in candidates]
+    return max(order, key=lambda n: (votes.get(n, 0), -order.index(n)))
 
 
 def conversion_refusal(engine: GroupCoordinator, snapshot: ClassicGroupSnapshot) -> str | None:

@@ -289,3 +289,19 @@ def test_snapshot_in_parts_with_client_software(monkeypatch: pytest.MonkeyPatch)
                for e in parts)
     assert all(check(e.to_value()) == [] for e in parts)
     assert j.observer.snapshot("no-such-group", T0) == []
+
+
+def test_released_to_the_broker() -> None:
+    assignor = ScriptedAssignor()
+    engine = make_engine(image(foo=(FOO, 4)), assignor)
+    classic = ClassicGroupCoordinator(engine)
+    j = Journaled(engine)
+    assignor.next = target(c1={FOO: [0, 1]}, n1={FOO: [2, 3]})
+    _, effects = classic.join_group(join_req("c1", protocols=("range",)), 0)
+    j.observe(effects, T0)
+    j.heartbeat(join(G, "n1"), 0)
+    _released, effects = classic.release(G, "groupgate release")
+    events = j.observe(effects, T0 + 10)
+    released = one(events, EventType.GROUP_RELEASED)
+    assert released["member_ids"] == ["c1", "n1"] and released["member_count"] == 2
+    assert released["assignor"] == "range" and released["reason"] == "groupgate release"

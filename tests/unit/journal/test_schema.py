@@ -87,6 +87,10 @@ def test_new_event_types_are_version_2_and_old_ones_stay_version_1() -> None:
     aborted = Event(EventType.CONVERSION_ABORTED, "orders", 1, "s", 2,
                     {"group_epoch": 5, "reason": "a member is direct"})
     assert json.loads(aborted.encode())["v"] == 2
+    released = Event(EventType.GROUP_RELEASED, "orders", 1, "s", 4, {
+        "reason": "groupgate release", "assignor": "range", "member_count": 1,
+        "member_ids": ["a"]})
+    assert json.loads(released.encode())["v"] == 2
     assert json.loads(Event(EventType.GROUP_EXPIRED, "g", 1, "s", 3, {}).encode())["v"] == 1
     # a version-1 reader skips them: they are not version-1 events
     assert check(dict(value, v=1))

@@ -381,3 +381,68 @@ def test_a_heartbeat_at_an_epoch_never_given_is_fenced_and_changes_nothing() -> 
     assert _shown(m) == (4, {"t": [0, 1]})
     m.client_heartbeat(ClientHeartbeat(0, {}), SESSION)  # a fenced client comes back at 0
     assert _shown(m) == (4, {"t": [0, 1]})
+
+
+# ---- carried over from the engine (a release) --------------------------------------------------
+
+
+def _carried(protocol: str, owned: Mapping[str, Sequence[int]], epoch: int = 12
+             ) -> BridgedMember:
+    return BridgedMember(group_id="g", fleet_address="10.0.0.1:9092", member_id="kip848-a",
+                         client_id="app", subscribed_names=["t"], session_timeout_ms=SESSION,
+                         rebalance_timeout_ms=60_000, current_protocol=protocol,
+                         epoch=epoch, owned=owned)
+
+
+def test_carried_over_cooperatively_it_joins_at_once_with_what_it_owns() -> None:
+    m = _carried("cooperative-sticky", {"t": [0, 1]})
+    # not before the broker's group is free (the lock still held): the client's heartbeat
+    # alone does not start it
+    assert m.client_heartbeat(ClientHeartbeat(12, {"t": [0, 1]}), 0) == []
+    assert _state(m) is BridgeState.UNJOINED and _shown(m) == (12, {"t": [0, 1]})
+    join = _join(m.carry_over(0))
+    assert _owned_in(join) == {"t": [0, 1]}
+    assert join.protocols[0].name == "cooperative-sticky"
+    # until the broker's first generation the client keeps its epoch and partitions
+    assert m.client_heartbeat(ClientHeartbeat(12, {"t": [0, 1]}), 10) == []
+    assert _shown(m) == (12, {"t": [0, 1]})
+    _stable(m, 3, {"t": [0, 1]}, "cooperative-sticky")
+    assert _shown(m) == (3, {"t": [0, 1]})
+    # the old epoch is still a heartbeat the member takes (its answer may have been lost)
+    assert m.client_heartbeat(ClientHeartbeat(12, {"t": [0, 1]}), 20) == []
+    assert _shown(m) == (3, {"t": [0, 1]})
+
+
+def test_carried_over_it_is_never_shown_more_than_it_still_owns() -> None:
+    """The engine may have told the client to revoke a partition (pending revocation): once the
+    client reports it released, it is not given it back before the broker gives it."""
+    m = _carried("cooperative-sticky", {"t": [0, 1, 2]})
+    _join(m.carry_over(0))
+    m.client_heartbeat(ClientHeartbeat(12, {"t": [0, 1]}), 10)
+    assert _shown(m) == (12, {"t": [0, 1]})
+    m.client_heartbeat(ClientHeartbeat(12, {"t": [0, 1, 2]}), 20)
+    assert _shown(m) == (12, {"t": [0, 1]})
+
+
+def test_carried_over_eagerly_the_client_releases_everything_before_the_join() -> None:
+    m = _carried("range", {"t": [0, 1]})
+    assert m.carry_over(0) == []
+    assert _state(m) is BridgeState.RELEASING
+    assert _shown(m) == (12, {})  # told to release at its own epoch
+    assert m.client_heartbeat(ClientHeartbeat(12, {"t": [0, 1]}), 10) == []
+    join = _join(m.client_heartbeat(ClientHeartbeat(12, {}), 20))
+    assert _owned_in(join) == {}
+    assert _state(m) is BridgeState.JOINING
+
+
+def test_carried_over_owning_nothing_joins_at_once_under_any_protocol() -> None:
+    m = _carried("range", {})
+    assert _owned_in(_join(m.carry_over(0))) == {}
+
+
+def test_a_carried_over_commit_waits_for_the_first_generation() -> None:
+    m = _carried("cooperative-sticky", {"t": [0]})
+    _join(m.carry_over(0))
+    assert m.generation != m.epoch  # the proxy answers its commits "retry" meanwhile
+    _stable(m, 3, {"t": [0]}, "cooperative-sticky")
+    assert m.generation == m.epoch == 3

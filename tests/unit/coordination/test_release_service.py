@@ -1,0 +1,172 @@
+"""The hand-back in the coordinator service, on trio's mock clock: who is told what while the
+group is being released, when the lock leaves, and what the members get afterwards."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+import trio.testing
+
+from proxy.codec.api_keys import ApiKey
+from proxy.coordination.handler import PASS, GroupRequest, Upstream
+from proxy.coordination.release import GROUP_RESOURCE, RELEASE_CONFIG, ReleaseCommandHandler
+from translation.classic.messages import ClassicProtocol, ClassicSubscription, JoinGroupRequest
+from translation.errors import ErrorCode
+from translation.heartbeat import ConsumerGroupHeartbeatRequest
+
+from .helpers import TOPIC, TOPIC_ID, coordinate, make_service
+from .helpers import joining_heartbeat as _hb
+
+
+def _unavailable(api_key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
+    """Every broker request of the carried-over members fails (retried in the background)."""
+    return {"error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE), "coordinators": []}
+
+
+def _owned(member: str, epoch: int, partitions: list[int]) -> ConsumerGroupHeartbeatRequest:
+    return ConsumerGroupHeartbeatRequest(group_id="g", member_id=member, member_epoch=epoch,
+                                         topic_partitions=[(TOPIC_ID, partitions)])
+
+
+async def _started(service: Any, nursery: trio.Nursery) -> None:
+    await nursery.start(lambda task_status: service.run(watch_topics=False,
+                                                        task_status=task_status))
+
+
+async def test_kip848_members_give_everything_up_before_the_lock_leaves(
+        autojump_clock: trio.testing.MockClock) -> None:
+    service = make_service(_unavailable, migration_policy="downgrade")
+    membership = coordinate(service, "g")
+    async with trio.open_nursery() as nursery:
+        await _started(service, nursery)
+        joined = await service.heartbeat(_hb("m1", 0))
+        assert joined.error_code == 0
+        epoch = joined.member_epoch
+        await service.heartbeat(_owned("m1", epoch, [0, 1, 2, 3]))
+        assert service.start_release("g", "groupgate release") is None
+        assert service.releasing("g")
+        # the member is told to give its partitions up, at its epoch; the lock stays meanwhile
+        told = await service.heartbeat(_owned("m1", epoch, [0, 1, 2, 3]))
+        assert told.error_code == 0 and told.member_epoch == epoch and told.assignment == []
+        # a new KIP-848 member waits until the hand-back is done
+        waiting = await service.heartbeat(_hb("m2", 0))
+        assert waiting.error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        await trio.sleep(1.0)
+        assert membership.leaves == 0 and service.releasing("g")
+        await service.heartbeat(_owned("m1", epoch, []))  # it owns nothing now
+        await trio.sleep(0.2)
+        assert membership.leaves == 1 and "g" not in service.engine.groups
+        assert service.released("g")
+        # carried over: the same member id and epoch, owning nothing, in the broker's group
+        bridge = service.bridges.member("g", "m1")
+        assert bridge is not None and bridge.machine.epoch == epoch
+        carried = await service.heartbeat(_owned("m1", epoch, []))
+        assert carried.error_code == 0 and carried.member_epoch == epoch
+        assert not carried.assignment
+        nursery.cancel_scope.cancel()
+
+
+async def test_classic_members_are_told_illegal_generation_and_their_join_waits(
+        autojump_clock: trio.testing.MockClock) -> None:
+    service = make_service(_unavailable, migration_policy="downgrade")
+    membership = coordinate(service, "g")
+    subscription = ClassicSubscription(1, [TOPIC])
+    join = JoinGroupRequest("g", "", "consumer", [ClassicProtocol("range", subscription)],
+                            6000, rebalance_timeout_ms=6000)
+    async with trio.open_nursery() as nursery:
+        await _started(service, nursery)
+        first = await service.join_group(join)
+        assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED
+        member_id = first.member_id
+        answered = await service.join_group(JoinGroupRequest(
+            "g", member_id, "consumer", [ClassicProtocol("range", subscription)], 6000,
+            rebalance_timeout_ms=6000))
+        assert answered.error_code == 0
+        assert service.start_release("g", "groupgate release") is None
+        assert service.releases.classic_member("g", member_id, trio.current_time())
+        # (the classic handler answers its Heartbeat ILLEGAL_GENERATION); its JoinGroup owning
+        # nothing counts as given up, and then the lock leaves
+        assert membership.leaves == 0
+        service.releases.gave_up("g", member_id, trio.current_time())
+        await trio.sleep(0.2)
+        assert membership.leaves == 1 and service.released("g")
+        assert service.released_member("g", member_id)
+        assert not service.takes_join(JoinGroupRequest(
+            "g", member_id, "consumer", [ClassicProtocol("range", subscription)], 6000))
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_downgrade_policy_hands_back_when_the_last_kip848_member_leaves(
+        autojump_clock: trio.testing.MockClock) -> None:
+    service = make_service(_unavailable, migration_policy="downgrade")
+    coordinate(service, "g")
+    subscription = ClassicSubscription(1, [TOPIC])
+    async with trio.open_nursery() as nursery:
+        await _started(service, nursery)
+        first = await service.join_group(JoinGroupRequest(
+            "g", "", "consumer", [ClassicProtocol("range", subscription)], 6000))
+        await service.join_group(JoinGroupRequest(
+            "g", first.member_id, "consumer", [ClassicProtocol("range", subscription)], 6000))
+        joined = await service.heartbeat(_hb("m1", 0))
+        assert service.releases.phase("g", trio.current_time()) is None
+        await service.heartbeat(ConsumerGroupHeartbeatRequest(
+            group_id="g", member_id="m1", member_epoch=-1))
+        assert service.releasing("g"), joined
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_upgrade_policy_refuses_a_release(
+        autojump_clock: trio.testing.MockClock) -> None:
+    service = make_service(_unavailable)  # migration-policy upgrade, the default
+    coordinate(service, "g")
+    async with trio.open_nursery() as nursery:
+        await _started(service, nursery)
+        await service.heartbeat(_hb("m1", 0))
+        why = service.start_release("g", "groupgate release")
+        assert why is not None and "downgrade" in why
+        assert service.releases.phase("g", trio.current_time()) is None
+        assert service.start_release("other", "groupgate release") is not None
+        nursery.cancel_scope.cancel()
+
+
+def _command(group: str, configs: list[str]) -> GroupRequest:
+    return GroupRequest(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, 3, "admin", "/127.0.0.1", None, b"", {
+        "resources": [{"resource_type": GROUP_RESOURCE, "resource_name": group,
+                       "configs": [{"name": c, "config_operation": 0, "value": "true"}
+                                   for c in configs]}],
+        "validate_only": False})
+
+
+def _answer(group: str, error: int) -> dict[str, Any]:
+    return {"throttle_time_ms": 0, "responses": [
+        {"error_code": error, "error_message": "x", "resource_type": GROUP_RESOURCE,
+         "resource_name": group}]}
+
+
+async def test_the_command_is_authorized_by_the_broker_before_anything_is_done(
+        autojump_clock: trio.testing.MockClock) -> None:
+    service = make_service(_unavailable, migration_policy="downgrade")
+    coordinate(service, "g")
+    handler = ReleaseCommandHandler(service)
+    async with trio.open_nursery() as nursery:
+        await _started(service, nursery)
+        await service.heartbeat(_hb("m1", 0))
+        # any other config change of the group is the broker's
+        assert handler.decide(_command("g", ["consumer.session.timeout.ms"])) is PASS
+        outcome = handler.decide(_command("g", [RELEASE_CONFIG]))
+        assert isinstance(outcome, Upstream) and outcome.value["validate_only"] is True
+        # the broker refuses the caller: nothing happens, the refusal is the answer
+        refused = outcome.on_response(_answer("g", int(ErrorCode.GROUP_AUTHORIZATION_FAILED)))
+        assert refused["responses"][0]["error_code"] == ErrorCode.GROUP_AUTHORIZATION_FAILED
+        assert service.releases.phase("g", trio.current_time()) is None
+        # the broker authorized it (and refused the config it does not know): released here
+        accepted = outcome.on_response(_answer("g", int(ErrorCode.INVALID_CONFIG)))
+        assert accepted["responses"][0]["error_code"] == ErrorCode.NONE
+        assert service.releasing("g")
+        # a sidecar that does not hold the group says so
+        other = handler.decide(_command("other", [RELEASE_CONFIG]))
+        assert isinstance(other, Upstream)
+        answer = other.on_response(_answer("other", int(ErrorCode.INVALID_CONFIG)))
+        assert answer["responses"][0]["error_code"] == ErrorCode.NOT_COORDINATOR
+        nursery.cancel_scope.cancel()
