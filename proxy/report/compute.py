@@ -18,6 +18,12 @@ member of the group gets it (``assigned``). Several revocations before an assign
 from the first. Outcomes: ``assigned``, ``group ended`` (the group left the proxy first, e.g.
 handed back to the broker) and ``open`` (nobody had it again by the end of the data).
 
+**Conversions** (schema version 2): each ``group_converted`` (the broker's classic group moved
+to the engine online) and ``conversion_aborted`` (an attempt refused or failed) in the window;
+a conversion's duration is from the adoption the same sidecar journalled just before it
+(``group_created`` with ``converted``) to the ``group_converted``, written once the converted
+group is in the state log.
+
 **Member lives**: a member id from its join (or replacement, or first snapshot listing it) to
 its leave, fencing, replacement, its group's end, or the first snapshot of its group after it
 was last seen that no longer lists it.
@@ -33,6 +39,10 @@ if TYPE_CHECKING:
 
 ENDINGS = ("group_expired", "group_deleted", "group_handed_back", "group_dropped")
 STARTS = ("member_joined", "member_replaced")
+CONVERSIONS = ("group_converted", "conversion_aborted")
+"""The version-2 event types of an online upgrade."""
+CONVERTED_TO = "engine"
+"""Where a converted group went (the target of every conversion)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,6 +320,38 @@ def member_lives(events: DataFrame, span: Span) -> DataFrame:
                    & (F.col("end_ms").isNull() | (F.col("end_ms") > span.start_ms))))
 
 
+def conversions(events: DataFrame, span: Span) -> DataFrame:
+    """One row per online conversion of a broker's classic group to the engine, or attempt
+    refused or failed, in the window (see the module docstring)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    typ = F.col("type")
+    adoption = (typ == "group_created") & F.coalesce(F.col("converted"), F.lit(False))
+    rows = events.where(typ.isin(*CONVERSIONS) | adoption).select(
+        "group", "ts", "seq", "source", "type", "group_epoch", "assignor", "member_count",
+        "reason").dropDuplicates(["source", "seq"])
+    # The adoption is the same sidecar's event right before its group_converted (among these
+    # rows): an adoption that failed after its group_created is followed by an abort instead.
+    ordered = Window.partitionBy("group", "source").orderBy("ts", "seq")
+    previous = F.lag(F.struct("type", "ts")).over(ordered)
+    converted = typ == "group_converted"
+    duration = F.when(converted & (previous["type"] == "group_created"),
+                      F.col("ts") - previous["ts"])
+    return (rows.select(*rows.columns, duration.alias("duration_ms"))
+            .where(typ.isin(*CONVERSIONS) & (F.col("ts") >= span.start_ms)
+                   & (F.col("ts") < span.end_ms))
+            .select("group", "ts",
+                    F.when(converted, F.lit("converted")).otherwise(F.lit("aborted"))
+                    .alias("outcome"),
+                    F.when(converted, F.col("assignor")).alias("from_protocol"),
+                    F.when(converted, F.lit(CONVERTED_TO)).alias("to"),
+                    F.col("group_epoch").alias("generation"),
+                    F.when(converted, F.col("member_count")).alias("members"),
+                    "duration_ms", "source",
+                    F.when(~converted, F.col("reason")).alias("reason")))
+
+
 def migration_deltas(lives: DataFrame, span: Span, step_ms: int,
                      dimensions: tuple[str, ...] = ("protocol", "software"),
                      by_group: bool = False) -> DataFrame:
@@ -363,8 +405,9 @@ def dense_series(deltas: list[Any], samples: int) -> dict[str, dict[str, list[in
 
 
 def groups_table(events: DataFrame, rebalances: DataFrame, downtime: DataFrame,
-                 lives: DataFrame, span: Span) -> DataFrame:
-    """One row per group seen in the window: its rebalances, downtime, members now."""
+                 lives: DataFrame, span: Span, converted: DataFrame) -> DataFrame:
+    """One row per group seen in the window: its rebalances, downtime, members now, online
+    conversions (``converted``: the :func:`conversions` table)."""
     from pyspark.sql import functions as F
 
     in_window = (F.col("ts") >= span.start_ms) & (F.col("ts") < span.end_ms)
@@ -401,10 +444,14 @@ def groups_table(events: DataFrame, rebalances: DataFrame, downtime: DataFrame,
         F.sum(F.when(alive_at_end & (F.col("protocol") == "consumer"), 1).otherwise(0))
         .alias("consumer_members_now"),
         F.array_sort(F.collect_set("software")).alias("software"))
+    moved = converted.groupBy("group").agg(
+        F.sum((F.col("outcome") == "converted").cast("int")).alias("conversions"),
+        F.sum((F.col("outcome") == "aborted").cast("int")).alias("conversions_aborted"))
     table = (seen.join(reb, "group", "left").join(down, "group", "left")
-             .join(members, "group", "left"))
+             .join(members, "group", "left").join(moved, "group", "left"))
     zero = ("rebalances", "rebalance_ms_total", "rebalances_open", "partitions_revoked",
             "downtimes", "downtime_ms_total", "partitions_open", "members_seen",
-            "classic_members_now", "consumer_members_now")
+            "classic_members_now", "consumer_members_now", "conversions",
+            "conversions_aborted")
     return table.fillna(0, subset=list(zero)).withColumn(
         "coordinated", F.col("coordinated") == 1)

@@ -2,9 +2,13 @@
 
 :func:`run_report` writes, under the output directory::
 
-    events/              the window's events (plus the look-back), normalized (Parquet)
+    events/              the window's events (plus the look-back), normalized (Parquet); those
+                         of schema versions the report does not read too (the other tables
+                         leave them out; ``summary.json`` counts them)
     members/             member lives (Parquet)
     migration/           members per protocol and per client software at each sample (Parquet)
+    conversions/         online conversions of broker groups to the engine, and aborted
+                         ones (Parquet; from the schema-version-2 events)
     rebalances/          one row per rebalance (Parquet)
     partition_downtime/  one row per revoked partition (Parquet)
     groups/              one row per group (Parquet)
@@ -28,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import compute, render
 from .session import ReportError
-from .source import ReadRange, read_files, read_kafka
+from .source import ReadRange, known, read_files, read_kafka, skipped
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -42,6 +46,9 @@ QUANTILES = (0.5, 0.95, 0.99)
 """The fleet-wide percentiles in the summary (exact: :data:`compute.PERCENTILES`)."""
 MAX_POINTS = 20_000
 """At most this many rebalances or downtimes are collected for one plot (a sample beyond)."""
+MAX_CONVERSION_ROWS = 500
+"""At most this many conversions and as many aborted ones are listed in the HTML (the
+latest; the ``conversions`` table has them all)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,13 +107,18 @@ def run_report(spark: SparkSession, options: Options) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     read_events(spark, options).write.mode("overwrite").parquet(str(out / "events"))
     stage("read")
-    events = spark.read.parquet(str(out / "events"))
+    every = spark.read.parquet(str(out / "events"))
+    events = known(every)
     bounds = events.agg(F.min("ts").alias("lo"), F.max("ts").alias("hi"),
                         F.count(F.lit(1)).alias("n")).first()
     if bounds is None or not bounds["n"]:
-        raise ReportError("the journal has no events in the window")
+        left_out = skipped(every)
+        raise ReportError("the journal has no events in the window" + (
+            f" of a schema version this report reads (skipped: {_versions(left_out)})"
+            if left_out else ""))
     span = compute.Span(options.start_ms if options.start_ms is not None else bounds["lo"],
                         options.end_ms if options.end_ms is not None else bounds["hi"] + 1)
+    left_out = skipped(every.where((F.col("ts") >= span.start_ms) & (F.col("ts") < span.end_ms)))
     step = max(1, -(-(span.end_ms - span.start_ms) // SAMPLES))
 
     compute.annotate(events).write.mode("overwrite").parquet(str(out / "_annotated"))
@@ -116,14 +128,15 @@ def run_report(spark: SparkSession, options: Options) -> dict[str, Any]:
         "rebalances": compute.rebalances(annotated, span),
         "partition_downtime": compute.partition_downtime(annotated, span),
         "members": compute.member_lives(events, span),
+        "conversions": compute.conversions(events, span),
     }
     for name, frame in tables.items():
         frame.write.mode("overwrite").parquet(str(out / name))
         tables[name] = spark.read.parquet(str(out / name))
         stage(name)
-    rebalances, downtime, lives = (tables["rebalances"], tables["partition_downtime"],
-                                   tables["members"])
-    groups = compute.groups_table(events, rebalances, downtime, lives, span)
+    rebalances, downtime, lives, converted = (tables["rebalances"], tables["partition_downtime"],
+                                              tables["members"], tables["conversions"])
+    groups = compute.groups_table(events, rebalances, downtime, lives, span, converted)
     groups.write.mode("overwrite").parquet(str(out / "groups"))
     groups = spark.read.parquet(str(out / "groups"))
     stage("groups")
@@ -142,6 +155,9 @@ def run_report(spark: SparkSession, options: Options) -> dict[str, Any]:
 
     data = collect_for_html(spark, events, rebalances, downtime, lives, groups, span, step,
                             samples, series)
+    data["summary"].update(conversion_summary(converted, left_out))
+    data["conversions"] = conversion_rows(converted, "converted")
+    data["aborted"] = conversion_rows(converted, "aborted")
     stage("migration and collect")
     (out / "report.html").write_text(render.html({**data, "summary": {
         **data["summary"], "seconds": round(time.monotonic() - started, 1)}}, options.title))
@@ -151,6 +167,40 @@ def run_report(spark: SparkSession, options: Options) -> dict[str, Any]:
     data["summary"]["stages_s"] = stages
     (out / "summary.json").write_text(json.dumps(data["summary"], indent=2, sort_keys=True))
     return dict(data["summary"])
+
+
+def _versions(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{'no version' if version == 'none' else 'v' + version}: {n:,}"
+                     for version, n in counts.items())
+
+
+def conversion_summary(converted: DataFrame, left_out: Mapping[str, int]) -> dict[str, Any]:
+    """The fleet-wide figures of the online upgrade, and the events of schema versions this
+    report does not read (per version, in the window: ``events_skipped``)."""
+    from pyspark.sql import functions as F
+
+    from proxy.journal.schema import SCHEMA_VERSIONS
+
+    c = converted.agg(
+        F.sum((F.col("outcome") == "converted").cast("int")).alias("converted"),
+        F.sum((F.col("outcome") == "aborted").cast("int")).alias("aborted"),
+        F.count_distinct(F.when(F.col("outcome") == "converted", F.col("group")))
+        .alias("groups")).first()
+    assert c is not None
+    return {"conversions": int(c["converted"] or 0),
+            "conversions_aborted": int(c["aborted"] or 0),
+            "groups_converted": int(c["groups"] or 0),
+            "schema_versions": sorted(SCHEMA_VERSIONS),
+            "events_skipped": dict(left_out)}
+
+
+def conversion_rows(converted: DataFrame, outcome: str) -> list[dict[str, Any]]:
+    """The latest :data:`MAX_CONVERSION_ROWS` rows of one outcome, by group and time."""
+    from pyspark.sql import functions as F
+
+    latest = (converted.where(F.col("outcome") == outcome)
+              .orderBy(F.desc("ts"), "group").limit(MAX_CONVERSION_ROWS).collect())
+    return sorted((row.asDict() for row in latest), key=lambda r: (r["group"], r["ts"]))
 
 
 def _sample(frame: DataFrame, column: str, total: int) -> list[float]:

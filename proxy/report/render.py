@@ -175,6 +175,49 @@ def _timed(ms: float | None) -> tuple[str, float]:
     return _ms(ms), -1.0 if ms is None else float(ms)
 
 
+def skipped_note(summary: dict[str, Any]) -> str:
+    """The heading's words on events of schema versions the report does not read (empty
+    when there were none)."""
+    left_out = summary.get("events_skipped") or {}
+    if not left_out:
+        return ""
+    total = sum(left_out.values())
+    versions = ", ".join(f"{'without a version' if v == 'none' else 'version ' + v}: {n:,}"
+                         for v, n in left_out.items())
+    known = ", ".join(str(v) for v in summary.get("schema_versions", []))
+    return (f" {total:,} events of a schema version this report does not read were skipped "
+            f"({versions}; it reads {known or '-'}).")
+
+
+def migration_tables(conversions: Sequence[dict[str, Any]],
+                     aborted: Sequence[dict[str, Any]]) -> list[str]:
+    """The online upgrade of the broker's classic groups: each conversion to the engine and
+    each refused or failed attempt, by group and time (the ``conversions`` table's rows)."""
+    parts = ["<h3>Conversions to the engine</h3>"]
+    if conversions:
+        parts.append(_table(
+            ["group", "time", "from", "to", "generation", "members converted", "duration",
+             "sidecar"],
+            [[c["group"], _when(c["ts"]), f'classic ({c["from_protocol"] or "?"})', c["to"],
+              "-" if c["generation"] is None else c["generation"],
+              "-" if c["members"] is None else c["members"], _timed(c["duration_ms"]),
+              c["source"]] for c in conversions],
+            numeric={4, 5, 6}))
+    else:
+        parts.append('<p class="note">No broker group was converted online in the '
+                     "window.</p>")
+    if aborted:
+        parts.append("<h3>Conversions aborted</h3>")
+        parts.append('<p class="note">Attempts refused or failed; the group stayed the '
+                     "broker's and was tried again later.</p>")
+        parts.append(_table(
+            ["group", "time", "generation", "reason", "sidecar"],
+            [[a["group"], _when(a["ts"]), "-" if a["generation"] is None else a["generation"],
+              a["reason"] or "-", a["source"]] for a in aborted],
+            numeric={2}))
+    return parts
+
+
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ccc; }
@@ -219,7 +262,7 @@ def html(data: dict[str, Any], title: str) -> str:
              f'<p class="note">Window {_e(_when(s["window_start_ms"]))} to '
              f'{_e(_when(s["window_end_ms"]))}; {s["events"]:,} events; computed in '
              f'{s.get("seconds", "?")} s. Percentiles: {_e(s.get("percentiles", "-"))}. '
-             'Definitions: docs/pipeline.md.</p>']
+             f'Definitions: docs/pipeline.md.{_e(skipped_note(s))}</p>']
     share = s["classic_share_now"]
     kpis = [("groups", f'{s["groups"]:,}'), ("coordinated", f'{s["groups_coordinated"]:,}'),
             ("passed through", f'{s["groups_passed_through"]:,}'),
@@ -230,7 +273,9 @@ def html(data: dict[str, Any], title: str) -> str:
                                     f'{_ms(s["rebalance_ms_p95"])}'),
             ("partition downtime p50 / p95", f'{_ms(s["downtime_ms_p50"])} / '
                                              f'{_ms(s["downtime_ms_p95"])}'),
-            ("partitions still unassigned", f'{s["partitions_open"]:,}')]
+            ("partitions still unassigned", f'{s["partitions_open"]:,}'),
+            ("conversions (aborted)", f'{s.get("conversions", 0):,} '
+                                      f'({s.get("conversions_aborted", 0):,})')]
     parts.append("<div>" + "".join(f'<span class="kpi">{_e(k)}<br><b>{_e(v)}</b></span>'
                                    for k, v in kpis) + "</div>")
 
@@ -240,6 +285,7 @@ def html(data: dict[str, Any], title: str) -> str:
     parts.append(_stack(times, series.get("software", {}),
                         "Members by client software and version (KIP-511)",
                         "members by client software over time", top=TOP_SOFTWARE))
+    parts.extend(migration_tables(data.get("conversions", []), data.get("aborted", [])))
 
     parts.append("<h2>Rebalances</h2>")
     parts.append(_bars(times, data["rebalances_per_sample"], "Rebalances started",

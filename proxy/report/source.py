@@ -9,7 +9,12 @@
   ``.json``/``.jsonl``, optionally gzip-compressed) or Parquet with the events table's columns
   (the ``events`` table an earlier report wrote).
 
-Events of another schema version are left out. Duplicates (the writer may write an event twice
+Every row read is kept here, whatever its schema version (``v``): :func:`known` keeps the
+versions this report reads (:data:`~proxy.journal.schema.SCHEMA_VERSIONS`: 1 and 2, side by
+side; an event type keeps the version it was added at), :func:`skipped` counts the others per
+version, so that the report can say how many events it left out. A line that is not JSON, or
+whose fields do not have the kinds of :data:`~proxy.journal.schema.FIELD_KINDS`, is dropped
+by the JSON parse and not counted. Duplicates (the writer may write an event twice
 when an acknowledgement is lost; ``(source, seq)`` identifies it) are kept here and dropped
 where they would count twice (:func:`proxy.report.compute.annotate`), which spares a shuffle
 of every event.
@@ -21,12 +26,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from proxy.journal.schema import SCHEMA_VERSION
+from proxy.journal.schema import SCHEMA_VERSIONS
 
 from .session import ReportError, event_schema
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,10 +90,32 @@ def read_files(spark: SparkSession, paths: Sequence[str], fmt: str, span: ReadRa
     return _clean(frame, span)
 
 
+def _known_version() -> Column:
+    from pyspark.sql import functions as F
+
+    return F.coalesce(F.col("v").isin(*sorted(SCHEMA_VERSIONS)), F.lit(False))
+
+
+def known(frame: DataFrame) -> DataFrame:
+    """The events of the schema versions this report reads."""
+    return frame.where(_known_version())
+
+
+def skipped(frame: DataFrame) -> dict[str, int]:
+    """How many events of each schema version this report does not read (``none``: no
+    version), which :func:`known` leaves out."""
+    from pyspark.sql import functions as F
+
+    rows = frame.where(~_known_version()).groupBy("v").agg(
+        F.count(F.lit(1)).alias("n")).collect()
+    return {("none" if r["v"] is None else str(r["v"])): int(r["n"])
+            for r in sorted(rows, key=lambda r: (r["v"] is None, r["v"] or 0))}
+
+
 def _clean(frame: DataFrame, span: ReadRange) -> DataFrame:
     from pyspark.sql import functions as F
 
-    out = frame.where((F.col("v") == SCHEMA_VERSION) & F.col("ts").isNotNull()
+    out = frame.where(F.col("ts").isNotNull()
                       & F.col("group").isNotNull() & F.col("type").isNotNull())
     if span.start_ms is not None:
         out = out.where(F.col("ts") >= span.start_ms)

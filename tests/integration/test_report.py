@@ -56,6 +56,7 @@ import pytest
 
 from proxy.journal.schema import Event, EventType, check
 from proxy.report.job import Options, Source, run_report
+from proxy.report.session import ReportError
 from tests.testbed.broker import KafkaBroker, KafkaCluster
 from tests.testbed.spark import local_session, stop_session
 
@@ -305,8 +306,9 @@ def test_percentiles_are_exact(spark: Any) -> None:
     lives = spark.createDataFrame(
         [], "`group` string, member string, start_ms long, end_ms long, protocol string, "
             "software string")
+    converted = spark.createDataFrame([], "`group` string, outcome string")
     row = compute.groups_table(events, rebalances, downtime, lives,
-                               compute.Span(T0, T0 + 1)).first()
+                               compute.Span(T0, T0 + 1), converted).first()
 
     def rank(values: list[int], p: float) -> int:
         return sorted(values)[math.ceil(p * len(values)) - 1]
@@ -314,6 +316,139 @@ def test_percentiles_are_exact(spark: Any) -> None:
     assert row is not None
     assert (row["rebalance_ms_p50"], row["rebalance_ms_p95"], row["downtime_ms_p95"]) == (
         rank(durations, 0.5), rank(durations, 0.95), rank(downtimes, 0.95))
+
+
+def online_upgrade() -> list[Event]:
+    """Schema-version-2 events after :func:`journal` (times in seconds from T0):
+
+    group g3, converted online by sidecar p2, topic w with partitions 0-1
+      100    conversion aborted at generation 4 (a direct member joined meanwhile)
+      130    adopted (group_created converted, generation 5): C1 (w0) and C2 (w1) joined,
+             classic cooperative-sticky, librdkafka 2.16.1
+      130.4  converted: 2 members at generation 5, from cooperative-sticky
+             -> conversion of 400 ms (the adoption at 130 s to the conversion)
+    group g4 (sidecar p1): conversion aborted at 110 s at generation 2
+    """
+    rdk = {"software_name": "librdkafka", "software_version": "2.16.1"}
+    out: list[Event] = []
+    seqs = {"p1:9092": 1000, "p2:9092": 0}
+
+    def ev(t: float, group: str, source: str, event_type: EventType, **fields: Any) -> None:
+        seqs[source] += 1
+        out.append(Event(event_type, group, T0 + int(t * S), source, seqs[source], fields))
+
+    ev(100, "g3", "p2:9092", E.CONVERSION_ABORTED, group_epoch=4,
+       reason="the broker's group changed meanwhile")
+    ev(110, "g4", "p1:9092", E.CONVERSION_ABORTED, group_epoch=2,
+       reason="forwarded requests of the group are still unanswered")
+    ev(130, "g3", "p2:9092", E.GROUP_CREATED, group_epoch=5, converted=True)
+    for member, partition in (("C1", 0), ("C2", 1)):
+        ev(130, "g3", "p2:9092", E.MEMBER_JOINED, member=member, protocol="classic",
+           assignor="cooperative-sticky", member_epoch=5, group_epoch=5, topics=["w"],
+           assigned={"w": [partition]}, **rdk)
+    ev(130.4, "g3", "p2:9092", E.GROUP_CONVERTED, group_epoch=5,
+       assignor="cooperative-sticky", member_count=2, member_ids=["C1", "C2"])
+    for event in out:
+        assert check(event.to_value()) == [], event
+    assert {e.to_value()["v"] for e in out if e.type in (E.GROUP_CONVERTED,
+                                                         E.CONVERSION_ABORTED)} == {2}
+    return out
+
+
+UNKNOWN_VERSIONS = [
+    {"v": 3, "type": "group_rebalanced", "ts": T0 + 70 * S, "group": "g1", "source": "p9:9092",
+     "seq": 1, "group_epoch": 9},
+    {"v": 3, "type": "member_joined", "ts": T0 + 71 * S, "group": "g1", "source": "p9:9092",
+     "seq": 2, "member": "Z", "protocol": "consumer", "topics": ["t"]},
+    {"v": 3, "type": "group_expired", "ts": T0 + 72 * S, "group": "g1", "source": "p9:9092",
+     "seq": 3},
+    {"type": "member_left", "ts": T0 + 73 * S, "group": "g2", "source": "p9:9092", "seq": 4,
+     "member": "S2"},
+]
+"""Events of a schema version the report does not read (a later writer's; one without a
+version): skipped and counted, even where their type is one the report knows."""
+
+
+def write_mixed(path: Path) -> Path:
+    """:func:`journal` and :func:`online_upgrade` (the conversion written twice, as a retried
+    write would) with :data:`UNKNOWN_VERSIONS` in between."""
+    upgrade = online_upgrade()
+    lines = [e.encode().decode() for e in [*journal(), *upgrade, upgrade[-1]]]
+    lines[5:5] = [json.dumps(v, separators=(",", ":")) for v in UNKNOWN_VERSIONS]
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+@pytest.fixture(scope="module")
+def mixed(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    base = tmp_path_factory.mktemp("mixed")
+    out = base / "out"
+    return out, run_report(spark, Options(Source(paths=(str(write_mixed(base / "j.jsonl")),)),
+                                          out))
+
+
+def test_conversions_from_version_2_events(spark: Any, mixed: tuple[Path, dict[str, Any]]
+                                           ) -> None:
+    out, summary = mixed
+    got = sorted((r["group"], r["ts"] - T0, r["outcome"], r["from_protocol"], r["to"],
+                  r["generation"], r["members"], r["duration_ms"], r["source"], r["reason"])
+                 for r in rows(spark, out, "conversions"))
+    assert got == [
+        ("g3", 100_000, "aborted", None, None, 4, None, None, "p2:9092",
+         "the broker's group changed meanwhile"),
+        ("g3", 130_400, "converted", "cooperative-sticky", "engine", 5, 2, 400, "p2:9092", None),
+        ("g4", 110_000, "aborted", None, None, 2, None, None, "p1:9092",
+         "forwarded requests of the group are still unanswered"),
+    ]
+    assert (summary["conversions"], summary["conversions_aborted"],
+            summary["groups_converted"]) == (1, 2, 1)
+    groups = {r["group"]: r for r in rows(spark, out, "groups")}
+    assert (groups["g3"]["conversions"], groups["g3"]["conversions_aborted"]) == (1, 1)
+    assert (groups["g4"]["conversions"], groups["g4"]["conversions_aborted"]) == (0, 1)
+    assert (groups["g1"]["conversions"], groups["g1"]["conversions_aborted"]) == (0, 0)
+    lives = {(r["group"], r["member"]): r for r in rows(spark, out, "members")}
+    assert lives[("g3", "C1")]["start_ms"] == T0 + 130_000
+    assert lives[("g3", "C1")]["protocol"] == "classic"
+    page = (out / "report.html").read_text()
+    assert "<h3>Conversions to the engine</h3>" in page and "<h3>Conversions aborted</h3>" in page
+    assert "classic (cooperative-sticky)" in page and "400 ms" in page
+    assert "the broker&#x27;s group changed meanwhile" in page
+
+
+def test_version_1_and_2_side_by_side_unknown_versions_skipped_and_counted(
+        spark: Any, mixed: tuple[Path, dict[str, Any]]) -> None:
+    """The version-1 tables of the mixed journal are those of :func:`journal` alone; the
+    events of version 3 and without a version are left out (else Z would be a member of g1
+    and S2 would have left g2 at 73 s) and counted, in ``summary.json`` and the HTML."""
+    out, summary = mixed
+    assert summary["events_skipped"] == {"3": 3, "none": 1}
+    assert summary["schema_versions"] == [1, 2]
+    assert json.loads((out / "summary.json").read_text())["events_skipped"] == \
+        {"3": 3, "none": 1}
+    reb = sorted((r["group"], r["start_ms"] - T0, r["duration_ms"], r["outcome"])
+                 for r in rows(spark, out, "rebalances"))
+    assert reb == [("g1", 0, 0, "stable"), ("g1", 10_000, 5000, "stable"),
+                   ("g1", 30_000, 1000, "stable"), ("g1", 50_000, 0, "emptied"),
+                   ("g2", 0, 0, "stable"), ("g2", 40_000, None, "open")]
+    lives = sorted((r["group"], r["member"], r["end_reason"])
+                   for r in rows(spark, out, "members") if r["group"] in ("g1", "g2"))
+    assert lives == [("g1", "A", "left"), ("g1", "B", "fenced (pod-local: its process was gone)"),
+                     ("g2", "S", "replaced"), ("g2", "S2", None), ("g2", "T", None)]
+    assert summary["downtimes"] == 6 and summary["partitions_open"] == 1
+    # The events table keeps every row read; the others leave the unknown versions out.
+    versions = sorted(r["v"] if r["v"] is not None else -1
+                      for r in spark.read.parquet(str(out / "events")).select("v").collect())
+    assert versions.count(3) == 3 and versions.count(-1) == 1 and versions.count(2) == 4
+    page = (out / "report.html").read_text()
+    assert ("4 events of a schema version this report does not read were skipped (version "
+            "3: 3, without a version: 1; it reads 1, 2).") in page
+
+
+def test_only_unknown_versions_says_so(spark: Any, tmp_path: Path) -> None:
+    source = tmp_path / "j.jsonl"
+    source.write_text("".join(json.dumps(v) + "\n" for v in UNKNOWN_VERSIONS))
+    with pytest.raises(ReportError, match=r"skipped: v3: 3, no version: 1"):
+        run_report(spark, Options(Source(paths=(str(source),)), tmp_path / "out"))
 
 
 UNLIMITED_RETENTION = {"retention.ms": "-1"}

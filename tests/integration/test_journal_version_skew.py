@@ -1,0 +1,167 @@
+"""Version skew of the journal: schema version 2 between groupgate 0.2.0 and this build.
+
+This build writes ``group_converted`` and ``conversion_aborted`` at schema version 2 and every
+older event type at version 1 (``proxy/journal/schema.py``); 0.2.0 writes and reads version 1
+only. During a rolling update both write to one journal topic, and either version's
+``groupgate report`` may read it:
+
+* **0.2.0's report on a journal with version-2 events** (this build's encoder): the command
+  as a user runs it, from 0.2.0's own ``proxy/`` (``tests.testbed.releases``), must succeed and
+  say exactly what it says of the same journal without its version-2 lines: it leaves them out
+  (its reader keeps ``v == 1``), silently, since it knows no other version to count.
+* **This build's report on a journal 0.2.0 wrote** (0.2.0's encoder and ``check()``, in a
+  process of its own): every table and ``summary.json`` equal to this build's report on the
+  same events as this build encodes them; nothing skipped, no conversion. Likewise on the
+  Parquet ``events`` table of 0.2.0's report (``--input report/events``).
+
+Both run Spark (local, 1 g driver): run this file alone, under the test bed's lock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.journal.schema import Event, EventType
+from proxy.report.job import Options, Source, run_report
+from tests.benchmarks.report_diff import TABLES, differences
+from tests.integration.test_report import journal, online_upgrade
+from tests.testbed.spark import local_session, stop_session
+
+ROOT = Path(__file__).resolve().parents[2]
+VERSION_2 = (EventType.GROUP_CONVERTED, EventType.CONVERSION_ABORTED)
+
+WRITE_AS_0_2_0 = """
+import json, sys
+from proxy.journal.schema import Event, EventType, check
+with open(sys.argv[1]) as given, open(sys.argv[2], "w") as out:
+    for line in given:
+        e = json.loads(line)
+        event = Event(EventType(e["type"]), e["group"], e["ts"], e["source"], e["seq"],
+                      e["fields"])
+        problems = check(event.to_value())
+        assert problems == [], (problems, e)
+        out.write(event.encode().decode() + "\\n")
+"""
+"""Run in 0.2.0's tree: encode the events given (type, group, ts, source, seq, fields) as
+0.2.0's journal writer does, each held to 0.2.0's ``check()``."""
+
+
+def old_tree() -> Path:
+    from tests.testbed.releases import ReleaseUnavailable, release_tree
+
+    try:
+        return release_tree("0.2.0")
+    except ReleaseUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+def write(path: Path, events: list[Event]) -> Path:
+    path.write_text("".join(e.encode().decode() + "\n" for e in events))
+    return path
+
+
+def report_command(tree: Path, source: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    """``groupgate report`` of the release in ``tree`` (its ``proxy`` imported first)."""
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(tree))
+    return subprocess.run(
+        [sys.executable, "-m", "proxy.cli", "report", "--input", str(source), "--out", str(out),
+         "--master", "local[2]", "--driver-memory", "1g", "--shuffle-partitions", "4"],
+        cwd=tree, env=env, capture_output=True, text=True, timeout=600, check=False)
+
+
+@pytest.fixture(scope="module")
+def old_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """0.2.0's report on the mixed journal and on its version-1 lines alone (run before this
+    build's Spark session starts, so that one JVM runs at a time)."""
+    tree = old_tree()
+    base = tmp_path_factory.mktemp("old-report")
+    events = [*journal(), *online_upgrade()]
+    mixed = write(base / "mixed.jsonl", events)
+    v1 = write(base / "v1.jsonl", [e for e in events if e.type not in VERSION_2])
+    runs = {name: report_command(tree, source, base / name)
+            for name, source in (("mixed", mixed), ("v1", v1))}
+    return {"base": base, "runs": runs, "events": events,
+            "v2_lines": sum(1 for e in events if e.type in VERSION_2)}
+
+
+@pytest.fixture(scope="module")
+def spark(old_reports: dict[str, Any]) -> Iterator[Any]:
+    session = local_session("groupgate-journal-skew", master="local[2]",
+                            conf={"spark.sql.session.timeZone": "UTC"})
+    try:
+        yield session
+    finally:
+        stop_session(session)
+
+
+def test_the_report_of_0_2_0_leaves_version_2_events_out(spark: Any,
+                                                          old_reports: dict[str, Any]) -> None:
+    base, runs = old_reports["base"], old_reports["runs"]
+    for name, done in runs.items():
+        assert done.returncode == 0, (name, done.stdout[-2000:], done.stderr[-3000:])
+    assert old_reports["v2_lines"] == 3
+    # Every older type stays at version 1 (else 0.2.0 would leave it out: the count below).
+    assert {json.loads(line)["v"] for line in (base / "v1.jsonl").read_text().splitlines()} \
+        == {1}
+    found = differences(spark, base / "mixed", base / "v1", TABLES)
+    assert found == [], "\n".join(found)
+    summary = json.loads((base / "mixed" / "summary.json").read_text())
+    v1_events = len(old_reports["events"]) - old_reports["v2_lines"]
+    assert summary["events"] == v1_events
+    assert "events_skipped" not in summary and "conversions" not in summary  # 0.2.0's summary
+    versions = {r["v"] for r in spark.read.parquet(str(base / "mixed" / "events"))
+                .select("v").distinct().collect()}
+    assert versions == {1}
+    # What 0.2.0 found in g3: the adoption's version-1 events (created, two members joined).
+    groups = {r["group"]: r for r in spark.read.parquet(str(base / "mixed" / "groups"))
+              .collect()}
+    assert groups["g3"]["members_seen"] == 2 and groups["g3"]["coordinated"]
+    assert "g4" not in groups  # only a conversion_aborted: nothing 0.2.0 reads
+
+
+def test_this_build_reads_a_journal_written_by_0_2_0(spark: Any, tmp_path: Path) -> None:
+    tree = old_tree()
+    events = [e for e in [*journal(), *online_upgrade()] if e.type not in VERSION_2]
+    given = tmp_path / "events.json"
+    given.write_text("".join(json.dumps({"type": e.type.value, "group": e.group, "ts": e.ts,
+                                         "source": e.source, "seq": e.seq,
+                                         "fields": dict(e.fields)}) + "\n" for e in events))
+    old = tmp_path / "written-by-0.2.0.jsonl"
+    done = subprocess.run([sys.executable, "-c", WRITE_AS_0_2_0, str(given), str(old)],
+                          cwd=tree, env=dict(os.environ, PYTHONPATH=str(tree)),
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(old.read_text().splitlines()) == len(events)
+    assert {json.loads(line)["v"] for line in old.read_text().splitlines()} == {1}
+    ours = write(tmp_path / "written-by-this-build.jsonl", events)
+
+    from_old = run_report(spark, Options(Source(paths=(str(old),)), tmp_path / "from-old"))
+    run_report(spark, Options(Source(paths=(str(ours),)), tmp_path / "from-ours"))
+    found = differences(spark, tmp_path / "from-old", tmp_path / "from-ours",
+                        (*TABLES, "conversions"))
+    assert found == [], "\n".join(found)
+    assert from_old["events_skipped"] == {} and from_old["events"] == len(events)
+    assert (from_old["conversions"], from_old["conversions_aborted"]) == (0, 0)
+    assert from_old["rebalances"] == 5 and from_old["downtimes"] == 6
+
+
+def test_this_build_reads_the_events_table_of_0_2_0(spark: Any,
+                                                    old_reports: dict[str, Any]) -> None:
+    """``--input report/events`` (Parquet) of a 0.2.0 report: the same report as from the
+    journal's version-1 lines."""
+    base = old_reports["base"]
+    from_table = run_report(spark, Options(Source(paths=(str(base / "mixed" / "events"),),
+                                                  fmt="parquet"), base / "ours-from-table"))
+    run_report(spark, Options(Source(paths=(str(base / "v1.jsonl"),)), base / "ours-from-json"))
+    found = differences(spark, base / "ours-from-table", base / "ours-from-json",
+                        (*TABLES, "conversions"))
+    assert found == [], "\n".join(found)
+    assert from_table["events_skipped"] == {} and from_table["conversions"] == 0
