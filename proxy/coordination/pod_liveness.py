@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import struct
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -63,6 +63,9 @@ MAX_SENDING = 64
 """Messages being delivered at once; more are dropped (a crash of many members at once is
 still covered by their session timeouts)."""
 MAX_BODY_BYTES = 4096
+MAX_TICKET_BODY_BYTES = 4 << 20
+"""A ``CommitTicket`` carries a whole commit (:mod:`.tickets`)."""
+TICKET_TYPES = frozenset({"CommitTicket", "CommitDone"})
 _ERROR = struct.Struct(">ih")
 CLIENT_CLOSES = ("client closed the connection", "client connection failed")
 """How :attr:`Connection.closing_reason` starts when the client ended the connection."""
@@ -310,7 +313,22 @@ class FleetControlRouter:
     def decide(self, request: RequestInfo) -> Decision:
         if request.api_key != FLEET_CONTROL:
             return self._inner.decide(request)
-        return Local(_ERROR.pack(request.correlation_id, int(self._control(request))))
+        body = self._body(request)
+        if isinstance(body, dict) and body.get("type") in TICKET_TYPES:
+            tickets = getattr(self._inner, "commit_tickets", None)
+            if tickets is None:
+                return Local(_ERROR.pack(request.correlation_id,
+                                         int(ErrorCode.UNSUPPORTED_VERSION)))
+            answer = tickets(body)
+            if isinstance(answer, bytes):
+                return Local(struct.pack(">i", request.correlation_id) + answer)
+            return Local(self._prefixed(request.correlation_id, answer))
+        error = body if isinstance(body, ErrorCode) else self._control(body)
+        return Local(_ERROR.pack(request.correlation_id, int(error)))
+
+    @staticmethod
+    async def _prefixed(correlation_id: int, answer: Awaitable[bytes]) -> bytes:
+        return struct.pack(">i", correlation_id) + await answer
 
     def decide_oversized(self, request: RequestInfo) -> int:
         if request.api_key == FLEET_CONTROL:
@@ -329,17 +347,28 @@ class FleetControlRouter:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    def _control(self, request: RequestInfo) -> ErrorCode:
+    def _body(self, request: RequestInfo) -> dict[str, Any] | ErrorCode:
+        """The JSON body of a ``FleetControl`` request, or the error answering it."""
         frame = request.frame
         try:
             header = parse_request_header(frame, flexible=False)
             if request.api_version != FLEET_CONTROL_VERSION:
                 return ErrorCode.UNSUPPORTED_VERSION
             raw = bytes(frame[header.header_length:])
-            if len(raw) > MAX_BODY_BYTES:
+            if len(raw) > MAX_TICKET_BODY_BYTES:
                 return ErrorCode.INVALID_REQUEST
             body = json.loads(raw)
-            if not isinstance(body, dict) or body.get("type") != "MemberGone":
+        except (ValueError, KeyError, TypeError):
+            return ErrorCode.INVALID_REQUEST
+        if not isinstance(body, dict):
+            return ErrorCode.INVALID_REQUEST
+        if body.get("type") not in TICKET_TYPES and len(raw) > MAX_BODY_BYTES:
+            return ErrorCode.INVALID_REQUEST
+        return body
+
+    def _control(self, body: dict[str, Any]) -> ErrorCode:
+        try:
+            if body.get("type") != "MemberGone":
                 return ErrorCode.INVALID_REQUEST
             group_id, member_id = body["group"], body["member_id"]
             epoch = body["member_epoch"]
