@@ -545,9 +545,10 @@ class CoordinatingRouter(ForwardingRouter):
         if (request.node_id is not None and ticket.coordinator is not None
                 and request.node_id != ticket.coordinator):
             # the client sent it to a broker that does not coordinate the group: as Kafka
-            service.tickets.report(address, group_id, ticket.ticket_id, [])
+            if ticket.member_id is not None:
+                service.tickets.report(address, group_id, ticket.ticket_id, [])
             return self._encode(handler, request, handler.failure(request, NOT_COORDINATOR))
-        reported = False
+        reported = ticket.member_id is None  # nothing stamped: nothing to report
 
         def report(errors: list[int]) -> None:
             nonlocal reported
@@ -622,17 +623,23 @@ class CoordinatingRouter(ForwardingRouter):
         group_id = value["group_id"]
         membership = service.membership(group_id)
         coordinator = membership.coordinator_node if membership is not None else None
-        if result.release is None:  # nothing stamped (a version without member fields)
+        if result.release is None or membership is None:
+            # nothing stamped (a version without member fields): sent as the client sent it
             return tickets.Reply(0, tickets.Ticket(0, None, -1, result.version, coordinator))
-        ticket_id = service.tickets.issue(group_id, result)
+        stamped = result.value
+        generation = stamped.get("generation_id_or_member_epoch", -1)
+
+        def on_errors(errors: set[int]) -> None:
+            offsets.check_membership(errors, membership, generation)
+
+        ticket_id = service.tickets.issue(group_id, result.release, on_errors)
         if ticket_id is None:
             metrics.COMMIT_TICKETS.labels("full").inc()
             return tickets.Reply(int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS))
         metrics.COMMIT_TICKETS.labels("issued").inc()
-        stamped = result.value
         return tickets.Reply(0, tickets.Ticket(
-            ticket_id, stamped.get("member_id") or "",
-            stamped.get("generation_id_or_member_epoch", -1), result.version, coordinator))
+            ticket_id, stamped.get("member_id") or "", generation, result.version,
+            coordinator))
 
     async def _upstream_via_link(self, handler: ApiHandler, request: GroupRequest,
                                  upstream: Upstream) -> bytes:

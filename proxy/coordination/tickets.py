@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Final
 import trio
 
 from proxy import metrics
-from proxy.coordination.handler import Upstream, Value
+from proxy.coordination.handler import Value
 from proxy.coordination.membership import DRAIN_SECONDS
 from proxy.coordination.pod_liveness import FLEET_CONTROL, FLEET_CONTROL_VERSION
 from proxy.upstream import UpstreamError
@@ -185,7 +185,9 @@ def read_done(body: dict[str, Any]) -> tuple[str, int, list[int]]:
 class _Open:
     group_id: str
     deadline: float
-    upstream: Upstream
+    release: Callable[[], None]
+    on_errors: Callable[[set[int]], None]
+    """The broker's errors, read as the holder's own stamped commit's would be."""
 
 
 class TicketBook:
@@ -200,19 +202,19 @@ class TicketBook:
     def __len__(self) -> int:
         return len(self._open)
 
-    def issue(self, group_id: str, upstream: Upstream, now: float) -> int | None:
-        """A ticket id for ``upstream`` (the stamped commit the holder would have sent), kept
-        until :meth:`done` or its lifetime passed; None if too many are open (its stamp is
-        released then)."""
+    def issue(self, group_id: str, release: Callable[[], None],
+              on_errors: Callable[[set[int]], None], now: float) -> int | None:
+        """A ticket id for a stamp (``release``: its end), kept until :meth:`done` or its
+        lifetime passed; None if too many are open (the stamp is released then). Only the
+        callables are kept, never the commit."""
         self.expire(now)
         if len(self._open) >= self._limit:
-            if upstream.release is not None:
-                upstream.release()
+            release()
             return None
         ticket_id = secrets.randbits(53)  # an integer JSON carries exactly
         while ticket_id in self._open:
             ticket_id = secrets.randbits(53)
-        self._open[ticket_id] = _Open(group_id, now + self._lifetime, upstream)
+        self._open[ticket_id] = _Open(group_id, now + self._lifetime, release, on_errors)
         return ticket_id
 
     def done(self, group_id: str, ticket_id: int, errors: list[int]) -> bool:
@@ -223,13 +225,9 @@ class TicketBook:
         if entry is None or entry.group_id != group_id:
             return False
         del self._open[ticket_id]
-        upstream = entry.upstream
+        entry.release()
         if errors:
-            upstream.on_response({"throttle_time_ms": 0, "topics": [
-                {"name": "", "partitions": [{"partition_index": i, "error_code": e}
-                                            for i, e in enumerate(errors)]}]})
-        if upstream.release is not None:
-            upstream.release()  # once: the holder's release callables ignore a second call
+            entry.on_errors(set(errors))
         return True
 
     def expire(self, now: float) -> int:
@@ -240,8 +238,7 @@ class TicketBook:
             if entry.deadline > now:
                 break
             del self._open[ticket_id]
-            if entry.upstream.release is not None:
-                entry.upstream.release()
+            entry.release()
             count += 1
         if count:
             log.info("%d commit ticket(s) released unreported after %.0f s", count,
@@ -268,8 +265,9 @@ class Tickets:
         self._wake = trio.Event()
         self.dropped = 0
 
-    def issue(self, group_id: str, upstream: Upstream) -> int | None:
-        ticket_id = self.book.issue(group_id, upstream, trio.current_time())
+    def issue(self, group_id: str, release: Callable[[], None],
+              on_errors: Callable[[set[int]], None]) -> int | None:
+        ticket_id = self.book.issue(group_id, release, on_errors, trio.current_time())
         if ticket_id is not None:
             self._wake.set()
         return ticket_id

@@ -18,7 +18,6 @@ from proxy.codec.header import encode_request_header
 from proxy.connection import Local, RequestInfo
 from proxy.coordination import tickets
 from proxy.coordination.fleet import Card, Holder, mark_forwarded
-from proxy.coordination.handler import Upstream
 from proxy.coordination.pod_liveness import FLEET_CONTROL, FleetControlRouter
 from proxy.coordination.service import CoordinatorService
 from proxy.coordination.tickets import TicketBook
@@ -187,24 +186,58 @@ async def test_a_holder_without_tickets_gets_the_commit_relayed() -> None:
     assert [k for k, _ in peer.relayed] == [ApiKey.OFFSET_COMMIT]
 
 
-def _upstream(released: list[int], index: int) -> Upstream:
-    return Upstream({}, lambda response: response, lambda: released.append(index))
-
-
 def test_the_ticket_book_is_bounded_and_expires() -> None:
     released: list[int] = []
+    errors: list[set[int]] = []
     book = TicketBook(limit=4, lifetime=10.0)
-    ids = [book.issue("g", _upstream(released, i), now=float(i)) for i in range(6)]
+    ids = [book.issue("g", lambda i=i: released.append(i), errors.append, now=float(i))
+           for i in range(6)]
     assert all(t is not None for t in ids[:4]) and ids[4:] == [None, None]
     assert released == [4, 5]  # refused tickets release their stamps at once
     assert len(book) == 4
     assert book.expire(now=11.5) == 2 and released == [4, 5, 0, 1]
-    third = ids[2]
-    assert third is not None
+    third, fourth = ids[2], ids[3]
+    assert third is not None and fourth is not None
     assert not book.done("other-group", third, [])  # a ticket of another group: ignored
     assert book.done("g", third, [])
-    assert not book.done("g", third, [])  # once
-    assert released == [4, 5, 0, 1, 2] and len(book) == 1
+    assert not book.done("g", third, [22])  # once
+    assert book.done("g", fourth, [22, 0])
+    assert released == [4, 5, 0, 1, 2, 3] and errors == [{22, 0}] and len(book) == 0
+
+
+def test_open_tickets_keep_no_commit_and_stay_small() -> None:
+    """The memory a holder's open tickets take at the bound, however large the commits
+    were: only the stamp's callables are kept (docs/decisions/0008)."""
+    import tracemalloc
+
+    from proxy.coordination.membership import BrokerMembership
+
+    from .helpers import FakePool
+
+    membership = BrokerMembership("g", FakePool(lambda k, v, value: {}), [("h", 1)],
+                                  connect_timeout=1)
+    book = TicketBook()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(tickets.MAX_TICKETS + 100):
+            _member, generation, release = membership.stamp()
+            book.issue("g", release, lambda errors, g=generation: None, now=0.0)
+        used = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(book) == tickets.MAX_TICKETS
+    assert membership.in_flight == tickets.MAX_TICKETS  # the 100 refused were released
+    assert used < 4 << 20, used
+    assert book.expire(now=tickets.TICKET_SECONDS) == tickets.MAX_TICKETS
+    assert membership.in_flight == 0
+
+
+async def test_a_followers_reports_are_bounded() -> None:
+    follower = make_service(stub_broker)
+    for i in range(tickets.MAX_REPORTS + 10):
+        follower.tickets.report(HOLDER, "g", i, [0])
+    assert follower.tickets.dropped == 10
 
 
 def test_ticket_messages_round_trip() -> None:
