@@ -235,10 +235,8 @@ def test_a_fleet_of_0_2_0_and_this_build_serves_one_group_either_way(
         kafka39: KafkaBroker, tmp_path: Any, first: str) -> None:
     """A rolling update from 0.2.0: one sidecar of each, a KIP-848 member behind each. Whichever
     holds the group, the other follows it: both members get partitions, none is owned twice,
-    and every record is consumed and its offset committed (the protocol-3 card's new fields are
-    unknown keys to 0.2.0; 0.2.0 relays with the protocol-2 mark, which this build reads, and
-    its commits are committed by a holder of this build as before: no commit tickets with a
-    protocol-2 sidecar either way)."""
+    and every record is consumed (the protocol-3 card's new fields are unknown keys to 0.2.0;
+    0.2.0 relays with the protocol-2 mark, which this build reads)."""
     from proxy.process import ProxyProcess
     from tests.testbed.broker import free_ports
     from tests.testbed.releases import ReleaseUnavailable, release_tree
@@ -281,24 +279,9 @@ def test_a_fleet_of_0_2_0_and_this_build_serves_one_group_either_way(
                  "every record to be consumed")
         assert all(m.consumed for m in members), [m.consumed for m in members]
         assert not owned_twice(members), [m.history for m in members]
-        # both members' commits land (auto-commit): the follower's either relayed (to or
-        # from 0.2.0, committed by the holder) or, between protocol-3 sidecars, sent on the
-        # client's own connection with a commit ticket
-        wait_for(lambda: committed_total(kafka39, group_id, topic, 4) >= 200, 60,
-                 "every consumed record's offset to be committed")
     finally:
         for m in members:
             m.stop.set()
             m.thread.join(15)
         for proxy in started:
             proxy.stop()
-
-
-def committed_total(broker: KafkaBroker, group_id: str, topic: str, partitions: int) -> int:
-    """The sum of the group's committed offsets on ``topic``, read straight at the broker."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-
-    request = ConsumerGroupTopicPartitions(group_id, [TopicPartition(topic, p)
-                                                      for p in range(partitions)])
-    result = broker.admin().list_consumer_group_offsets([request])[group_id].result(timeout=30)
-    return sum(max(tp.offset, 0) for tp in result.topic_partitions)
