@@ -68,6 +68,13 @@ MEMBER_GONE = Counter(
     "Member-gone messages, by result (fenced or refused at this sidecar as the group's "
     "holder; sent to another sidecar; dropped: no protocol-3 holder could be told)",
     ["result"], registry=REGISTRY)
+COMMIT_TICKETS = Counter(
+    "groupgate_commit_tickets",
+    "Commit tickets (a relayed member's commit validated by the holder and sent by the "
+    "follower on the client's connection), by event: issued, refused (validation failed), "
+    "full (too many open), reported, report_failed, report_dropped, relayed (the holder "
+    "takes no tickets: the commit was relayed)",
+    ["event"], registry=REGISTRY)
 CLIENT_AUTHENTICATIONS = Counter(
     "groupgate_client_authentications",
     "SASL authentications of clients through the proxy, by listener, mechanism and outcome "

@@ -8,8 +8,11 @@ proved they are sidecars (``fleet-auth``); anything else closes the connection.
 * :class:`FleetControlRouter` sits in front of a fleet-listener connection's router and
   answers FleetControl from a table of :data:`Handler` s, one per message type: ``MemberGone``
   (pod-local liveness, :mod:`.pod_liveness`), ``GroupConverting``, ``GroupConverted`` and
-  ``ConversionAborted`` (the online upgrade across sidecars, :mod:`.upgrade`). A type without a
-  handler is answered UNSUPPORTED_VERSION, a malformed body INVALID_REQUEST.
+  ``ConversionAborted`` (the online upgrade across sidecars, :mod:`.upgrade`). ``CommitTicket``
+  and ``CommitDone`` (commits under the client's principal, :mod:`.tickets`) are answered by
+  the connection's own router (``commit_tickets``: they are decided as the relayed requests
+  on that connection are), and may carry a whole commit (:data:`MAX_TICKET_BODY_BYTES`). A
+  type without a handler is answered UNSUPPORTED_VERSION, a malformed body INVALID_REQUEST.
 * :func:`send` delivers one message on a connection of its own and returns the answer.
 """
 
@@ -38,7 +41,11 @@ FLEET_CONTROL = 32100
 FLEET_CONTROL_VERSION = 0
 MAX_BODY_BYTES = 64 * 1024
 """Longest body accepted (a ``GroupConverting`` answer lists the members behind a sidecar)."""
+MAX_TICKET_BODY_BYTES = 4 << 20
+"""A ``CommitTicket`` carries a whole commit (:mod:`.tickets`)."""
+TICKET_TYPES = frozenset({"CommitTicket", "CommitDone"})
 _ERROR = struct.Struct(">ih")
+_CORRELATION = struct.Struct(">i")
 
 Body = dict[str, Any]
 Answer = ErrorCode | tuple[ErrorCode, Body]
@@ -72,6 +79,14 @@ class FleetControlRouter:
         if isinstance(parsed, ErrorCode):
             return Local(_encode(request.correlation_id, parsed))
         handler, body = parsed
+        if handler is None:  # a commit ticket: the connection's own router answers it
+            tickets = getattr(self._inner, "commit_tickets", None)
+            if tickets is None:
+                return Local(_encode(request.correlation_id, ErrorCode.UNSUPPORTED_VERSION))
+            encoded = tickets(body)
+            if isinstance(encoded, bytes):
+                return Local(_CORRELATION.pack(request.correlation_id) + encoded)
+            return Local(_prefixed(request.correlation_id, encoded))
         answer = handler(body, f"the sidecar at {self._peer}")
         if isinstance(answer, (ErrorCode, tuple)):
             return Local(_encode(request.correlation_id, answer))
@@ -94,19 +109,24 @@ class FleetControlRouter:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    def _parse(self, request: RequestInfo) -> tuple[Handler, Body] | ErrorCode:
+    def _parse(self, request: RequestInfo) -> tuple[Handler | None, Body] | ErrorCode:
+        """The message's handler (None: a commit ticket) and body, or the error answering it."""
         frame = request.frame
         try:
             header = parse_request_header(frame, flexible=False)
             if request.api_version != FLEET_CONTROL_VERSION:
                 return ErrorCode.UNSUPPORTED_VERSION
             raw = bytes(frame[header.header_length:])
-            if len(raw) > MAX_BODY_BYTES:
+            if len(raw) > MAX_TICKET_BODY_BYTES:
                 return ErrorCode.INVALID_REQUEST
             body = json.loads(raw)
         except (ValueError, KeyError, TypeError, RecursionError):
             return ErrorCode.INVALID_REQUEST
         if not isinstance(body, dict) or not isinstance(body.get("type"), str):
+            return ErrorCode.INVALID_REQUEST
+        if body["type"] in TICKET_TYPES:
+            return None, body
+        if len(raw) > MAX_BODY_BYTES:
             return ErrorCode.INVALID_REQUEST
         handler = self._handlers.get(body["type"])
         if handler is None:
@@ -120,6 +140,10 @@ def _encode(correlation_id: int, answer: Answer) -> bytes:
         return _ERROR.pack(correlation_id, int(error)) + json.dumps(
             body, separators=(",", ":")).encode()
     return _ERROR.pack(correlation_id, int(answer))
+
+
+async def _prefixed(correlation_id: int, answer: Awaitable[bytes]) -> bytes:
+    return _CORRELATION.pack(correlation_id) + await answer
 
 
 async def _later(correlation_id: int, answer: Awaitable[Answer]) -> bytes:

@@ -292,7 +292,8 @@ class OffsetCommitHandler(ApiHandler):
             _trace("commit answered", request, generation=generation,
                    result=_offsets(response["topics"], "error_code"))
             release()
-            _check_membership(response, membership, generation)
+            check_membership(_partition_errors(response), membership, generation)
+            _lost_to_retriable(response)
             return response
 
         # v9 is v8 on the wire, and the stamped commit is the proxy's classic member's: sent
@@ -314,21 +315,24 @@ def _unchanged(response: Value) -> Value:
     return response
 
 
-def _check_membership(response: Value, membership: BrokerMembership, generation: int) -> None:
-    """Errors of a stamped commit that say the proxy's membership is stale (it rejoins, the
-    client gets the retriable COORDINATOR_LOAD_IN_PROGRESS) or the coordinator moved (passed
-    on: the client finds the coordinator again, and so does the membership)."""
-    errors = _partition_errors(response)
-    if errors & MEMBERSHIP_LOST:
-        if membership.generation == generation:
-            membership.request_rejoin()
-        for t in response["topics"]:
-            for p in t["partitions"]:
-                if p["error_code"] in MEMBERSHIP_LOST:
-                    p["error_code"] = int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+def check_membership(errors: set[int], membership: BrokerMembership, generation: int) -> None:
+    """Errors of a commit stamped with ``generation`` that say the proxy's membership is stale
+    (it rejoins) or the coordinator moved (it finds the coordinator again, and so does the
+    client)."""
+    if errors & MEMBERSHIP_LOST and membership.generation == generation:
+        membership.request_rejoin()
     if errors & COORDINATOR_MOVED and membership.generation == generation:
         membership.coordinator = None
         membership.request_rejoin()
+
+
+def _lost_to_retriable(response: Value) -> None:
+    """A stale stamp is the proxy's to repair: the client gets the retriable
+    COORDINATOR_LOAD_IN_PROGRESS and commits again once the membership rejoined."""
+    for t in response["topics"]:
+        for p in t["partitions"]:
+            if p["error_code"] in MEMBERSHIP_LOST:
+                p["error_code"] = int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
 
 
 def fetch_member_error(service: CoordinatorService, group_id: str, member_id: str | None,

@@ -251,6 +251,26 @@ class ConnectionLinks:
                 self._problems.unreachable(address, str(exc))
             raise
 
+    async def control(self, address: Address, api_key: int, version: int, body: bytes
+                      ) -> bytes:
+        """Send a ``FleetControl`` body to the sidecar at ``address`` on this connection's
+        link to it (after the requests relayed before it) and return the answer's body."""
+        link = self._peer_link(address)
+        try:
+            return await link.exchange_raw(api_key, version, body,
+                                           timeout=RELAY_OTHER_SECONDS)
+        except UpstreamError as exc:
+            if self._problems is not None:
+                self._problems.unreachable(address, str(exc))
+            raise
+
+    def _peer_link(self, address: Address) -> BrokerLink:
+        link = self._links.get((address, True))
+        if link is None:
+            link = self._links[(address, True)] = self._pool.peer(address,
+                                                                  RELAY_TIMEOUT_SECONDS)
+        return link
+
     async def aclose(self) -> None:
         links, self._links = self._links, {}
         for link in links.values():

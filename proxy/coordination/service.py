@@ -65,6 +65,7 @@ from proxy.coordination.handoff import HandOff
 from proxy.coordination.membership import BrokerMembership
 from proxy.coordination.peers import Directory, Routes
 from proxy.coordination.release import NOT_HELD, ReleaseBook, ReleasePhase, release_bound_s
+from proxy.coordination.tickets import Tickets
 from proxy.coordination.topics import TopicWatcher
 from proxy.coordination.upgrade import Upgrades, adopt_snapshot
 from proxy.journal.clients import ClientSoftwareDirectory
@@ -295,6 +296,8 @@ class CoordinatorService:
                              config.state_log_transactional_id_prefix))
         """What this sidecar tells the others in the broker's groups it holds."""
         self.directory = Directory(lambda: self.pool, config.upstream)
+        self.tickets = Tickets(lambda: self.pool)
+        """Commit tickets (:mod:`.tickets`): given out as a holder, reported as a follower."""
         self.routes = Routes(self.claims, self.directory, config.advertised_fleet_address,
                              self.card)
         self.durability: Durability | None = None
@@ -373,6 +376,7 @@ class CoordinatorService:
             self._nursery = nursery
             await nursery.start(self.bridges.run)
             nursery.start_soon(self._supervised, "timer task", self._timers)
+            nursery.start_soon(self._supervised, "commit tickets", self.tickets.run)
             if watch_topics:
                 nursery.start_soon(self._supervised, "topic watcher", self.topics.run)
             if self.engine.config.migration_policy.upgrade_enabled:

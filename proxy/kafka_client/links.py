@@ -19,7 +19,8 @@ brokers, :meth:`LinkPool.peer` to a sidecar.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import trio
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("groupgate.coordination")
 
 Address = tuple[str, int]
+T = TypeVar("T")
 
 BROKER: Final = "broker"
 PEER: Final = "peer"
@@ -62,6 +64,21 @@ class BrokerLink:
                       timeout: float | None = None, client_id: str | None = None
                       ) -> dict[str, Any]:
         """Send one request and return the decoded response; UpstreamError on any failure."""
+        def send(client: UpstreamClient) -> Awaitable[dict[str, Any]]:
+            return (client.request(api_key, version, value) if client_id is None
+                    else client.request(api_key, version, value, client_id))
+
+        return await self._call(api_key, version, timeout, send)
+
+    async def exchange_raw(self, api_key: int, version: int, body: bytes, *,
+                           timeout: float | None = None) -> bytes:
+        """Send one request whose body the codec does not know (the fleet's ``FleetControl``)
+        and return its response body; UpstreamError on any failure."""
+        return await self._call(api_key, version, timeout,
+                                lambda client: client.exchange_raw(api_key, version, body))
+
+    async def _call(self, api_key: int, version: int, timeout: float | None,
+                    send: Callable[[UpstreamClient], Awaitable[T]]) -> T:
         async with self._lock:
             if self._client is None:
                 self._client = await UpstreamClient.connect(
@@ -72,9 +89,7 @@ class BrokerLink:
             ok = False
             try:
                 with trio.fail_after(timeout or self._request_timeout):
-                    response = await (client.request(api_key, version, value)
-                                      if client_id is None else
-                                      client.request(api_key, version, value, client_id))
+                    response = await send(client)
                 ok = True
                 return response
             except trio.TooSlowError as exc:

@@ -793,3 +793,129 @@ async def test_kafka_4_4_deletes_with_describe_denied_and_delete_allowed(
                                        client_for(broker, "alice", address, tls=True),
                                        readable, prefix, acls)
     assert got == EXPECTED_DENY_DESCRIBE, got
+
+
+# -- commits of a member behind a follower, under the client's own principal -----------------
+
+
+LONG_TTL_MS = 600_000
+"""The follower's ``authorization-ttl-ms`` in the commit tests: its answers outlive the test,
+so what decides a commit is the broker checking the client's own request."""
+
+
+async def behind_a_follower(start_proxy: StartProxy, broker: KafkaBroker, group: str,
+                            other_topic: str) -> tuple[Connect, Connect, UpstreamClient]:
+    """A holder and a follower; alice's member (subscribed to ``other_topic``, so nothing
+    of bob's topic is hers) makes the holder coordinate ``group``. Returns bob's connections
+    through the follower, alice's through the holder, and alice's open connection."""
+    fleet_a, fleet_b = free_ports(2)
+    holder = start_secured_proxy(start_proxy, broker, "--fleet-listen", f"127.0.0.1:{fleet_a}")
+    follower = start_secured_proxy(start_proxy, broker, "--fleet-listen",
+                                   f"127.0.0.1:{fleet_b}", "--authorization-ttl-ms",
+                                   str(LONG_TTL_MS))
+    alice = client_for(broker, "alice", address_of(holder.bootstrap), tls=False)
+    bob = client_for(broker, "bob", address_of(follower.bootstrap), tls=False)
+    owner = await alice()
+    joined = await owner.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0,
+                                 heartbeat(group, [other_topic]))
+    assert joined["error_code"] == 0, joined
+    return bob, alice, owner
+
+
+async def test_a_followers_commit_is_authorized_by_the_broker_as_the_client(
+        secured_kafka39: KafkaBroker, topic: Callable[..., str],
+        start_proxy: StartProxy) -> None:
+    """bob's member sits behind a follower. Its commit lands (read straight at the broker);
+    with its READ on the topic removed, its next commit is refused by the broker with
+    TOPIC_AUTHORIZATION_FAILED, although the follower still holds the answer that allowed it,
+    and nothing is written; and with the proxies' own identity denied READ on the topic, bob's
+    commit still lands: it reached the broker as bob's, never as the proxy's (before: relayed
+    and written by the holder as the proxy, so the refused commit landed and the allowed one
+    was refused)."""
+    broker = secured_kafka39
+    readable, secret, prefix = setup_names(broker, topic)
+    group = prefix + "relayed"
+    with acls_of(broker) as acls:
+        acls.add("User:bob", "TOPIC", readable, "LITERAL", "DESCRIBE")
+        read = acls.add("User:bob", "TOPIC", readable, "LITERAL", "READ")
+        acls.add("User:bob", "GROUP", prefix, "PREFIXED", "READ")
+        bob, _alice, owner = await behind_a_follower(start_proxy, broker, group, secret)
+        try:
+            client = await bob()
+            try:
+                member = await assigned_member(client, group, readable)
+
+                async def commit_at(offset: int) -> dict[str, int]:
+                    value = commit(group, [readable], *member)
+                    value["topics"][0]["partitions"][0]["committed_offset"] = offset
+                    return partition_errors(await client.request(ApiKey.OFFSET_COMMIT, 9,
+                                                                 value))
+
+                assert await commit_at(3) == {readable: 0}
+                assert committed(broker, group, readable) == 3  # progress: it commits
+
+                acls.remove(read)
+                refused = await until(lambda: commit_at(5), lambda e: e != {readable: 0})
+                assert refused == {readable: TOPIC_AUTH}
+                assert committed(broker, group, readable) == 3  # nothing of the refusal
+
+                acls.add("User:bob", "TOPIC", readable, "LITERAL", "READ")
+                acls.add("User:groupgate", "TOPIC", readable, "LITERAL", "READ", allow=False)
+                landed = await until(lambda: commit_at(7), lambda e: e == {readable: 0})
+                assert landed == {readable: 0}
+                assert committed(broker, group, readable) == 7
+            finally:
+                await client.aclose()
+        finally:
+            await owner.aclose()
+
+
+async def test_a_followers_txn_commit_needs_no_write_of_the_proxy_on_the_transactional_id(
+        secured_kafka39: KafkaBroker, topic: Callable[..., str],
+        start_proxy: StartProxy) -> None:
+    """bob's TxnOffsetCommit behind a follower, inside a real transaction: WRITE on the
+    transactional id is bob's (the proxies' identity has none); it lands (before: relayed and
+    sent by the holder as the proxy, refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED)."""
+    broker = secured_kafka39
+    readable, secret, prefix = setup_names(broker, topic)
+    group, txn = prefix + "relayed-txn", prefix + "txn-id"
+    with acls_of(broker) as acls:
+        for operation in ("READ", "DESCRIBE"):
+            acls.add("User:bob", "TOPIC", readable, "LITERAL", operation)
+        acls.add("User:bob", "GROUP", prefix, "PREFIXED", "READ")
+        acls.add("User:bob", "TRANSACTIONAL_ID", txn, "LITERAL", "WRITE")
+        bob, _alice, owner = await behind_a_follower(start_proxy, broker, group, secret)
+        try:
+            client = await bob()
+            try:
+                member = await assigned_member(client, group, readable)
+                found = await until(lambda: client.request(ApiKey.FIND_COORDINATOR, 4, {
+                    "key_type": 1, "coordinator_keys": [txn]}),
+                    lambda a: a["coordinators"][0]["error_code"] == 0, seconds=60)
+                assert found["coordinators"][0]["error_code"] == 0, found
+                started = await until(lambda: client.request(ApiKey.INIT_PRODUCER_ID, 4, {
+                    "transactional_id": txn, "transaction_timeout_ms": 30_000,
+                    "producer_id": -1, "producer_epoch": -1}),
+                    lambda a: a["error_code"] == 0, seconds=60)
+                assert started["error_code"] == 0, started
+                producer = (started["producer_id"], started["producer_epoch"])
+                added = await until(lambda: client.request(ApiKey.ADD_OFFSETS_TO_TXN, 3, {
+                    "transactional_id": txn, "producer_id": producer[0],
+                    "producer_epoch": producer[1], "group_id": group}),
+                    lambda a: a["error_code"] == 0)
+                assert added["error_code"] == 0, added
+                got = await txn_offsets(client, txn_commit(txn, group, [readable], producer,
+                                                           member))
+                assert got == {readable: 0}, got
+                ended = await client.request(ApiKey.END_TXN, 3, {
+                    "transactional_id": txn, "producer_id": producer[0],
+                    "producer_epoch": producer[1], "committed": True})
+                assert ended["error_code"] == 0, ended
+            finally:
+                await client.aclose()
+        finally:
+            await owner.aclose()
+    deadline = time.monotonic() + 30  # the commit marker lands after EndTxn's answer
+    while (offset := committed(broker, group, readable)) != 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert offset == 3

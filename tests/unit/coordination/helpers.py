@@ -70,6 +70,7 @@ class FakeLink:
         self.requests: list[tuple[int, int, dict[str, Any]]] = []
         self.client_ids: list[str | None] = []
         self.timeouts: list[float | None] = []
+        self.controls: list[bytes] = []
 
     async def request(self, api_key: int, version: int, value: dict[str, Any], *,
                       timeout: float | None = None, client_id: str | None = None
@@ -80,6 +81,14 @@ class FakeLink:
         if api_key == 12:  # a broker membership's heartbeat: paced like a broker's answers
             await trio.sleep(0.001)
         return self.answer(api_key, version, value)
+
+    async def exchange_raw(self, api_key: int, version: int, body: bytes, *,
+                           timeout: float | None = None) -> bytes:
+        """A ``FleetControl`` request: answered as a sidecar that takes no commit tickets
+        (INVALID_REQUEST, no body), so commits are relayed (``test_tickets`` has holders
+        that take them)."""
+        self.controls.append(body)
+        return struct.pack(">h", 42)
 
     async def aclose(self) -> None:
         return None
