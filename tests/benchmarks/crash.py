@@ -282,8 +282,8 @@ def plot_summary(rows: list[dict[str, Any]], machine_info: dict[str, Any] | None
                 errors = [low, high] if key == "median_s" else None
                 bars = ax.bar(xs, ys, width, color=colors[name], label=name, yerr=errors,
                               capsize=3 if errors else 0)
-                fmt = "{:.2f}" if key == "median_s" else "{:.0f}"
-                ax.bar_label(bars, labels=[fmt.format(y) for y in ys], fontsize=7)
+                labels = [f"{y:.2f}" if key == "median_s" else f"{y:.1f}" for y in ys]
+                ax.bar_label(bars, labels=labels, fontsize=7, padding=2)
             ax.set_xticks(range(len(sizes)))
             ax.set_xticklabels([f"{n} members" for n in sizes])
             ax.set_ylabel(label, fontsize=8)
@@ -339,8 +339,10 @@ def report(paths: list[Path], summary: Path | None, plots: Path | None = None) -
             "measure": "seconds from the SIGKILL of a member's process until every partition "
                        "it owned was assigned to another member (their callbacks)",
             "machine": docs[0]["machine"] if docs else None,
+            "written_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "sources": {str(p): {"target": d["target"], "profile": d["profile"],
-                                 "command": d["command"], "versions": d["versions"],
+                                 "command": d["command"], "started_utc": d["started_utc"],
+                                 "elapsed_s": d.get("elapsed_s"), "versions": d["versions"],
                                  "settings": d["target_settings"]}
                         for p, d in zip(paths, docs, strict=True)},
             "rows": rows,
