@@ -11,7 +11,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "rebalance": ("tests.benchmarks.rebalance.command",
                   "rebalance cost felt by real consumers, per target"),
     "crash": ("tests.benchmarks.crash",
-              "a SIGKILLed member's partitions reassigned: groupgate (pod-local) vs Kafka 4.4"),
+              "a SIGKILLed member's partitions reassigned: groupgate (pod-local) vs Kafka 4.4 "
+              "and 3.9 (also: rebalance --scenario crash --profile P)"),
     "soak": ("tests.benchmarks.soak.command",
              "real clients under random failures; offsets and ownership checked"),
     "engine": ("tests.benchmarks.engine",

@@ -4,9 +4,11 @@ pods (network namespaces) with a sidecar each, members of both protocols behind 
 Member sessions are 60 s, longer than the whole run after the first kill, so no member can be
 fenced by its session timeout during the test: a SIGKILLed member's partitions reach the others
 only if its sidecar saw its process go and the group's holder fenced it with reason
-``pod-local``, here or over the fleet listener. Live members whose connections the proxy
-closes (a broker restart passed on) are never fenced that way. The soak's checks run as well
-(no partition owned twice, every record consumed, no committed offset moving backwards).
+``pod-local``, here or over the fleet listener (librdkafka members of both protocols, Kafka's
+Java classic consumer). Live members whose connections the proxy closes (a broker restart
+passed on), or whose group connection the client itself closes and opens again (librdkafka's
+``connections.max.idle.ms``), are never fenced that way. The soak's checks run as well (no
+partition owned twice, every record consumed, no committed offset moving backwards).
 """
 
 from __future__ import annotations
@@ -51,11 +53,12 @@ def _pods_available() -> None:
         pytest.skip(why)
 
 
-def run_soak(tmp_path: Path, **settings: Any) -> tuple[dict[str, Any], str]:
+def run_soak(tmp_path: Path, members: tuple[str, ...] = MEMBERS, **settings: Any
+             ) -> tuple[dict[str, Any], str]:
     """The soak's result, checked, and every sidecar's log (pod-local liveness as by default;
     at DEBUG each sidecar logs every client connection's close and what it made of it)."""
     result = soak.Soak(soak.Settings(
-        pods=2, groups=("eager",), events=(), initial=MEMBERS, session_timeout_ms=SESSION_MS,
+        pods=2, groups=("eager",), events=(), initial=members, session_timeout_ms=SESSION_MS,
         max_poll_interval_ms=2 * SESSION_MS, proxy_args=("--log-level", "DEBUG"),
         **settings), tmp_path).run()
     (tmp_path / "result.json").write_text(json.dumps(result, indent=1, default=str))
@@ -92,3 +95,73 @@ def test_live_members_whose_connections_the_proxy_closed_are_not_fenced(tmp_path
     assert [e["event"] for e in result["events"]] == ["broker-restart"], result["events"]
     assert FENCED.findall(logs) == [], f"logs in {tmp_path}"
     assert "is gone (" not in logs and "fenced (pod-local)" not in logs, f"logs in {tmp_path}"
+
+
+def test_a_sigkilled_java_classic_member_is_fenced_pod_local(tmp_path: Path) -> None:
+    """Kafka's Java consumer (classic protocol, one JVM each, behind either sidecar) keeps
+    several connections to its sidecar, like librdkafka: one of the two Java members is
+    SIGKILLed and fenced pod-local; the others end up with every partition."""
+    result, logs = run_soak(
+        tmp_path, members=("eager:java/classic/async@1", "eager:java/classic/async@2",
+                           "eager:confluent/consumer/async@1"),
+        duration_s=30.0, seed=3, script=("22:kill:eager:java/classic",))
+    killed = [e.get("member") for e in result["events"] if e["event"] == "kill"]
+    kinds = result["groups"]["eager"]["members"]
+    assert len(killed) == 1 and kinds[killed[0]].startswith("java/classic/"), \
+        (result["events"], kinds)
+    reasons = FENCED.findall(logs)
+    assert reasons == ["pod-local"], f"{reasons}\n{why(result, tmp_path)}"
+    owned = [e for e in result["groups"]["eager"]["timeline"]
+             if e[1] == killed[0] and e[2] == "assign" and e[3]]
+    assert owned, "the killed member never owned a partition: killed too early"
+
+
+IDLE_MS = 1500
+"""The members' ``connections.max.idle.ms``: shorter than the time between two of their
+requests on the group connection (a heartbeat every 3 s, an auto-commit every 5 s), longer
+than between two requests on their broker connection (fetches return within
+``fetch.wait.max.ms``, 500 ms; a metadata refresh every second keeps it busy while a member
+owns nothing to fetch, e.g. before its first assignment): the client closes its group
+connection (librdkafka checks once a second, so about 2 s after each heartbeat) and opens a
+new one for the next request, its broker connection staying open."""
+CLOSED_ALONE = re.compile(r": closed \([^)]*; by the client\): [1-9]\d* other connection\(s\) "
+                          r"of its client open, [1-9]\d* member\(s\) tied to this one")
+
+
+def test_members_whose_group_connection_the_client_reaps_are_not_fenced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """librdkafka members of both protocols with a short ``connections.max.idle.ms``: each
+    reaps its idle group connection itself, again and again, and reconnects for its next
+    heartbeat. The sidecars see those closes (logged at DEBUG as closes by the client with
+    members tied to them and other connections open) and declare nobody gone: no member is
+    fenced, none revokes or loses a partition once the group has formed, and both keep
+    consuming to the end."""
+    monkeypatch.setenv("GROUPGATE_SOAK_CLIENT_DEBUG", "broker")  # the clients log their reaps
+    result, logs = run_soak(
+        tmp_path, members=("eager:confluent/consumer/auto@1", "eager:confluent/classic/auto@2"),
+        duration_s=35.0, seed=11, heartbeat_interval_ms=3000,
+        client_config=(f"connections.max.idle.ms={IDLE_MS}",
+                       "topic.metadata.refresh.interval.ms=1000"))
+    # the mechanism happened: each client says it closed its idle coordinator connection, and
+    # the sidecars saw group connections closed by their clients, others open, several times
+    for member in result["groups"]["eager"]["members"]:
+        said = (tmp_path / "members" / f"{member}.stderr").read_text(errors="replace")
+        assert re.search(r"GroupCoordinator.*Connection max idle time exceeded", said), member
+    reaped = CLOSED_ALONE.findall(logs)
+    assert len(reaped) >= 4, f"{len(reaped)} group connections reaped\n{why(result, tmp_path)}"
+    assert FENCED.findall(logs) == [], why(result, tmp_path)
+    assert "is gone (" not in logs and "suspected gone" not in logs, why(result, tmp_path)
+    group = result["groups"]["eager"]
+    timeline = group["timeline"]
+    members = set(group["members"])
+    assert len(members) == 2
+    # from the moment each member had been assigned partitions to the first graceful close at
+    # the end of the run, nobody revoked or lost anything
+    formed = max(min(t for t, m, kind, parts in timeline if m == member and kind == "assign"
+                     and parts) for member in members)
+    end = min(t for t, _m, kind, _p in timeline if kind == "leave")
+    taken = [e for e in timeline if formed < e[0] < end and e[2] in ("revoke", "lost")]
+    assert taken == [], f"{taken}\n{why(result, tmp_path)}"
+    # progress: both consumed in the last 10 s before the end, reaping all along
+    late = {member for t, member, *_ in group["reads"] if end - 10 < t < end}
+    assert late == members, (late, members, end - formed)

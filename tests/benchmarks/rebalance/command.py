@@ -6,6 +6,14 @@ scenario runs the scenario ``--repeat`` times with fresh topics and groups (see
 session that is cut short keeps what it measured. At the end it prints the summary table
 (medians and min-max) and draws one picture per (protocol, scenario, size): the run with the
 median downtime. ``--report`` only re-renders the table and pictures from JSON files.
+
+``--scenario crash --profile bench|defaults`` runs the crash harness instead
+(:mod:`tests.benchmarks.crash`, also ``dev/bench crash``): the time until a SIGKILLed member's
+partitions have another owner, on ``classic-3.9``, ``native-4.4`` (``native-4.x`` is the same
+Kafka 4.4) or ``groupgate`` with pod-local liveness, with the benchmark's timeouts or Kafka's
+defaults; only ``--members``, ``--repeat``, ``--json`` and ``--workdir`` apply there.
+``--report`` of its files prints its table (``--summary FILE``: as JSON; ``--plots DIR``: its
+picture).
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from proxy.commands import machine
+from tests.benchmarks import crash
 from tests.benchmarks.rebalance import report, scenarios, targets
 from tests.testbed.artifacts import java_executable
 
@@ -29,7 +38,8 @@ def _csv(text: str) -> list[str]:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", choices=sorted(targets.TARGETS), help="what to measure")
+    parser.add_argument("--target", choices=sorted({*targets.TARGETS, *crash.TARGETS}),
+                        help="what to measure (native-4.4: native-4.x, with --profile)")
     parser.add_argument("--members", default="10", help="group sizes, comma separated")
     parser.add_argument(
         "--scenario", default="all",
@@ -54,6 +64,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--report", nargs="+", type=Path, metavar="JSON",
                         help="only render the table (and --plots) from these result files")
+    parser.add_argument("--profile", choices=crash.PROFILES, default=None,
+                        help="with --scenario crash: run the crash harness with the benchmark's "
+                        "timeouts (bench: 1 s heartbeat, 6 s session) or Kafka's defaults")
+    parser.add_argument("--summary", metavar="FILE", type=Path,
+                        help="with --report of crash-harness files: write the summary as JSON")
 
 
 def _versions(target: targets.Target) -> dict[str, Any]:
@@ -107,11 +122,32 @@ def _render(docs: list[dict[str, Any]], plots: Path | None) -> None:
             print(f"picture: {path}")
 
 
+def _run_crash(args: argparse.Namespace) -> int:
+    if args.scenario != "crash":
+        print("--profile goes with --scenario crash", file=sys.stderr)
+        return 2
+    target = "native-4.4" if args.target == "native-4.x" else args.target
+    if target is not None and target not in crash.TARGETS:
+        print(f"the crash harness measures {', '.join(crash.TARGETS)}", file=sys.stderr)
+        return 2
+    return crash.run(argparse.Namespace(
+        target=target, profile=args.profile, members=args.members, repeat=args.repeat,
+        json=args.json, workdir=args.workdir, report=None, summary=None, plots=None))
+
+
 def run(args: argparse.Namespace) -> int:
     if args.report:
         docs = [json.loads(p.read_text()) for p in args.report]
+        if docs and all(d.get("benchmark") == "crash" for d in docs):
+            return crash.report(args.report, args.summary, args.plots)
         _render(docs, args.plots)
         return 0
+    if args.profile is not None:
+        return _run_crash(args)
+    if args.target == "native-4.4":
+        print("native-4.4 is a crash-harness target (--scenario crash --profile P); "
+              "here: native-4.x", file=sys.stderr)
+        return 2
     if not args.target:
         print("--target is required (or --report)", file=sys.stderr)
         return 2

@@ -37,8 +37,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--member", action="append", default=[], metavar="SPEC",
                         help="a member at the start, GROUP:LIBRARY/PROTOCOL/COMMIT[@POD] "
                              "(repeat; default: two random kinds per group)")
-    parser.add_argument("--script", action="append", default=[], metavar="SECONDS:KIND[:GROUP]",
-                        help="an event at a fixed time instead of random ones (repeat)")
+    parser.add_argument("--script", action="append", default=[],
+                        metavar="SECONDS:KIND[:GROUP[:WHO]]",
+                        help="an event at a fixed time instead of random ones (repeat); WHO: "
+                             "LIBRARY/PROTOCOL of the member a leave, kill or stall picks")
     parser.add_argument("--fault-seconds", type=float, default=10.0,
                         help="how long coordinator-freeze, join-coordinator-freeze, "
                              "coordinator-cutoff and slow-link last")

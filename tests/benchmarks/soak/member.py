@@ -15,9 +15,11 @@ Commit styles: ``async`` (a commit of each record's offset right after it, many 
 ``sync`` (one synchronous commit per batch) and ``auto`` (the client's auto-commit). stdin
 takes ``stall SECONDS`` (block the poll loop once, after reading and before committing: a
 member overrunning ``max.poll.interval.ms``) and ``stop`` (close gracefully, as SIGTERM does).
-``GROUPGATE_SOAK_CLIENT_DEBUG`` (e.g. ``cgrp``) sets confluent-kafka's ``debug`` contexts; the
-lines go to the member's stderr file in the run's work directory. kafka-python's own warnings
-(and its coordinator's information lines) go there too, stamped with ``time.monotonic()``.
+``--config KEY=VALUE`` (repeatable) adds a confluent-kafka setting of the member's own (e.g.
+``connections.max.idle.ms``). ``GROUPGATE_SOAK_CLIENT_DEBUG`` (e.g. ``cgrp``) sets
+confluent-kafka's ``debug`` contexts; the lines go to the member's stderr file in the run's work
+directory. kafka-python's own warnings (and its coordinator's information lines) go there too,
+stamped with ``time.monotonic()``.
 """
 
 from __future__ import annotations
@@ -125,6 +127,7 @@ def run_confluent(args: argparse.Namespace, control: Control) -> None:
                        "partition.assignment.strategy": args.assignor})
     else:
         config["group.remote.assignor"] = args.assignor
+    config.update(item.split("=", 1) for item in args.config)
     if os.environ.get("GROUPGATE_SOAK_CLIENT_DEBUG"):  # librdkafka's debug contexts, to stderr
         config["debug"] = os.environ["GROUPGATE_SOAK_CLIENT_DEBUG"]
     consumer = Consumer(config)
@@ -277,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", required=True)
     parser.add_argument("--session-timeout-ms", type=int, default=6000)
     parser.add_argument("--max-poll-interval-ms", type=int, default=20000)
+    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                        help="a confluent-kafka setting of this member (repeatable)")
     args = parser.parse_args(argv)
     control = Control()
     if args.library == "confluent":

@@ -144,7 +144,8 @@ class Settings:
     """The members at the start, each ``GROUP:LIBRARY/PROTOCOL/COMMIT[@POD]`` (POD: 1-based,
     else the pods in turn); empty: two random kinds per group."""
     script: tuple[str, ...] = ()
-    """Events at fixed times instead of random ones, each ``SECONDS:KIND[:GROUP]``."""
+    """Events at fixed times instead of random ones, each ``SECONDS:KIND[:GROUP[:WHO]]``
+    (WHO, for leave, kill and stall: ``LIBRARY/PROTOCOL``, a live member of that kind)."""
     restart_delay_s: float = 1.0
     """After a sidecar is SIGKILLed, how long until it is started again (Kubernetes restarts
     a crashed container at once, then with back-off)."""
@@ -168,6 +169,9 @@ class Settings:
     join_kind: str = ""
     """``LIBRARY/PROTOCOL/COMMIT`` of the members scripted events add; empty: a random kind
     of the group."""
+    client_config: tuple[str, ...] = ()
+    """``KEY=VALUE`` settings for every confluent-kafka member (e.g. a short
+    ``connections.max.idle.ms``: the client closes its idle connections itself)."""
 
 
 class Member:
@@ -218,6 +222,8 @@ class Member:
                        "--name", self.name,
                        "--session-timeout-ms", str(s.settings.session_timeout_ms),
                        "--max-poll-interval-ms", str(s.settings.max_poll_interval_ms)]
+            if self.kind.library == "confluent":
+                command += [f"--config={item}" for item in s.settings.client_config]
             log = open(s.workdir / "members" / f"{self.name}.stderr", "w")  # noqa: SIM115
             self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=log, text=True, bufsize=1,
@@ -569,10 +575,15 @@ class Soak:
 
     # -- events -------------------------------------------------------------------------------
 
-    def apply_event(self, kind: str, chosen: str | None = None) -> dict[str, Any]:
+    def apply_event(self, kind: str, chosen: str | None = None, who: str | None = None
+                    ) -> dict[str, Any]:
+        """Apply one event to ``chosen`` (a random group if None); a leave, kill or stall
+        picks a random live member, of the kind ``who`` (``LIBRARY/PROTOCOL``) if given."""
         s = self.settings
         group = chosen or self.rng.choice(list(s.groups))
         live = self.live(group)
+        if who is not None:
+            live = [m for m in live if m.kind.label.startswith(who + "/")]
         began = time.monotonic()
         note: dict[str, Any] = {"t": began, "began": began, "event": kind, "group": group}
         if kind == "join" and len(live) < s.max_members:
@@ -809,14 +820,15 @@ class Soak:
             self._apply(bag.pop(), None, chaos_end - s.duration_s)
 
     def run_script(self, started: float) -> None:
-        for at, kind, group in (parse_scripted(e) for e in self.settings.script):
+        for at, kind, group, who in (parse_scripted(e) for e in self.settings.script):
             wait = started + at - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
-            self._apply(kind, group, started)
+            self._apply(kind, group, started, who)
 
-    def _apply(self, event: str, group: str | None, started: float) -> None:
-        note = self.apply_event(event, group)
+    def _apply(self, event: str, group: str | None, started: float, who: str | None = None
+               ) -> None:
+        note = self.apply_event(event, group, who)
         self.applied.append(note)
         self.out(f"  {note['t'] - started:7.1f}s {event:15s} {note.get('group', '')} "
                  f"{note.get('member', '')} {note.get('proxy', '')}"
@@ -977,11 +989,13 @@ def parse_member(spec: str) -> tuple[str, Kind, int | None]:
     return group, Kind(library, protocol, assignor, commit), int(pod) if pod else None
 
 
-def parse_scripted(spec: str) -> tuple[float, str, str | None]:
-    """``SECONDS:KIND[:GROUP]`` -> (seconds from the start, kind, group or None)."""
+def parse_scripted(spec: str) -> tuple[float, str, str | None, str | None]:
+    """``SECONDS:KIND[:GROUP[:LIBRARY/PROTOCOL]]`` -> (seconds from the start, kind, group or
+    None, the kind of member it applies to or None)."""
     at, _, rest = spec.partition(":")
-    kind, _, group = rest.partition(":")
-    return float(at), kind, group or None
+    kind, _, rest = rest.partition(":")
+    group, _, who = rest.partition(":")
+    return float(at), kind, group or None, who or None
 
 
 def _cpu_seconds(pid: int) -> float | None:

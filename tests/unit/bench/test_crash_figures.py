@@ -43,3 +43,16 @@ def test_summary_medians_and_ratio_of_medians() -> None:
     assert row["native-4.4"]["median_s"] == 6.5 and row["native-4.4"]["not_reassigned"] == 1
     assert row["ratio"] == round(1.2 / 6.5, 3)
     assert row["downtime_ratio"] == round(12.0 / 65.0, 3)
+
+
+def test_summary_compares_groupgate_with_classic_as_well() -> None:
+    def doc(target: str, values: list[float]) -> dict[str, Any]:
+        return {"profile": "defaults", "runs": [
+            {"target": target, "members": 50, "reassigned_s": v,
+             "downtime_partition_s": 10 * v} for v in values]}
+
+    (row,) = summarize([doc("groupgate", [2.0, 2.2, 2.1]), doc("classic-3.9", [45.0, 48.0, 42.0])])
+    assert row["classic-3.9"]["median_s"] == 45.0
+    assert row["ratio_classic"] == round(2.1 / 45.0, 3)
+    assert row["downtime_ratio_classic"] == round(21.0 / 450.0, 3)
+    assert row["native-4.4"]["runs"] == 0 and row["ratio"] is None
