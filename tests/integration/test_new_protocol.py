@@ -362,7 +362,7 @@ def test_classic_client_is_refused_while_coordinated_then_resumes_from_committed
     direct.stop()
 
     member.stop()  # commits were made per record; close leaves the group
-    committed = {}
+    committed: dict[tuple[str, int], int] = {}
     for t, p, o in member.records:
         committed[(t, p)] = max(committed.get((t, p), -1), o + 1)
     if target.proxy is not None:
@@ -372,7 +372,7 @@ def test_classic_client_is_refused_while_coordinated_then_resumes_from_committed
     classic = ConfluentMember(target.broker.bootstrap, [name], group, protocol="classic")
     members.append(classic)
     wait_until(lambda: len(classic.records) >= 90, "the classic consumer to consume the rest")
-    first = {}
+    first: dict[tuple[str, int], int] = {}
     for t, p, o in classic.records:
         first.setdefault((t, p), o)
     assert first == committed, "the classic consumer did not resume at the committed offsets"
