@@ -9,6 +9,8 @@ next Heartbeat, SyncGroup and commit are answered by the engine at the generatio
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
@@ -201,16 +203,26 @@ async def _candidate(service: Any) -> Any:
     return service.upgrades.candidates[GROUP]
 
 
-async def test_a_stable_candidate_moves_to_the_engine_and_nobody_notices(
-        autojump_clock: trio.testing.MockClock) -> None:
-    broker = Broker([A, B])
+@asynccontextmanager
+async def _noted(broker: Broker) -> AsyncIterator[tuple[Any, Any, trio.Nursery]]:
+    """A running sidecar in front of ``broker`` whose group became a candidate and was seen
+    Stable on one poll (noted: the next poll, ``POLL_SECONDS`` on, converts it); the service,
+    the candidate and the nursery the service runs in."""
     service = _service(broker)
     async with trio.open_nursery() as nursery:
         await nursery.start(lambda task_status: service.run(watch_topics=False,
                                                              task_status=task_status))
         candidate = await _candidate(service)
-        await service.upgrades.poll(service, GROUP, candidate)  # Stable: noted
-        assert service.engine.group(GROUP) is None
+        await service.upgrades.poll(service, GROUP, candidate)
+        yield service, candidate, nursery
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_stable_candidate_moves_to_the_engine_and_nobody_notices(
+        autojump_clock: trio.testing.MockClock) -> None:
+    broker = Broker([A, B])
+    async with _noted(broker) as (service, candidate, _):
+        assert service.engine.group(GROUP) is None  # noted only
         await trio.sleep(upgrade.POLL_SECONDS)
         await service.upgrades.poll(service, GROUP, candidate)  # still Stable: converted
         # the members were removed by one LeaveGroup, sent just before the lock's JoinGroup
@@ -237,19 +249,13 @@ async def test_a_stable_candidate_moves_to_the_engine_and_nobody_notices(
             assert [(t, tuple(ps)) for t, ps in sync.assignment.partitions] == [
                 (TOPIC, partitions)]
         assert GROUP not in service.upgrades.candidates
-        nursery.cancel_scope.cancel()
 
 
 async def test_requests_of_the_group_wait_for_the_conversion_and_reach_the_engine(
         autojump_clock: trio.testing.MockClock) -> None:
     broker = Broker([A, B])
     broker.gate = trio.Event()
-    service = _service(broker)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(lambda task_status: service.run(watch_topics=False,
-                                                             task_status=task_status))
-        candidate = await _candidate(service)
-        await service.upgrades.poll(service, GROUP, candidate)
+    async with _noted(broker) as (service, candidate, nursery):
         await trio.sleep(upgrade.POLL_SECONDS)
         nursery.start_soon(service.upgrades.poll, service, GROUP, candidate)
         await trio.testing.wait_all_tasks_blocked()
@@ -278,43 +284,30 @@ async def test_requests_of_the_group_wait_for_the_conversion_and_reach_the_engin
         response, _ = messages.decode_response(12, 4, payload, 5)
         assert response["error_code"] == ErrorCode.NONE
         assert 12 not in [k for k, _, value in broker.requests if value.get("member_id") == A]
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_group_that_changed_since_the_candidate_is_not_converted(
         autojump_clock: trio.testing.MockClock) -> None:
     broker = Broker([A, B])
-    service = _service(broker)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(lambda task_status: service.run(watch_topics=False,
-                                                             task_status=task_status))
-        candidate = await _candidate(service)
-        await service.upgrades.poll(service, GROUP, candidate)
+    async with _noted(broker) as (service, candidate, _):
         broker.members = [A, B, DIRECT]  # a direct client joined
         await trio.sleep(upgrade.POLL_SECONDS)
         await service.upgrades.poll(service, GROUP, candidate)
         assert candidate.stable_since is None
         assert 13 not in [k for k, _, _ in broker.requests]
         assert service.engine.group(GROUP) is None
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_refused_snapshot_leaves_the_brokers_group_alone(
         autojump_clock: trio.testing.MockClock) -> None:
     broker = Broker([A, B])
-    service = _service(broker)
     OWNED[B] = (1, 3)  # partition 1 owned twice: the engine refuses the snapshot
     try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(lambda task_status: service.run(watch_topics=False,
-                                                                 task_status=task_status))
-            candidate = await _candidate(service)
-            await service.upgrades.poll(service, GROUP, candidate)
+        async with _noted(broker) as (service, candidate, _):
             await trio.sleep(upgrade.POLL_SECONDS)
             await service.upgrades.poll(service, GROUP, candidate)
             assert 13 not in [k for k, _, _ in broker.requests]
             assert service.engine.group(GROUP) is None and not service.claims(GROUP)
             assert candidate.not_before > trio.current_time()  # tried again later
-            nursery.cancel_scope.cancel()
     finally:
         OWNED[B] = (2, 3)
