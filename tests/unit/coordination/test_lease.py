@@ -205,12 +205,14 @@ async def _running(broker: Broker, **settings: Any
         nursery.cancel_scope.cancel()
 
 
-async def _silenced(broker: Broker, membership: BrokerMembership) -> tuple[float, float]:
-    """2.5 s on, the broker stops answering: the end of the lease the membership holds, and
-    of the broker session it runs for."""
+async def _lease_ran_out(broker: Broker, membership: BrokerMembership) -> float:
+    """2.5 s on, the broker stops answering; returns just after the lease the membership held
+    then ran out, with the end of the broker session it ran for."""
     await trio.sleep(2.5)
     broker.silent = True
-    return membership.lease_deadline, _session_deadline(membership)
+    lease, session = membership.lease_deadline, _session_deadline(membership)
+    await trio.sleep_until(lease + 0.01)
+    return session
 
 
 def _hb_wire(member: str, epoch: int) -> Any:
@@ -255,8 +257,7 @@ async def test_members_behind_a_cut_off_sidecar_are_told_to_let_go_one_session_a
                   for m in ("m1", "m2", "m3")}
         assert all(epochs.values())
         membership = service.memberships["g"]
-        lease, session = await _silenced(broker, membership)
-        await trio.sleep_until(lease + 0.01)
+        session = await _lease_ran_out(broker, membership)
         assert set(service.engine.groups["g"].members) == {"m1", "m2", "m3"}
         # within the session's last fifth: each heartbeat waits half an interval, then hears
         # the retriable COORDINATOR_LOAD_IN_PROGRESS (never COORDINATOR_NOT_AVAILABLE: the
@@ -297,8 +298,7 @@ async def test_a_sidecar_whose_broker_answers_again_within_the_session_tells_nob
     async with _running(broker) as (service, _):
         epochs = {m: (await service.heartbeat(_hb(m, 0))).member_epoch for m in ("m1", "m2")}
         membership = service.memberships["g"]
-        lease, session = await _silenced(broker, membership)
-        await trio.sleep_until(lease + 0.01)
+        session = await _lease_ran_out(broker, membership)
         assert (await service.heartbeat(_hb("m1", epochs["m1"]))).error_code == \
             COORDINATOR_LOAD_IN_PROGRESS
         broker.silent = False
@@ -358,8 +358,7 @@ async def test_a_classic_heartbeat_after_the_lease_ran_out_waits_and_is_told_to_
         member, generation = await _classic_member(service)
         assert (await service.classic_heartbeat(_heartbeat(member, generation))).error_code == 0
         membership = service.memberships["g"]
-        lease, session = await _silenced(broker, membership)
-        await trio.sleep_until(lease + 0.01)
+        session = await _lease_ran_out(broker, membership)
         answer = await service.classic_heartbeat(_heartbeat(member, generation))
         assert (answer.error_code, trio.current_time()) == (UNKNOWN_MEMBER_ID, session)
         assert membership.cut_off and "g" not in service.engine.groups
@@ -375,8 +374,7 @@ async def test_a_classic_heartbeat_waiting_after_the_lease_ran_out_is_served_onc
     async with _running(broker, classic_translation=True) as (service, nursery):
         member, generation = await _classic_member(service)
         membership = service.memberships["g"]
-        lease, session = await _silenced(broker, membership)
-        await trio.sleep_until(lease + 0.01)
+        session = await _lease_ran_out(broker, membership)
         answers: list[tuple[float, int]] = []
 
         async def beat() -> None:
@@ -413,8 +411,7 @@ async def test_a_commit_waiting_while_the_lease_is_cut_off_is_told_to_let_go(
     async with _running(broker, classic_translation=True) as (service, _):
         member, generation = await _classic_member(service)
         membership = service.memberships["g"]
-        lease, _session = await _silenced(broker, membership)
-        await trio.sleep_until(lease + 0.01)
+        await _lease_ran_out(broker, membership)
         answered = await exchange(router(service), _commit(member, generation))
         assert answered.response is not None, answered
         (topic,) = answered.response["topics"]
