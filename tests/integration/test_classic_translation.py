@@ -39,7 +39,7 @@ from tests.integration.members import (
     owned_exactly_once,
     wait_until,
 )
-from tests.integration.test_new_protocol import PROXY_FLAGS, coordinator_of
+from tests.integration.test_new_protocol import PROXY_FLAGS, ask_coordinator, coordinator_of
 from tests.testbed.broker import KafkaBroker
 
 FLAGS = (*PROXY_FLAGS, "--classic-translation", "on")
@@ -56,15 +56,16 @@ CLASSIC, CONSUMER = 0, 1
 
 def member_types(bootstrap: str, group: str) -> list[int]:
     """The engine's members of ``group`` by type (ConsumerGroupDescribe through the proxy)."""
-    conn = coordinator_of(bootstrap, group)
-    try:
-        described = conn.request(69, 1, {"group_ids": [group],
-                                         "include_authorized_operations": False})
-    finally:
-        conn.close()
-    entry = described["groups"][0]
+    entry = described(bootstrap, group)
     assert entry["error_code"] == 0, entry
     return sorted(m["member_type"] for m in entry["members"])
+
+
+def described(bootstrap: str, group: str) -> dict[str, Any]:
+    """The group's entry in ConsumerGroupDescribe (v1) through ``bootstrap``."""
+    entry: dict[str, Any] = ask_coordinator(bootstrap, group, 69, 1, {
+        "group_ids": [group], "include_authorized_operations": False})["groups"][0]
+    return entry
 
 
 def produce(bootstrap: str, name: str, count: int, partitions: int) -> None:
@@ -156,13 +157,8 @@ def test_group_with_direct_members_stays_the_brokers(
     members.append(KafkaPythonMember(proxy.bootstrap, [name], group, "range"))
     wait_until(lambda: owned_exactly_once(members, partitions),
                "the direct member and the member behind the proxy sharing the broker's group")
-    conn = coordinator_of(proxy.bootstrap, group)
-    try:
-        described = conn.request(69, 1, {"group_ids": [group],
-                                         "include_authorized_operations": False})
-    finally:
-        conn.close()
-    assert described["groups"][0]["error_code"] == 69, described  # not an engine group
+    entry = described(proxy.bootstrap, group)
+    assert entry["error_code"] == 69, entry  # not an engine group
 
 
 def test_connect_join_group_is_forwarded_to_the_broker(

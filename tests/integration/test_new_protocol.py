@@ -239,6 +239,17 @@ def coordinator_of(bootstrap: str, group: str) -> Wire:
     raise AssertionError("no coordinator found")
 
 
+def ask_coordinator(bootstrap: str, group: str, api_key: int, version: int,
+                    value: dict[str, Any]) -> dict[str, Any]:
+    """One request to the coordinator of ``group`` (found through ``bootstrap``), on a
+    connection of its own."""
+    conn = coordinator_of(bootstrap, group)
+    try:
+        return conn.request(api_key, version, value)
+    finally:
+        conn.close()
+
+
 class RawMember:
     """One KIP-848 member driven by hand: heartbeats only when the test says so."""
 

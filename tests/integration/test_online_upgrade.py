@@ -43,8 +43,8 @@ from tests.integration.members import (
     ownership_overlaps,
     wait_until,
 )
-from tests.integration.test_classic_translation import CLASSIC, FLAGS
-from tests.integration.test_new_protocol import coordinator_of
+from tests.integration.test_classic_translation import CLASSIC, FLAGS, described
+from tests.integration.test_new_protocol import ask_coordinator
 from tests.testbed.broker import KafkaBroker
 
 PARTITIONS = 12
@@ -79,12 +79,9 @@ class Commits:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                conn = coordinator_of(self.bootstrap, self.group)
-                try:
-                    answer = conn.request(9, 5, {"group_id": self.group, "topics": [
+                answer = ask_coordinator(self.bootstrap, self.group, 9, 5, {
+                    "group_id": self.group, "topics": [
                         {"name": self.topic, "partition_indexes": list(range(PARTITIONS))}]})
-                finally:
-                    conn.close()
             except (OSError, AssertionError):  # the coordinator is busy: read again
                 self._stop.wait(0.5)
                 continue
@@ -133,13 +130,7 @@ def longest_unconsumed(members: list[Member], start: float, end: float) -> float
 def engine_members(proxy_bootstrap: str, group: str) -> list[int] | None:
     """The engine's members by type (ConsumerGroupDescribe through the proxy); None while the
     engine does not have the group."""
-    conn = coordinator_of(proxy_bootstrap, group)
-    try:
-        described = conn.request(69, 1, {"group_ids": [group],
-                                         "include_authorized_operations": False})
-    finally:
-        conn.close()
-    entry = described["groups"][0]
+    entry = described(proxy_bootstrap, group)
     if entry["error_code"] != 0:
         return None
     return sorted(m["member_type"] for m in entry["members"])
@@ -147,13 +138,8 @@ def engine_members(proxy_bootstrap: str, group: str) -> list[int] | None:
 
 def broker_members(broker_bootstrap: str, group: str) -> tuple[str, list[str]]:
     """(protocol, client ids) of the broker's group (DescribeGroups at the broker)."""
-    conn = coordinator_of(broker_bootstrap, group)
-    try:
-        described = conn.request(15, 5, {"groups": [group],
-                                         "include_authorized_operations": False})
-    finally:
-        conn.close()
-    entry = described["groups"][0]
+    entry = ask_coordinator(broker_bootstrap, group, 15, 5, {
+        "groups": [group], "include_authorized_operations": False})["groups"][0]
     return entry["protocol_data"], [m["client_id"] for m in entry["members"]]
 
 
