@@ -20,8 +20,9 @@ from proxy.codec.api_keys import ApiKey
 from proxy.config import ProxyConfig, resolve_fleet
 from proxy.connection import ListenerError, Router
 from proxy.coordination.authorization import AuthorizationStage
+from proxy.coordination.fleet_control import FleetControlRouter
 from proxy.coordination.peers import ConnectionLinks, FleetSide
-from proxy.coordination.pod_liveness import FleetControlRouter, PodLiveness
+from proxy.coordination.pod_liveness import PodLiveness
 from proxy.coordination.routing import CoordinatingRouter, handler_table
 from proxy.coordination.service import CoordinatorService
 from proxy.health import serve_health
@@ -86,10 +87,13 @@ def make_router_factory(config: ProxyConfig, service: CoordinatorService | None 
                         liveness: PodLiveness | None = None) -> RouterFactory:
     """Routers of new connections; with a coordinator service, group requests of coordinated
     groups are answered by it (:mod:`proxy.coordination.routing`); with ``liveness``, client
-    connections feed pod-local liveness and the fleet listener answers ``FleetControl``
-    (:mod:`proxy.coordination.pod_liveness`)."""
+    connections feed pod-local liveness; the fleet listener answers ``FleetControl``
+    (:mod:`proxy.coordination.fleet_control`)."""
     accepted = parse_table(fetch_node_endpoints=config.fetch_node_endpoints)
     handlers = handler_table(service) if service is not None else {}
+    control = dict(service.upgrades.control_handlers(service)) if service is not None else {}
+    if liveness is not None:
+        control["MemberGone"] = liveness.on_member_gone
     mode = authorization_mode(config)
     authorizer: AuthorizerCheck | None = None
     if service is not None and mode == "auto":
@@ -117,7 +121,7 @@ def make_router_factory(config: ProxyConfig, service: CoordinatorService | None 
                                         software=service.software, session=session,
                                         authorization=stage, authorizer=authorizer)
             if inbound:
-                return FleetControlRouter(router, liveness, session, client_host)
+                return FleetControlRouter(router, control, session, client_host)
             if liveness is not None:
                 router.liveness = liveness.watch(client_host)
             return router

@@ -306,8 +306,11 @@ SETTINGS: tuple[Setting, ...] = (
             "bidirectional, upgrade, downgrade, disabled). With upgrade or bidirectional, a "
             "classic group of the broker whose members are all behind sidecars moves to the "
             "engine online, nobody called back (docs/operations.md, 'Rolling sidecars onto a "
-            "live group'); with downgrade or disabled it stays the broker's. The default is "
-            "upgrade, not Kafka's bidirectional: the hand-back to the broker is not built yet."),
+            "live group'); with downgrade or disabled it stays the broker's. With disabled, a "
+            "KIP-848 member joining a group that has members connected straight to the broker "
+            "is answered GROUP_ID_NOT_FOUND, as Kafka answers it (otherwise it takes part as a "
+            "bridged member). The default is upgrade, not Kafka's bidirectional: the hand-back "
+            "to the broker is not built yet."),
     Setting("pod-local-liveness", _bool, "on",
             "Fence a member at once (reason pod-local) when every connection of its client "
             "to this sidecar closes together and none reopens within liveness-grace-ms: its "

@@ -130,7 +130,9 @@ BRIDGED_MEMBERS = Counter(
     "Bridged members (the classic member this sidecar runs in a broker group for a KIP-848 "
     "client while the group has members connected straight to the broker), by event: "
     "started, left (the client left), expired (the client stopped heartbeating), failed (the "
-    "group cannot take one, or its task failed), stopped (the proxy stopped)",
+    "group cannot take one, or its task failed), stopped (the proxy stopped), refused "
+    "(migration-policy disabled: the client was answered GROUP_ID_NOT_FOUND), converted (the "
+    "group moved to the engine, which adopted the client)",
     ["event"], registry=REGISTRY)
 BRIDGED_ACTIVE = Gauge("groupgate_bridged_members_active",
                        "Bridged members this sidecar runs now", registry=REGISTRY)

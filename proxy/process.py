@@ -31,10 +31,11 @@ _BROKER = re.compile(r"broker (\d+): listening on (\S+):(\d+)")
 _PR_SET_PDEATHSIG = 1
 
 
-def _exit_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` asking the kernel to SIGTERM the child when this thread's process
-    dies, or None where that cannot be asked (not Linux, or not the main thread). The libc
-    function is looked up here, before the fork, so the child only calls it."""
+def exit_with_parent(signum: int = signal.SIGTERM) -> Callable[[], None] | None:
+    """A ``preexec_fn`` asking the kernel to send the child ``signum`` when this process's
+    main thread ends, or None where that cannot be asked (not Linux, or not called from the
+    main thread: the signal follows the thread that forked). The libc function is looked up
+    here, before the fork, so the child only calls it."""
     if not sys.platform.startswith("linux") or threading.current_thread() is not \
             threading.main_thread():
         return None
@@ -45,9 +46,9 @@ def _exit_with_parent() -> Callable[[], None] | None:
     parent = os.getpid()
 
     def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
         if os.getppid() != parent:  # the parent died before the request took effect
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signum)
 
     return preexec
 
@@ -89,7 +90,7 @@ class ProxyProcess:
         with open(self.log_file, "ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                             env=env, start_new_session=True, cwd=self.cwd,
-                                            preexec_fn=_exit_with_parent())
+                                            preexec_fn=exit_with_parent())
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             match = _READY.search(self.log())

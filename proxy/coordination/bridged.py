@@ -34,6 +34,7 @@ from proxy import metrics
 from proxy.codec import messages
 from proxy.codec.api_keys import ApiKey
 from proxy.coordination.convert import encode_assignment, parse_assignment, parse_subscription
+from proxy.coordination.in_flight import InFlight
 from proxy.coordination.membership import (
     COORDINATOR_MOVED,
     CoordinatorUnavailable,
@@ -140,6 +141,14 @@ class Bridge:
         self.told_to_let_go = False
         self.ended = ""
         """Why the member ended (empty while it runs)."""
+        self.suspended = False
+        """Nothing is sent to the broker meanwhile: another sidecar or this one converts the
+        group (:mod:`.upgrade`); what the machine asks for waits."""
+        self.at_broker = InFlight()
+        """Requests of this member at the broker now (a conversion waits for them)."""
+        self.on_leader: Callable[[str, int, frozenset[str]], None] | None = None
+        """Told (group, generation, member ids) when the broker made this member the leader."""
+        self._scope = trio.CancelScope()
 
     # -- what the table uses ----------------------------------------------------------------
 
@@ -206,12 +215,24 @@ class Bridge:
 
     # -- the task ---------------------------------------------------------------------------
 
+    def stop_quietly(self, why: str) -> None:
+        """End the task without a word to the broker or the client (the engine adopted the
+        member: its broker membership was removed with the group's)."""
+        self.ended = why
+        self._scope.cancel()
+
     async def run(self) -> None:
+        with self._scope:
+            await self._run()
+        await self._close_links()
+
+    async def _run(self) -> None:
         settings = self.settings
         machine = self.machine
         async with trio.open_nursery() as nursery:
             while True:
-                self._dispatch(nursery)
+                if not self.suspended:
+                    self._dispatch(nursery)
                 if machine.state is BridgeState.LEFT and not self._control_busy:
                     break
                 now = trio.current_time()
@@ -234,12 +255,11 @@ class Bridge:
                         nursery.start_soon(self._refresh_counts)
                     deadline = min(deadline, self._next_refresh)
                 self._wake = trio.Event()
-                if self._queue:
+                if self._queue and not self.suspended:
                     continue
                 with trio.move_on_at(deadline):
                     await self._wake.wait()
             nursery.cancel_scope.cancel()
-        await self._close_links()
 
     def _dispatch(self, nursery: trio.Nursery) -> None:
         queue, self._queue = self._queue, []
@@ -299,16 +319,20 @@ class Bridge:
                     heartbeat: bool = False) -> dict[str, Any] | None:
         """One request to the group's coordinator; None if it could not be reached (the
         coordinator is looked up again before the next one, after a pause)."""
+        release = self.at_broker.track()
         try:
             control, heartbeats = await self._links()
             link = heartbeats if heartbeat else control
             return await link.request(api_key, version, value, client_id=self.machine.client_id)
         except (UpstreamError, CoordinatorUnavailable) as exc:
+            release()
             log.info("group %s: bridged member %s: %s failed: %s", self.group_id,
                      self.member_id, api_key.name, exc)
             self.coordinator = None
             await trio.sleep(RETRY_SECONDS)
             return None
+        finally:
+            release()
 
     async def _moved(self, error: int) -> None:
         if error in COORDINATOR_MOVED:
@@ -325,6 +349,10 @@ class Bridge:
             await self._moved(response["error_code"])
             answer = join_answer(response)
         counts: dict[str, int] = {}
+        if (answer.error_code == ErrorCode.NONE and answer.leader == answer.member_id
+                and self.on_leader is not None):
+            self.on_leader(self.group_id, answer.generation_id,
+                           frozenset(m.member_id for m in answer.members))
         if answer.error_code == ErrorCode.NONE and answer.leader == answer.member_id:
             names = {t for m in answer.members for t in m.subscription.topics}
             await self.learn_topics(names, fresh=True)
@@ -457,6 +485,9 @@ class Bridges:
         self._groups: dict[str, int] = {}
         self._nursery: trio.Nursery | None = None
         self.stopping = False
+        self.on_leader: Callable[[str, int, frozenset[str]], None] | None = None
+        """Told when a bridged member here is made the broker group's leader (the online
+        upgrade's detection, :meth:`~.upgrade.Upgrades.note_leader`)."""
         metrics.BRIDGED_ACTIVE.set_function(lambda: len(self.members))
 
     @property
@@ -521,6 +552,7 @@ class Bridges:
             current_protocol=protocol or None, group_instance_id=request.instance_id,
             rack_id=request.rack_id)
         bridge = Bridge(machine, self.settings, self.pool, self._bootstrap)
+        bridge.on_leader = self.on_leader
         self.members[key] = bridge
         self._groups[group_id] = self._groups.get(group_id, 0) + 1
         metrics.BRIDGED_MEMBERS.labels("started").inc()
@@ -584,7 +616,7 @@ class Bridges:
         by its next heartbeat, which finds no member)."""
         try:
             await bridge.run()
-            bridge.ended = "left"
+            bridge.ended = bridge.ended or "left"
         except Exception as exc:
             log.exception("group %s: bridged member %s failed unexpectedly; it is forgotten",
                           bridge.group_id, bridge.member_id)
@@ -605,6 +637,54 @@ class Bridges:
                 self._groups.pop(bridge.group_id, None)
         bridge.ended = bridge.ended or "forgotten"
         bridge.feed(())
+
+    # -- the online upgrade (:mod:`.upgrade`) -------------------------------------------------
+
+    def of_group(self, group_id: str) -> list[Bridge]:
+        return [b for (g, _m), b in self.members.items() if g == group_id]
+
+    def suspend(self, group_id: str) -> int:
+        """The group is being converted: its members send nothing more to the broker (what
+        their machines ask for waits). Returns how many there are."""
+        bridges = self.of_group(group_id)
+        for bridge in bridges:
+            bridge.suspended = True
+        return len(bridges)
+
+    async def drained(self, group_id: str, timeout: float) -> bool:
+        """Wait up to ``timeout`` for the group's members' requests at the broker to end."""
+        deadline = trio.current_time() + timeout
+        for bridge in self.of_group(group_id):
+            if not await bridge.at_broker.drained(max(0.0, deadline - trio.current_time())):
+                return False
+        return True
+
+    def resume(self, group_id: str) -> None:
+        """The conversion did not happen: the members go on in the broker's group."""
+        for bridge in self.of_group(group_id):
+            bridge.suspended = False
+            bridge.feed(())
+
+    def convert_away(self, group_id: str) -> int:
+        """The engine adopted the group, these members included (under their clients' member
+        ids): their tasks end without a LeaveGroup (the conversion removed their broker
+        memberships) and their clients' next heartbeats go to the engine. Returns how many."""
+        bridges = self.of_group(group_id)
+        for bridge in bridges:
+            bridge.stop_quietly("converted")
+            metrics.BRIDGED_MEMBERS.labels("converted").inc()
+            self._forget(bridge)
+        if bridges:
+            log.info("group %s: %d bridged member(s) adopted by the engine with their clients' "
+                     "member ids", group_id, len(bridges))
+        return len(bridges)
+
+    def timeouts(self, group_id: str) -> dict[str, list[int]]:
+        """(broker member id -> [session, rebalance timeout]) of the group's members here, as
+        their JoinGroups asked (for the engine's adoption: DescribeGroups does not show them)."""
+        return {b.machine.broker_member_id: [self.settings.client_session_ms,
+                                             b.machine.rebalance_timeout_ms]
+                for b in self.of_group(group_id) if b.machine.broker_member_id}
 
     # -- offsets ----------------------------------------------------------------------------
 

@@ -69,13 +69,19 @@ from proxy.coordination.fleet import (
     read_holder,
     subscription_metadata,
 )
+from proxy.coordination.in_flight import InFlight
+from proxy.fleet_core.lease import LEASE_FRACTION, Lease, LeaseState
 from proxy.kafka_client.links import Address, BrokerLink, LinkPool
+from proxy.kafka_client.metadata import (
+    FIND_COORDINATOR_VERSION,
+    GROUP_KEY,
+    find_coordinator_request,
+)
 from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode
 
 log = logging.getLogger("groupgate.coordination")
 
-FIND_COORDINATOR_VERSION = 3
 JOIN_VERSION = 5
 SYNC_VERSION = 3
 HEARTBEAT_VERSION = 3
@@ -97,9 +103,6 @@ MAX_SESSION_TIMEOUT_MS = 300_000
 JOIN_WAIT_SECONDS = 30.0
 """Longest the proxy waits for an answer on its link to the group's broker coordinator (a
 JoinGroup is answered once the other members have rejoined or been dropped)."""
-LEASE_FRACTION = 0.8
-"""Share of the session after the last answered heartbeat (counted from when it was sent)
-during which the proxy acts as the group's coordinator."""
 RETRY_SECONDS = 0.5
 DRAIN_SECONDS = 10.0
 """Longest a rejoin for new topics waits for commits in flight under the old generation (and
@@ -149,7 +152,7 @@ async def find_coordinator(pool: LinkPool, bootstrap: Sequence[Address], group_i
             try:
                 response = await pool.link(address).request(
                     ApiKey.FIND_COORDINATOR, FIND_COORDINATOR_VERSION,
-                    {"key": group_id, "key_type": 0})
+                    find_coordinator_request(group_id, GROUP_KEY))
             except UpstreamError as exc:
                 last = str(exc)
                 continue
@@ -185,10 +188,8 @@ class BrokerMembership:
         self._topics = topics
         """The topic names the group subscribes to now (advertised in the subscription)."""
         self.advertised: tuple[str, ...] = ()
-        self.in_flight = 0
+        self.commits = InFlight()
         """Commits stamped with the current generation whose answer has not come back."""
-        self._drained = trio.Event()
-        self._drained.set()
         self._stable_changed = trio.Event()
         self._resubscribe = False
         """The group's topics changed: rejoin (after draining) to advertise them."""
@@ -202,12 +203,12 @@ class BrokerMembership:
         """Awaited once, when the first join succeeded, before anyone waiting on
         :attr:`settled` runs (so that whatever it decides, or loads, applies to every waiting
         request alike); if it raises, the membership fails and leaves the broker's group."""
-        self.lease_deadline = float("inf")
-        """trio time until which the proxy may act for the group (see :data:`LEASE_FRACTION`)."""
-        self.session_deadline = float("inf")
-        """trio time from which the broker may have dropped the member: one session after the
-        send time of the last heartbeat or SyncGroup it answered. Reached without another
-        answer, the lease is lost for good (:attr:`cut_off`)."""
+        self.lease = Lease(LEASE_FRACTION)
+        """The lock's lease in trio time (:mod:`proxy.fleet_core.lease`, shared with the fleet
+        core): :attr:`lease_deadline` is until when the proxy may act for the group,
+        :attr:`session_deadline` from when the broker may have dropped the member (one session
+        after the send time of the last heartbeat or SyncGroup it answered; reached without
+        another answer, the lease is lost for good, :attr:`cut_off`)."""
         self.cut_off = False
         """The lease was lost because the broker did not answer within a session (rather than
         because it said so): the group's members may not have heard of any other
@@ -247,6 +248,18 @@ class BrokerMembership:
     # -- what the service uses --------------------------------------------------------------
 
     @property
+    def lease_deadline(self) -> float:
+        return self.lease.lease_deadline
+
+    @lease_deadline.setter
+    def lease_deadline(self, value: float) -> None:
+        self.lease.lease_deadline = value
+
+    @property
+    def session_deadline(self) -> float:
+        return self.lease.session_deadline
+
+    @property
     def established(self) -> bool:
         return self.settled.is_set() and self.failure is None
 
@@ -274,19 +287,7 @@ class BrokerMembership:
     def stamp(self) -> tuple[str, int, Callable[[], None]]:
         """(member id, generation) for a commit, and the callable to call exactly once when
         its answer is back or will never come (counts it as in flight meanwhile)."""
-        self.in_flight += 1
-        self._drained = trio.Event() if self.in_flight == 1 else self._drained
-        done = False
-
-        def release() -> None:
-            nonlocal done
-            if done:
-                return
-            done = True
-            self.in_flight -= 1
-            if not self.in_flight:
-                self._drained.set()
-
+        release = self.commits.track()
         return self.member_id, self.generation, release
 
     async def wait_stable(self, timeout: float) -> bool:
@@ -310,11 +311,11 @@ class BrokerMembership:
             return False
         if self.left:
             return True
-        now = trio.current_time()
-        if now >= self.session_deadline:
+        state = self.lease.state(trio.current_time())
+        if state is LeaseState.LOST:
             self._cut_off()
             return True
-        if now >= self.lease_deadline:
+        if state is LeaseState.UNDECIDED:
             self._lapse()
             return True
         return False
@@ -327,7 +328,7 @@ class BrokerMembership:
         (:meth:`wait_decided`)."""
         if not self.established or self.left:
             return False
-        return self.lease_deadline <= trio.current_time() < self.session_deadline
+        return self.lease.state(trio.current_time()) is LeaseState.UNDECIDED
 
     async def wait_decided(self) -> None:
         """While :meth:`undecided`: wait until the broker answers again (the group is held
@@ -366,8 +367,7 @@ class BrokerMembership:
     def _answered(self, sent: float) -> None:
         """The broker answered a heartbeat or SyncGroup sent at ``sent`` (trio time): it
         cannot drop the member before a session after that."""
-        self.lease_deadline = sent + LEASE_FRACTION * self.session_timeout_ms / 1000
-        self.session_deadline = sent + self.session_timeout_ms / 1000
+        self.lease.answered(sent, self.session_timeout_ms / 1000)
 
     def _set_stable(self, stable: bool) -> None:
         before = self.interrupted
@@ -394,7 +394,7 @@ class BrokerMembership:
         metrics.LEASE_EVENTS.labels(event).inc()
         self._set_stable(False)
         self.left = True
-        self.lease_deadline = self.session_deadline = float("-inf")
+        self.lease.drop()
         self._wake_waiters()
         if self.on_lost is not None:
             self.on_lost(reason)
@@ -431,7 +431,7 @@ class BrokerMembership:
         if self.left:
             return
         self.left = True
-        self.lease_deadline = self.session_deadline = float("-inf")
+        self.lease.drop()
         self._wake_waiters()
         if self.member_id and self._link is not None:
             with trio.CancelScope(shield=True), trio.move_on_after(5):
@@ -704,11 +704,9 @@ class BrokerMembership:
         self._planned = True
         self._set_stable(False)
         bound = min(DRAIN_SECONDS, self.session_timeout_ms / 2000)
-        with trio.move_on_after(bound) as waited:
-            await self._drained.wait()
-        if waited.cancelled_caught:
+        if not await self.commits.drained(bound):
             log.warning("group %s: %d commit(s) still unanswered after %.1f s; rejoining "
-                        "anyway", self.group_id, self.in_flight, bound)
+                        "anyway", self.group_id, self.commits.count, bound)
 
     async def _heartbeat_until_rejoin(self) -> None:
         while True:

@@ -11,12 +11,11 @@ The signal itself is :class:`proxy.liveness.LivenessTracker` (docs/decisions/
   (``max-connections``, no broker reachable: a client that could not come back);
 * :meth:`PodLiveness.run` declares the suspects whose grace passed and sends each to the
   group's holder: itself (:meth:`PodLiveness.member_gone`), or a protocol-3 sidecar over its
-  fleet listener, with one ``FleetControl`` request (API key :data:`FLEET_CONTROL`, a JSON
-  body ``{"type": "MemberGone", ...}``, answered with an error code; decision record 0018,
-  section 5). A message that cannot be delivered is dropped, never queued (the member's
-  session timeout applies); a holder of fleet protocol 2 gets nothing;
-* :class:`FleetControlRouter` answers ``FleetControl`` on the fleet listener, from
-  authenticated peers only.
+  fleet listener, with one ``FleetControl`` message ``MemberGone`` (:mod:`.fleet_control`,
+  answered with an error code; decision record 0018, section 5). A message that cannot be
+  delivered is dropped, never queued (the member's session timeout applies); a holder of fleet
+  protocol 2 gets nothing;
+* :meth:`PodLiveness.on_member_gone` answers ``MemberGone`` on the fleet listener.
 
 The holder fences only while it coordinates the group (not interrupted, lease valid, not
 stepping down or handing off), and only a member at the epoch observed
@@ -25,25 +24,22 @@ stepping down or handing off), and only a member at the epoch observed
 
 from __future__ import annotations
 
-import json
 import logging
-import struct
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
 from proxy import metrics
 from proxy.codec.api_keys import ApiKey
-from proxy.codec.header import parse_request_header
-from proxy.connection import EXAMINE, Decision, Local, RejectRequest, RequestInfo, Router
+from proxy.connection import Router
+from proxy.coordination import fleet_control
 from proxy.coordination.fleet import Address
 from proxy.coordination.handler import GroupRequest
 from proxy.coordination.peers import RELAY
 from proxy.journal.clients import client_software
 from proxy.liveness import Identity, LivenessTracker, Outcome, SeenMember
-from proxy.security.session import Session
-from proxy.upstream import UpstreamClient, UpstreamError
+from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -52,9 +48,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("groupgate.liveness")
 
-FLEET_CONTROL = 32100
-"""The fleet's own request type (fleet listener only; decision record 0018, section 5)."""
-FLEET_CONTROL_VERSION = 0
 MEMBER_GONE_PROTOCOL = 3
 """The lowest fleet protocol of a holder that is sent ``MemberGone``."""
 SEND_SECONDS = 2.0
@@ -62,8 +55,6 @@ SEND_SECONDS = 2.0
 MAX_SENDING = 64
 """Messages being delivered at once; more are dropped (a crash of many members at once is
 still covered by their session timeouts)."""
-MAX_BODY_BYTES = 4096
-_ERROR = struct.Struct(">ih")
 CLIENT_CLOSES = ("client closed the connection", "client connection failed")
 """How :attr:`Connection.closing_reason` starts when the client ended the connection."""
 
@@ -226,30 +217,27 @@ class PodLiveness:
     async def _send(self, address: Address, member: SeenMember, observed_at_ms: int) -> None:
         body = member_gone_body(member.group_id, member.member_id, member.member_epoch,
                                 observed_at_ms)
-        service = self.service
         try:
-            with trio.move_on_after(SEND_SECONDS) as late:
-                client = await UpstreamClient.connect(
-                    address, timeout=SEND_SECONDS, max_frame_bytes=64 * 1024,
-                    security=service.security, peer=True)
-                try:
-                    answer = await client.exchange_raw(FLEET_CONTROL, FLEET_CONTROL_VERSION,
-                                                       body)
-                finally:
-                    with trio.CancelScope(shield=True):
-                        await client.aclose()
-            if late.cancelled_caught:
-                self._dropped(member, f"{address[0]}:{address[1]} did not answer in time")
-                return
-            (error,) = struct.unpack_from(">h", answer, 0)
+            error, _ = await fleet_control.send(address, body, security=self.service.security,
+                                                timeout=SEND_SECONDS)
             metrics.MEMBER_GONE.labels("sent").inc()
             log.info("group %s: member %s is gone (every connection of its client closed); "
                      "told %s:%d, which answered %s", member.group_id, member.member_id,
-                     *address, _error_name(error))
-        except (UpstreamError, struct.error) as exc:
+                     *address, fleet_control.error_name(error))
+        except UpstreamError as exc:
             self._dropped(member, f"{address[0]}:{address[1]} could not be told: {exc}")
         finally:
             self._sending -= 1
+
+    def on_member_gone(self, body: fleet_control.Body, source: str) -> ErrorCode:
+        """``MemberGone`` from the sidecar next to the member (:mod:`.fleet_control`)."""
+        try:
+            group_id = fleet_control.field(body, "group", str)
+            member_id = fleet_control.field(body, "member_id", str)
+            epoch = fleet_control.field(body, "member_epoch", int)
+        except (KeyError, TypeError):
+            return ErrorCode.INVALID_REQUEST
+        return self.member_gone(group_id, member_id, epoch, source)
 
     def member_gone(self, group_id: str, member_id: str, member_epoch: int, source: str
                     ) -> ErrorCode:
@@ -276,79 +264,6 @@ class PodLiveness:
 
 
 def member_gone_body(group_id: str, member_id: str, member_epoch: int,
-                     observed_at_ms: int) -> bytes:
-    return json.dumps({"type": "MemberGone", "group": group_id, "member_id": member_id,
-                       "member_epoch": member_epoch, "observed_at": observed_at_ms},
-                      separators=(",", ":")).encode()
-
-
-def _error_name(code: int) -> str:
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return str(code)
-
-
-class FleetControlRouter:
-    """The router of a fleet-listener connection with ``FleetControl`` answered in front of
-    it (from authenticated peers only; everything else goes to ``inner``)."""
-
-    def __init__(self, inner: Router, liveness: PodLiveness | None, session: Session,
-                 peer: str) -> None:
-        self._inner = inner
-        self._liveness = liveness
-        self._session = session
-        self._peer = peer
-
-    def classify(self, request: RequestInfo) -> int:
-        if request.api_key != FLEET_CONTROL:
-            return self._inner.classify(request)
-        if not self._session.fleet_peer:
-            raise RejectRequest("FleetControl from a client that is not a fleet peer")
-        return EXAMINE
-
-    def decide(self, request: RequestInfo) -> Decision:
-        if request.api_key != FLEET_CONTROL:
-            return self._inner.decide(request)
-        return Local(_ERROR.pack(request.correlation_id, int(self._control(request))))
-
-    def decide_oversized(self, request: RequestInfo) -> int:
-        if request.api_key == FLEET_CONTROL:
-            raise RejectRequest("FleetControl is a small request")
-        return self._inner.decide_oversized(request)
-
-    def response_rewriter(self, api_key: int, api_version: int
-                          ) -> Callable[[memoryview], Any] | None:
-        return self._inner.response_rewriter(api_key, api_version)
-
-    async def aclose(self) -> None:
-        closer = getattr(self._inner, "aclose", None)
-        if closer is not None:
-            await closer()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def _control(self, request: RequestInfo) -> ErrorCode:
-        frame = request.frame
-        try:
-            header = parse_request_header(frame, flexible=False)
-            if request.api_version != FLEET_CONTROL_VERSION:
-                return ErrorCode.UNSUPPORTED_VERSION
-            raw = bytes(frame[header.header_length:])
-            if len(raw) > MAX_BODY_BYTES:
-                return ErrorCode.INVALID_REQUEST
-            body = json.loads(raw)
-            if not isinstance(body, dict) or body.get("type") != "MemberGone":
-                return ErrorCode.INVALID_REQUEST
-            group_id, member_id = body["group"], body["member_id"]
-            epoch = body["member_epoch"]
-            if not (isinstance(group_id, str) and isinstance(member_id, str)
-                    and isinstance(epoch, int)):
-                return ErrorCode.INVALID_REQUEST
-        except (ValueError, KeyError, TypeError):
-            return ErrorCode.INVALID_REQUEST
-        if self._liveness is None:
-            return ErrorCode.UNSUPPORTED_VERSION
-        return self._liveness.member_gone(group_id[:1000], member_id[:1000], epoch,
-                                          f"the sidecar at {self._peer}")
+                     observed_at_ms: int) -> fleet_control.Body:
+    return {"type": "MemberGone", "group": group_id, "member_id": member_id,
+            "member_epoch": member_epoch, "observed_at": observed_at_ms}

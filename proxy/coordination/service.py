@@ -350,6 +350,7 @@ class CoordinatorService:
                                  default_session_ms=config.group_session_timeout_ms)
         """The online upgrade of broker groups whose members are all behind sidecars
         (:mod:`.upgrade`)."""
+        self.bridges.on_leader = self.upgrades.note_leader
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -521,6 +522,11 @@ class CoordinatorService:
         return (group_id in self.memberships or group_id in self.engine.groups
                 or self.hand_off.telling(group_id) or self.bridges.has_group(group_id))
 
+    def engine_claims(self, group_id: str) -> bool:
+        """:meth:`claims`, bridged members aside: the engine has (or is getting) the group."""
+        return (group_id in self.memberships or group_id in self.engine.groups
+                or self.hand_off.telling(group_id))
+
     def coordinates(self, group_id: str) -> bool:
         membership = self.memberships.get(group_id)
         return membership is not None and membership.established
@@ -672,8 +678,17 @@ class CoordinatorService:
                       ) -> ConsumerGroupHeartbeatResponse:
         """A KIP-848 member joining a group whose broker group has members connected straight
         to the broker: it gets a bridged member there (decision record 0018); the heartbeat
-        waits for its first assignment until :attr:`heartbeat_wait_s` after it ``arrived``."""
+        waits for its first assignment until :attr:`heartbeat_wait_s` after it ``arrived``.
+        With ``migration-policy=disabled`` it is refused as Kafka refuses a KIP-848 member
+        into a classic group it may not upgrade: GROUP_ID_NOT_FOUND."""
         group_id = request.group_id
+        if self.engine.config.migration_policy is MigrationPolicy.DISABLED:
+            metrics.BRIDGED_MEMBERS.labels("refused").inc()
+            return ConsumerGroupHeartbeatResponse(
+                error_code=int(ErrorCode.GROUP_ID_NOT_FOUND),
+                error_message=f"Cannot upgrade the classic group {group_id} to a consumer "
+                              "group: migration-policy is disabled (members connected "
+                              "straight to the broker hold it)")
         if not self.bridges.has_group(group_id):
             metrics.BROKER_PHASE_GROUPS.inc()
             log.warning("group %s: in the broker phase here: clients connected straight to the "

@@ -3,7 +3,7 @@ member is connected straight to the broker (decision record 0018, section 1).
 
 While any member of a group is *direct* (a client connected straight to the broker), the
 broker's classic coordinator coordinates the group and the sidecars forward their classic
-members to it. Three things here move such a group to the engine as soon as the last direct
+members to it. Four things here move such a group to the engine as soon as the last direct
 member is gone, without calling anybody back:
 
 * **Member marks.** A classic JoinGroup this sidecar forwards to the broker carries the client
@@ -15,15 +15,27 @@ member is gone, without calling anybody back:
 * **Detection.** The JoinGroup answer of the broker group's *leader* lists every member id;
   only the sidecar that forwarded the leader's join sees it, so there is one candidate per
   generation and no election (:meth:`Upgrades.observe_join`). A group whose members are all
-  marked *by this sidecar* becomes a *candidate* (bounded, expiring: :data:`CANDIDATES_MAX`,
-  :data:`CANDIDATE_SECONDS`). Every :data:`POLL_SECONDS` the sidecar describes each candidate
-  at the broker; one seen Stable with the same marked members on two polls at least
-  :data:`POLL_SECONDS` apart, at the generation of the last leader answer, is converted.
+  marked (by this sidecar or others) becomes a *candidate* (bounded, expiring:
+  :data:`CANDIDATES_MAX`, :data:`CANDIDATE_SECONDS`). Every :data:`POLL_SECONDS` the sidecar
+  describes each candidate at the broker; one seen Stable with the same marked members on two
+  polls at least :data:`POLL_SECONDS` apart, at the generation of the last leader answer, is
+  converted.
+* **Announcement** (members behind other sidecars; 0018, step 1): ``GroupConverting`` over
+  FleetControl (:mod:`.fleet_control`) to every sidecar named in a mark, at once. Each holds
+  the group's requests on its client connections (:meth:`Upgrades.on_converting`, bounded by
+  :data:`PEER_HOLD_SECONDS`), waits up to :data:`PEER_DRAIN_SECONDS` for its forwarded
+  requests of the group still at the broker (it counts those of every group it forwarded a
+  marked join of, :attr:`Upgrades.forwarding`) and acknowledges with its members' session and
+  rebalance timeouts. One that refuses or does not answer within :data:`ANNOUNCE_SECONDS`
+  aborts the conversion (``ConversionAborted`` to those that acknowledged). After the
+  conversion, ``GroupConverted`` (or ``ConversionAborted``) ends their hold: they forget who
+  held the group, look again, and relay the held requests to the new holder.
 * **Conversion** (:meth:`Upgrades.convert`): *hold* the group's requests on this sidecar's
   connections (:meth:`Upgrades.holding`, bounded by :data:`HOLD_SECONDS`) and wait for the
   forwarded ones still at the broker (:data:`DRAIN_SECONDS` at most); *snapshot* the broker's
   group (DescribeGroups: member ids, client ids, protocol, subscriptions, assignments; the
-  sessions and rebalance timeouts from the members' joins this sidecar forwarded); check it
+  sessions and rebalance timeouts from the joins this sidecar forwarded, and from the other
+  sidecars' acknowledgements); check it
   with the engine (:func:`~translation.classic.migration.conversion_refusal`); *empty and
   lock*: the group's broker membership is started with a LeaveGroup naming every member sent
   back to back with its JoinGroup on one connection (the service's takeover,
@@ -37,10 +49,14 @@ member is gone, without calling anybody back:
 The conversion needs ``classic-translation`` (the engine serves the members afterwards) and a
 ``migration-policy`` that allows upgrades (``bidirectional`` or ``upgrade``). A refused or
 failed attempt is journalled (``conversion_aborted``) and tried again after
-:data:`RETRY_SECONDS`. A group with members behind other sidecars is not converted: the
-leader's sidecar would first have to announce the conversion to them (FleetControl
-``GroupConverting``, decision record 0018, step 1), which is not built; such a group stays
-the broker's (decision record 0018, "What is built").
+:data:`RETRY_SECONDS`. *Bridged* members (:mod:`.bridged`: the classic members sidecars run
+for KIP-848 clients) convert too: a bridged member made leader notes the candidate
+(:meth:`Upgrades.note_leader`); every sidecar with bridged members in the group suspends them
+(nothing more is sent to the broker for them) while the conversion is announced or under way;
+the engine adopts each under its client's KIP-848 member id, as a consumer-protocol member at
+the generation's epoch, which is the epoch its client was told; then the bridged members end
+without a word (:meth:`~.bridged.Bridges.convert_away`) and their clients' next heartbeats
+reach the engine. An aborted conversion lets them go on.
 """
 
 from __future__ import annotations
@@ -57,8 +73,10 @@ from cachetools import TTLCache
 from proxy import metrics
 from proxy.codec.api_keys import ApiKey
 from proxy.codec.header import encode_request_header
-from proxy.coordination import convert
+from proxy.coordination import convert, fleet_control
+from proxy.coordination.fleet import Address
 from proxy.coordination.handler import PASS, GroupRequest, Outcome, Upstream, Value
+from proxy.coordination.in_flight import InFlight
 from proxy.coordination.membership import (
     CoordinatorUnavailable,
     MembershipRefused,
@@ -76,6 +94,7 @@ from translation.config import MigrationPolicy
 from translation.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from proxy.coordination.bridged import Bridges
     from proxy.coordination.service import CoordinatorService
     from proxy.journal.observer import JournalObserver
     from proxy.journal.schema import Event
@@ -104,6 +123,19 @@ HOLD_SECONDS = 3.0
 the group's takeover is registered, and the request waits for it there)."""
 DRAIN_SECONDS = 1.0
 """Longest a conversion waits for the group's forwarded requests still at the broker."""
+ANNOUNCE_SECONDS = 1.0
+"""Longest the converting sidecar waits for each other sidecar to acknowledge
+``GroupConverting``; one that does not aborts the conversion."""
+PEER_DRAIN_SECONDS = 0.5
+"""Longest a sidecar told ``GroupConverting`` waits for its own forwarded requests of the
+group still at the broker before it acknowledges (or refuses: the conversion is aborted)."""
+PEER_HOLD_SECONDS = 6.0
+"""Longest a sidecar told ``GroupConverting`` holds the group's requests without hearing how the
+conversion ended: the converter's own hold (:data:`HOLD_SECONDS`) plus the broker's default
+``group.initial.rebalance.delay.ms`` (3 s), which the lock's JoinGroup into the emptied group
+waits. Then it looks again at who holds the group."""
+PEER_HOLDS_MAX = 1000
+"""Conversions of other sidecars held for at once; more are refused."""
 RETRY_SECONDS = 30.0
 """How long after a refused or failed conversion a candidate is tried again."""
 DESCRIBE_VERSION = 5
@@ -148,12 +180,6 @@ def read_mark(client_id: str | None) -> MemberMark | None:
     return MemberMark(address, None if member == NO_MEMBER else member, rest)
 
 
-def bridged(member_id: str) -> bool:
-    """Whether the mark in ``member_id`` is a bridged member's (it names a KIP-848 member)."""
-    mark = read_mark(member_id)
-    return mark is not None and mark.kip848_member_id is not None
-
-
 def all_marked(ids: Iterable[str], address: str | None = None) -> bool:
     """Whether every id (client ids, or member ids built from them) carries a mark (naming the
     sidecar at ``address``, when given); False for none at all."""
@@ -191,6 +217,25 @@ class Candidate:
     """trio time of the first poll that saw it Stable at :attr:`generation` (None: not yet)."""
     not_before: float = 0.0
     """No conversion attempt before this trio time (after a refused one)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PeerHold:
+    """A conversion another sidecar announced: this sidecar holds the group's requests until
+    it hears how it ended, or until :attr:`until` (trio time)."""
+
+    converter: str
+    generation: int
+    until: float
+
+
+def parse_address(address: str) -> Address | None:
+    """``host:port`` of a member mark as an address (None: not one)."""
+    host, _, port = address.rpartition(":")
+    try:
+        return (host, int(port)) if host else None
+    except ValueError:
+        return None
 
 
 def snapshot_of(group_id: str, generation: int, described: Value,
@@ -237,6 +282,7 @@ def snapshot_of(group_id: str, generation: int, described: Value,
             client_host=m.get("client_host") or "",
             session_timeout_ms=seen.session_timeout_ms if seen else default_session_ms,
             rebalance_timeout_ms=seen.rebalance_timeout_ms if seen else default_session_ms,
+            kip848_member_id=mark.kip848_member_id if mark is not None else None,
         ))
     return ClassicGroupSnapshot(group_id, generation, CONSUMER_PROTOCOL_TYPE, protocol_name,
                                 members)
@@ -261,12 +307,23 @@ class Upgrades:
             maxsize=JOINS_MAX, ttl=JOINS_SECONDS, timer=trio.current_time)
         self.candidates: TTLCache[str, Candidate] = TTLCache(
             maxsize=CANDIDATES_MAX, ttl=CANDIDATE_SECONDS, timer=trio.current_time)
-        self._in_flight: dict[str, int] = {}
-        """Forwarded requests of candidate groups not answered yet (only candidates' entries;
-        an entry goes with its last request)."""
-        self._drained: dict[str, trio.Event] = {}
+        self.forwarding: TTLCache[str, bool] = TTLCache(
+            maxsize=JOINS_MAX, ttl=JOINS_SECONDS, timer=trio.current_time)
+        """Groups whose marked joins this sidecar forwarded: another sidecar may convert them
+        (their forwarded requests are counted while at the broker, :meth:`tracked`)."""
+        self._in_flight: dict[str, InFlight] = {}
+        """Forwarded requests of candidate and forwarding groups not answered yet (an entry
+        goes with its last request)."""
+        self._peer_holds: dict[str, PeerHold] = {}
+        """Groups another sidecar is converting (their events are in :attr:`_holds` too)."""
+        self._forget_route: Callable[[str], None] = lambda _group_id: None
+        self._bridges: Bridges | None = None
+        """This sidecar's bridged members (set with the FleetControl handlers)."""
+        self.send = fleet_control.send
+        """How FleetControl reaches another sidecar (replaced in tests)."""
         self._holds: dict[str, trio.Event] = {}
-        """Groups being converted (at most one conversion at a time: see :meth:`run`)."""
+        """Groups being converted, here (at most one at a time: see :meth:`run`) or by another
+        sidecar (:attr:`_peer_holds`)."""
         self.converted: TTLCache[str, int] = TTLCache(
             maxsize=CANDIDATES_MAX, ttl=CANDIDATE_SECONDS, timer=trio.current_time)
         """Groups converted here recently, with the generation they were converted at."""
@@ -280,6 +337,7 @@ class Upgrades:
         if value.get("protocol_type") != CONSUMER_PROTOCOL_TYPE:
             return PASS  # only consumer groups can move to the engine
         group_id = value["group_id"]
+        self.forwarding[group_id] = True
         marked = member_mark(self.mark_address, request.client_id)
         header = encode_request_header(request.api_key, request.version,
                                        request.correlation_id, marked)
@@ -316,16 +374,19 @@ class Upgrades:
             join.group_instance_id, join.client_id, join.client_host)
         if response.get("leader") != member_id:
             return
-        member_ids = frozenset(m["member_id"] for m in response.get("members") or ())
-        if (not self.policy.upgrade_enabled or not all_marked(member_ids, self.mark_address)
-                or any(bridged(m) for m in member_ids)):
-            # a direct member, or members behind other sidecars: the conversion would have to
-            # be announced to them first (not built), so the group stays the broker's; so does
-            # a group with bridged members (:mod:`.bridged`), whose conversion is not built
+        self.note_leader(group_id, response["generation_id"],
+                         frozenset(m["member_id"] for m in response.get("members") or ()))
+
+    def note_leader(self, group_id: str, generation: int, member_ids: frozenset[str]) -> None:
+        """The broker's leader answer for ``group_id``, seen here (a forwarded member's, or a
+        bridged member's, :mod:`.bridged`): the group is a candidate when every member is
+        marked."""
+        if not self.policy.upgrade_enabled or not all_marked(member_ids):
+            # a direct member: the group stays the broker's
             self.candidates.pop(group_id, None)
             return
         previous = self.candidates.get(group_id)
-        candidate = Candidate(response["generation_id"], member_ids)
+        candidate = Candidate(generation, member_ids)
         if previous is not None:
             candidate.not_before = previous.not_before
         self.candidates[group_id] = candidate
@@ -336,31 +397,23 @@ class Upgrades:
     # -- forwarded requests of candidates, and the hold --------------------------------------
 
     def _track(self, group_id: str) -> Callable[[], None] | None:
-        if group_id not in self.candidates:
+        if group_id not in self.candidates and group_id not in self.forwarding:
             return None
-        self._in_flight[group_id] = self._in_flight.get(group_id, 0) + 1
-        done = False
+        requests = self._in_flight.setdefault(group_id, InFlight())
+        done = requests.track()
 
         def release() -> None:
-            nonlocal done
-            if done:
-                return
-            done = True
-            left = self._in_flight.get(group_id, 1) - 1
-            if left > 0:
-                self._in_flight[group_id] = left
-                return
-            self._in_flight.pop(group_id, None)
-            drained = self._drained.pop(group_id, None)
-            if drained is not None:
-                drained.set()
+            done()
+            if not requests.count and self._in_flight.get(group_id) is requests:
+                del self._in_flight[group_id]
 
         return release
 
     def tracked(self, request: GroupRequest, group_ids: Sequence[str]) -> Upstream | None:
         """A forwarded (untouched) request of a candidate group, counted while it is at the
         broker so that a conversion can wait for it; None: forward it as it is."""
-        if len(group_ids) != 1 or group_ids[0] not in self.candidates:
+        if len(group_ids) != 1 or (group_ids[0] not in self.candidates
+                                   and group_ids[0] not in self.forwarding):
             return None
         group_id = group_ids[0]
         release = self._track(group_id)
@@ -393,17 +446,21 @@ class Upgrades:
             return None
         for group_id in group_ids:
             hold = self._holds.get(group_id)
-            if hold is not None:
-                return hold
+            if hold is None:
+                continue
+            peer = self._peer_holds.get(group_id)
+            if peer is not None and trio.current_time() >= peer.until:
+                log.warning("group %s: the sidecar at %s did not say within %.0f s how its "
+                            "conversion ended; deciding the group's requests again", group_id,
+                            peer.converter, PEER_HOLD_SECONDS)
+                self._end_peer_hold(group_id)
+                continue
+            return hold
         return None
 
     async def _drain(self, group_id: str) -> bool:
-        if not self._in_flight.get(group_id):
-            return True
-        drained = self._drained.setdefault(group_id, trio.Event())
-        with trio.move_on_after(DRAIN_SECONDS):
-            await drained.wait()
-        return not self._in_flight.get(group_id)
+        requests = self._in_flight.get(group_id)
+        return requests is None or await requests.drained(DRAIN_SECONDS)
 
     # -- step 3: conversion ------------------------------------------------------------------
 
@@ -416,7 +473,7 @@ class Upgrades:
                 candidate = self.candidates.get(group_id)
                 if candidate is None or trio.current_time() < candidate.not_before:
                     continue
-                if service.claims(group_id) or not self.policy.upgrade_enabled:
+                if service.engine_claims(group_id) or not self.policy.upgrade_enabled:
                     self.candidates.pop(group_id, None)
                     continue
                 await self.poll(service, group_id, candidate)
@@ -451,7 +508,7 @@ class Upgrades:
             return False
         members = described.get("members") or []
         return (frozenset(m["member_id"] for m in members) == candidate.member_ids
-                and all_marked((m.get("client_id") or "" for m in members), self.mark_address))
+                and all_marked(m.get("client_id") or "" for m in members))
 
     async def _describe(self, service: CoordinatorService, group_id: str) -> Value:
         deadline = trio.current_time() + service.config.connect_timeout
@@ -469,17 +526,29 @@ class Upgrades:
 
     async def convert(self, service: CoordinatorService, group_id: str, candidate: Candidate
                       ) -> str | None:
-        """Convert the candidate: hold, drain, snapshot, empty and lock, adopt. Returns why
-        not (None: converted)."""
+        """Convert the candidate: announce, hold, drain, snapshot, empty and lock, adopt, tell.
+        Returns why not (None: converted)."""
         hold = self._holds[group_id] = trio.Event()
+        announced: list[Address] = []
         reason: str | None = None
         try:
-            reason = await self._convert_held(service, group_id, candidate)
+            reason = await self._announce(service, group_id, candidate, announced)
+            if reason is None:
+                reason = await self._convert_held(service, group_id, candidate)
         except (CoordinatorUnavailable, UpstreamError, trio.TooSlowError) as exc:
             reason = f"the broker could not be asked: {exc}"
         finally:
+            if reason is None:
+                service.bridges.convert_away(group_id)  # before any held request goes on
+            else:
+                service.bridges.resume(group_id)
             del self._holds[group_id]
             hold.set()
+        if announced:
+            ended = ({"type": "GroupConverted", "group": group_id,
+                      "holder": self.mark_address} if reason is None
+                     else {"type": "ConversionAborted", "group": group_id, "reason": reason})
+            await self._tell_all(service, announced, ended)
         if reason is None:
             self.candidates.pop(group_id, None)
             self.converted[group_id] = candidate.generation
@@ -493,10 +562,169 @@ class Upgrades:
             group_id, candidate.generation, reason, now))
         return reason
 
+    # -- other sidecars' members: the announcement (decision record 0018, step 1) -----------
+
+    def peers(self, candidate: Candidate) -> list[str]:
+        """The fleet addresses of the other sidecars whose members are in the group."""
+        found = {mark.address for m in candidate.member_ids
+                 if (mark := read_mark(m)) is not None and mark.address != self.mark_address}
+        return sorted(found)
+
+    async def _announce(self, service: CoordinatorService, group_id: str,
+                        candidate: Candidate, announced: list[Address]) -> str | None:
+        """``GroupConverting`` to every other sidecar with members in the group, at once;
+        those that acknowledged are added to ``announced``; returns why not (None: every one
+        acknowledged and now holds the group's requests)."""
+        failures: list[str] = []
+        body = {"type": "GroupConverting", "group": group_id,
+                "generation": candidate.generation, "converter": self.mark_address}
+
+        async def one(peer: str) -> None:
+            address = parse_address(peer)
+            if address is None:
+                failures.append(f"a member's mark names no fleet address ({peer!r})")
+                return
+            try:
+                error, answer = await self.send(
+                    address, body, security=service.security, timeout=ANNOUNCE_SECONDS)
+            except UpstreamError as exc:
+                failures.append(f"the sidecar at {peer} did not acknowledge: {exc}")
+                return
+            if error != ErrorCode.NONE:
+                failures.append(f"the sidecar at {peer} refused: "
+                                f"{fleet_control.error_name(error)}")
+                return
+            announced.append(address)
+            self._note_peer_members(group_id, candidate, answer)
+
+        async with trio.open_nursery() as nursery:
+            for peer in self.peers(candidate):
+                nursery.start_soon(one, peer)
+        if failures:
+            return "; ".join(sorted(failures))
+        if announced:
+            log.info("group %s: %d other sidecar(s) hold the group's requests for its "
+                     "conversion", group_id, len(announced))
+        return None
+
+    def _note_peer_members(self, group_id: str, candidate: Candidate,
+                           answer: fleet_control.Body | None) -> None:
+        """The sessions and rebalance timeouts of another sidecar's members, from its
+        acknowledgement (what DescribeGroups does not show)."""
+        members = (answer or {}).get("members")
+        if not isinstance(members, dict):
+            return
+        for member_id, timeouts in members.items():
+            if (member_id in candidate.member_ids and isinstance(timeouts, list)
+                    and len(timeouts) == 2 and all(isinstance(t, int) and t > 0
+                                                   for t in timeouts)):
+                self.joins[(group_id, member_id)] = JoinSeen((), timeouts[0], timeouts[1],
+                                                             None, "", "")
+
+    async def _tell_all(self, service: CoordinatorService, addresses: list[Address],
+                        body: fleet_control.Body) -> None:
+        async def one(address: Address) -> None:
+            try:
+                await self.send(address, body, security=service.security,
+                                timeout=ANNOUNCE_SECONDS)
+            except UpstreamError as exc:
+                log.info("group %s: could not tell the sidecar at %s:%d %s: %s (it decides "
+                         "the group's requests again after %.0f s)", body["group"], *address,
+                         body["type"], exc, PEER_HOLD_SECONDS)
+
+        with trio.CancelScope(shield=True):
+            async with trio.open_nursery() as nursery:
+                for address in addresses:
+                    nursery.start_soon(one, address)
+
+    def control_handlers(self, service: CoordinatorService
+                         ) -> dict[str, fleet_control.Handler]:
+        """What this sidecar answers of another sidecar's conversion (:mod:`.fleet_control`)."""
+        self._forget_route = lambda group_id: service.routes.forget([group_id])
+        self._bridges = service.bridges
+        return {"GroupConverting": self.on_converting, "GroupConverted": self.on_ended,
+                "ConversionAborted": self.on_ended}
+
+    async def on_converting(self, body: fleet_control.Body, source: str
+                            ) -> fleet_control.Answer:
+        """``GroupConverting``: hold the group's requests, wait (a little) for those at the
+        broker, and acknowledge with the sessions of this sidecar's members of the group."""
+        try:
+            group_id = fleet_control.field(body, "group", str)
+            generation = fleet_control.field(body, "generation", int)
+            converter = fleet_control.field(body, "converter", str)
+        except (KeyError, TypeError):
+            return ErrorCode.INVALID_REQUEST
+        if not self.policy.upgrade_enabled:
+            log.info("group %s: %s announced its conversion; refused: migration-policy %s",
+                     group_id, source, self.policy.value)
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        if group_id in self._holds and group_id not in self._peer_holds:
+            return ErrorCode.REBALANCE_IN_PROGRESS  # converting it here
+        if group_id not in self._peer_holds and len(self._peer_holds) >= PEER_HOLDS_MAX:
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        self._end_peer_hold(group_id)  # an earlier announcement of it, replaced
+        self._holds[group_id] = trio.Event()
+        self._peer_holds[group_id] = PeerHold(converter, generation,
+                                              trio.current_time() + PEER_HOLD_SECONDS)
+        requests = self._in_flight.get(group_id)
+        bridges = self._bridges
+        deadline = trio.current_time() + PEER_DRAIN_SECONDS
+        if ((requests is not None and not await requests.drained(PEER_DRAIN_SECONDS))
+                or (bridges is not None and bridges.suspend(group_id) and not await
+                    bridges.drained(group_id, max(0.0, deadline - trio.current_time())))):
+            self._end_peer_hold(group_id)
+            log.info("group %s: %s announced its conversion; refused: requests of the group "
+                     "are still at the broker", group_id, source)
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        members = {member_id: [seen.session_timeout_ms, seen.rebalance_timeout_ms]
+                   for (group, member_id), seen in list(self.joins.items())
+                   if group == group_id}
+        if bridges is not None:
+            members.update(bridges.timeouts(group_id))
+        log.info("group %s: %s converts it at generation %d; holding its requests here",
+                 group_id, source, generation)
+        return ErrorCode.NONE, {"members": members}
+
+    def on_ended(self, body: fleet_control.Body, source: str) -> ErrorCode:
+        """``GroupConverted`` or ``ConversionAborted``: the group's held requests are decided
+        again, after a fresh look at who holds it."""
+        try:
+            group_id = fleet_control.field(body, "group", str)
+        except (KeyError, TypeError):
+            return ErrorCode.INVALID_REQUEST
+        if group_id not in self._peer_holds:
+            return ErrorCode.NONE  # not held here (any more): nothing to do
+        converted = body.get("type") == "GroupConverted"
+        log.info("group %s: %s says %s", group_id, source,
+                 "it converted the group" if converted
+                 else f"its conversion was aborted ({str(body.get('reason'))[:300]})")
+        self._end_peer_hold(group_id, converted=converted)
+        return ErrorCode.NONE
+
+    def _end_peer_hold(self, group_id: str, *, converted: bool = False) -> None:
+        if self._peer_holds.pop(group_id, None) is None:
+            return
+        if self._bridges is not None:
+            if converted:
+                self._bridges.convert_away(group_id)
+            else:
+                self._bridges.resume(group_id)
+        self._forget_route(group_id)
+        hold = self._holds.pop(group_id, None)
+        if hold is not None:
+            hold.set()
+
     async def _convert_held(self, service: CoordinatorService, group_id: str,
                             candidate: Candidate) -> str | None:
         if not await self._drain(group_id):
             return "forwarded requests of the group are still unanswered"
+        bridges = service.bridges
+        if bridges.suspend(group_id) and not await bridges.drained(group_id, DRAIN_SECONDS):
+            return "bridged members' requests of the group are still unanswered"
+        for member_id, (session_ms, rebalance_ms) in bridges.timeouts(group_id).items():
+            self.joins[(group_id, member_id)] = JoinSeen((), session_ms, rebalance_ms, None,
+                                                         "", "")
         if self.candidates.get(group_id) is not candidate:
             return "the broker's group rebalanced meanwhile"
         described = await self._describe(service, group_id)

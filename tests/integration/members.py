@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 WAIT = 90.0
@@ -226,12 +226,13 @@ class ConfluentMember(ProcessMember):
     ``assignor`` is the KIP-848 ``group.remote.assignor``; a classic member (``protocol``)
     gets ``SESSION_MS`` and ``HEARTBEAT_MS``, and ``extra`` properties override any of it. A
     failed commit is reported (``commit_failed``) and, unless ``tolerate_commit_failures``,
-    ends the process. ``poll`` is the poll timeout in seconds."""
+    ends the process. ``poll`` is the poll timeout in seconds; ``wrapper`` runs the process
+    (a pod's ``ip netns exec``)."""
 
     def __init__(self, bootstrap: str, topics: list[str], group: str, *,
                  assignor: str | None = None, protocol: str = "consumer",
                  extra: dict[str, Any] | None = None, name: str = "", poll: float = 0.2,
-                 tolerate_commit_failures: bool = False) -> None:
+                 tolerate_commit_failures: bool = False, wrapper: Sequence[str] = ()) -> None:
         super().__init__(name)
         config: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": group,
                                   "auto.offset.reset": "earliest",
@@ -242,7 +243,7 @@ class ConfluentMember(ProcessMember):
             config["session.timeout.ms"] = SESSION_MS
             config["heartbeat.interval.ms"] = HEARTBEAT_MS
         config.update(extra or {})
-        self._spawn([sys.executable, "-c", CONFLUENT_MEMBER, json.dumps(config),
+        self._spawn([*wrapper, sys.executable, "-c", CONFLUENT_MEMBER, json.dumps(config),
                      json.dumps(topics), str(poll),
                      "tolerate" if tolerate_commit_failures else "raise"])
 

@@ -16,7 +16,9 @@ its process printed it; all run on one machine):
   to the ``on_revoke`` / ``on_lost`` one, else to the member's close);
 * every record the producer saw acknowledged is consumed;
 * the group's committed offsets (sampled at the broker throughout) never move back;
-* once every direct member has left, the KIP-848 member owns every partition.
+* once every direct member has left, the KIP-848 member owns every partition, and the group
+  moves to the engine (its only member is marked: the bridged one), which adopts the member
+  under the client's own member id without calling it back.
 
 Without the bridge the KIP-848 member gets nothing until the last direct member is gone (the
 test then fails waiting for its first partitions while they are there). Every wait is bounded
@@ -45,6 +47,8 @@ from tests.integration.members import (
     ownership_overlaps,
     wait_until,
 )
+from tests.integration.test_classic_translation import CONSUMER
+from tests.integration.test_online_upgrade import engine_members
 from tests.testbed.broker import KafkaBroker
 
 PARTITIONS = 6
@@ -131,6 +135,16 @@ def test_a_kip848_member_gets_its_share_while_direct_members_hold_the_group(
             leaving.stop(timeout=60)
             wait_until(partial(owned_exactly_once, [*direct[i + 1:], kip848], everything),
                        f"the group settled after {leaving.name} left", WAIT)
+        assert kip848.owned() == everything
+        # no member is direct any more: the group moves to the engine, which adopts the
+        # bridged member under the client's member id; the client is not called back
+        settled = time.time()
+        wait_until(lambda: engine_members(proxy.bootstrap, group) == [CONSUMER],
+                   "the group to move to the engine with its KIP-848 member", WAIT)
+        marks = len(kip848.records)
+        wait_until(lambda: len(kip848.records) > marks + 10,
+                   "the KIP-848 member consuming after the conversion", WAIT)
+        assert kip848.callbacks_after(settled) == [], kip848.callbacks_after(settled)
         assert kip848.owned() == everything
 
         production.stop()

@@ -1,4 +1,4 @@
-"""Upgrade without a stop: a live classic group rolled onto one sidecar moves to the engine.
+"""Upgrade without a stop: a live classic group rolled onto sidecars moves to the engine.
 
 Four librdkafka classic consumers (confluent-kafka, ``group.protocol=classic``) consume a
 12-partition topic straight from Kafka 3.9 while a producer writes to it continuously. They are
@@ -16,7 +16,10 @@ member is direct, and the group moves to the engine online (decision record 0018
   stamped on one machine), every record the producer saw acknowledged consumed, the group's
   committed offsets (read at the broker) never moving back.
 
-Run for the cooperative-sticky assignor and for the eager range one. The longest time any
+Run for the cooperative-sticky assignor and for the eager range one behind one sidecar, and
+for cooperative-sticky with the members alternating between two sidecars with fleet listeners
+(the sidecar forwarding the leader announces the conversion to the other, which holds its
+members' requests meanwhile and relays them to the new holder after). The longest time any
 partition went unconsumed in each step is printed. Waits are bounded only to stop a hang;
 nothing asserts a duration.
 """
@@ -45,7 +48,7 @@ from tests.integration.members import (
 )
 from tests.integration.test_classic_translation import CLASSIC, FLAGS, described
 from tests.integration.test_new_protocol import ask_coordinator
-from tests.testbed.broker import KafkaBroker
+from tests.testbed.broker import KafkaBroker, free_ports
 
 PARTITIONS = 12
 MEMBERS = 4
@@ -53,6 +56,9 @@ WAIT = 90.0
 """Bound for one step to settle (a hang fails; nothing is timed)."""
 RATE = 100
 """Records per second the producer writes."""
+FLEET_SESSION = ("--group-session-timeout-ms", "18000")
+"""The proxy's own members' session, as a fleet requires it with these heartbeats and the
+broker's session of the proxy's member (6 s): heartbeat + broker session + 11 s."""
 
 
 def classic(name: str, bootstrap: str, topic: str, group: str, assignor: str) -> ConfluentMember:
@@ -143,11 +149,19 @@ def broker_members(broker_bootstrap: str, group: str) -> tuple[str, list[str]]:
     return entry["protocol_data"], [m["client_id"] for m in entry["members"]]
 
 
-@pytest.mark.parametrize("assignor", ["cooperative-sticky", "range"])
-def test_rolled_onto_one_sidecar_the_group_moves_to_the_engine_without_a_callback(
+@pytest.mark.parametrize(("assignor", "sidecars"), [
+    ("cooperative-sticky", 1), ("range", 1), ("cooperative-sticky", 2)])
+def test_rolled_onto_sidecars_the_group_moves_to_the_engine_without_a_callback(
         kafka39: KafkaBroker, start_proxy: StartProxy, topic: Callable[..., str],
-        members: list[Member], assignor: str) -> None:
-    proxy: ProxyProcess = start_proxy(kafka39, *FLAGS)
+        members: list[Member], assignor: str, sidecars: int) -> None:
+    """With two sidecars (each with a fleet listener), members alternate between them: the one
+    forwarding the leader announces the conversion to the other, which holds its members'
+    requests and relays them to the new holder afterwards."""
+    fleet = ([] if sidecars == 1 else  # sessions a fleet accepts (docs/operations.md)
+             [("--fleet-listen", f"127.0.0.1:{port}", *FLEET_SESSION)
+              for port in free_ports(sidecars)])
+    proxies: list[ProxyProcess] = [start_proxy(kafka39, *FLAGS, *extra)
+                                   for extra in fleet or [()]]
     name = topic(kafka39, partitions=PARTITIONS)
     everything = {(name, p) for p in range(PARTITIONS)}
     group = f"upgrade-{assignor}-{uuid.uuid4().hex[:8]}"
@@ -166,6 +180,7 @@ def test_rolled_onto_one_sidecar_the_group_moves_to_the_engine_without_a_callbac
         for i in range(MEMBERS):  # the sidecar's rolling deployment, pod by pod
             start = time.time()
             live[i].stop()
+            proxy = proxies[i % len(proxies)]
             live[i] = classic(f"member-{i}-proxied", proxy.bootstrap, name, group, assignor)
             members.append(live[i])
             wait_until(lambda: owned_exactly_once(live, everything),
@@ -177,10 +192,12 @@ def test_rolled_onto_one_sidecar_the_group_moves_to_the_engine_without_a_callbac
                 assert sum(c.startswith("gg3|") for c in clients) == i + 1, clients
         settled = time.time()
 
-        wait_until(lambda: engine_members(proxy.bootstrap, group) is not None,
-                   "the group to move to the engine", WAIT)
+        wait_until(lambda: any(engine_members(p.bootstrap, group) is not None
+                               for p in proxies), "the group to move to the engine", WAIT)
         converted = time.time()
-        assert engine_members(proxy.bootstrap, group) == [CLASSIC] * MEMBERS
+        holder = next(p for p in proxies
+                      if "moved from the broker's classic coordinator to the engine" in p.log())
+        assert engine_members(holder.bootstrap, group) == [CLASSIC] * MEMBERS
         protocol, clients = broker_members(kafka39.bootstrap, group)
         assert protocol == "groupgate-coordinated" and len(clients) == 1, (protocol, clients)
 
@@ -192,7 +209,11 @@ def test_rolled_onto_one_sidecar_the_group_moves_to_the_engine_without_a_callbac
         for m in live:
             assert m.callbacks_after(settled) == [], (m.name, m.callbacks_after(settled))
             assert not m.errors, (m.name, m.errors)
-        assert engine_members(proxy.bootstrap, group) == [CLASSIC] * MEMBERS
+        assert engine_members(holder.bootstrap, group) == [CLASSIC] * MEMBERS
+        if sidecars > 1:  # the other sidecar was told, and relays to the holder since
+            follower = next(p for p in proxies if p is not holder)
+            assert "converts it at generation" in follower.log()
+            assert "says it converted the group" in follower.log()
     finally:
         producer.stop()
     try:
@@ -204,9 +225,10 @@ def test_rolled_onto_one_sidecar_the_group_moves_to_the_engine_without_a_callbac
     assert ownership_overlaps(members) == []
     assert commits.reads > 0 and commits.backwards == [], commits.backwards
     assert min(commits.last.values(), default=-1) > 0
-    print(f"\n{assignor}: converted {converted - settled:.1f} s after the last step settled")
+    print(f"\n{assignor}, {sidecars} sidecar(s): converted {converted - settled:.1f} s after "
+          "the last step settled")
     for what, start, end in steps:
-        print(f"{assignor}: {what}: longest unconsumed "
+        print(f"{assignor}, {sidecars} sidecar(s): {what}: longest unconsumed "
               f"{longest_unconsumed(members, start, end):.2f} s")
 
 

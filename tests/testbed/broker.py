@@ -19,7 +19,6 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
-import ctypes
 import os
 import shutil
 import signal
@@ -37,6 +36,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from proxy.process import exit_with_parent
 from tests.testbed import artifacts
 from tests.testbed.distributions import KafkaLine, get_line
 from tests.testbed.security import LISTENER as SECURE_LISTENER
@@ -170,12 +170,6 @@ def kill_all() -> None:
 
 
 atexit.register(kill_all)
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def free_ports(n: int) -> list[int]:
@@ -334,9 +328,7 @@ class KafkaNode:
                 start_new_session=True,
                 # PR_SET_PDEATHSIG fires when the *thread* that forked exits, so only the
                 # main thread's children get it; others rely on the atexit hook.
-                preexec_fn=_die_with_parent
-                if self.die_with_parent and threading.current_thread() is threading.main_thread()
-                else None,
+                preexec_fn=exit_with_parent(signal.SIGKILL) if self.die_with_parent else None,
             )
         finally:
             out.close()

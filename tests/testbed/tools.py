@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import hashlib
 import json
 import os
@@ -32,6 +31,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from proxy.process import exit_with_parent
 from tests.testbed import artifacts
 from tests.testbed.broker import free_ports
 from tests.testbed.distributions import KafkaLine, get_line
@@ -78,11 +78,6 @@ def kill_all() -> None:
 
 
 atexit.register(kill_all)
-
-
-def _die_with_parent() -> None:
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
 
 
 def _write_properties(path: Path, props: Mapping[str, str]) -> Path:
@@ -158,9 +153,7 @@ class JavaTool:
                 text=True,
                 bufsize=1,
                 start_new_session=True,
-                preexec_fn=_die_with_parent
-                if threading.current_thread() is threading.main_thread()
-                else None,
+                preexec_fn=exit_with_parent(signal.SIGKILL),
             )
         finally:
             err.close()

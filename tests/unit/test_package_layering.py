@@ -1,5 +1,6 @@
 """The proxy's packages import one way: coordination -> state_log -> kafka_client -> codec,
-records and the upstream connection; no arrow runs back up.
+records and the upstream connection; no arrow runs back up. The fleet core (sans-I/O) imports
+none of them.
 
 Two checks. Every ``import`` of every module of a lower package, read with :mod:`ast` (imports
 under ``if TYPE_CHECKING`` and inside functions included), names none of the packages above
@@ -27,9 +28,11 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "proxy.kafka_client": (*ABOVE, "proxy.state_log", "proxy.journal", "proxy.config"),
     "proxy.state_log": (*ABOVE, "proxy.journal", "proxy.config"),
     "proxy.journal": (*ABOVE, "proxy.state_log"),
+    "proxy.fleet_core": (*ABOVE, "proxy.state_log", "proxy.journal", "proxy.config",
+                         "proxy.kafka_client", "proxy.upstream", "proxy.metrics"),
 }
 """A package -> what it must not import, directly or through another module."""
-ENGINE_FREE = ("proxy.kafka_client", "proxy.state_log")
+ENGINE_FREE = ("proxy.kafka_client", "proxy.state_log", "proxy.fleet_core")
 ENGINE_ALLOWED = ("translation.errors",)
 
 

@@ -11,7 +11,9 @@ remain. Behind the proxy the classic group lives in the broker, so:
   assignment) and the engine adopts it as Kafka's ``ConsumerGroup.fromClassicGroup`` does:
   the group epoch and the assignment epoch start at the generation, each member is STABLE at
   that epoch with its current assignment, and the target is the current assignment, so
-  nothing moves until the membership changes (the KIP's "Online Migration" case study). It is
+  nothing moves until the membership changes (the KIP's "Online Migration" case study). A
+  *bridged* member (a sidecar's classic member for a KIP-848 client) is adopted under the
+  client's member id as a consumer-protocol member at that epoch. It is
   refused (the group stays with the broker) when the policy does not allow upgrades, the
   protocol type is not ``consumer``, the protocol is not a known client assignor, a member's
   subscription does not parse, an assignment carries userData (a custom assignor's state would
@@ -63,6 +65,10 @@ class ClassicGroupMemberSnapshot:
     client_host: str = ""
     session_timeout_ms: int = 45_000
     rebalance_timeout_ms: int = 300_000
+    kip848_member_id: str | None = None
+    """Set for a *bridged* member (the classic member a sidecar runs for a KIP-848 client):
+    the client's own member id, under which the engine adopts it as a consumer-protocol
+    member at the generation's epoch (decision record 0018, step 4)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,8 +132,10 @@ def convert_classic_group(
         protocol = next(p for p in m.protocols if p.name == snapshot.protocol_name)
         subscription = protocol.subscription
         assert subscription is not None
+        bridged = m.kip848_member_id is not None
+        member_id = m.kip848_member_id or m.member_id
         member = ConsumerGroupMember(
-            m.member_id,
+            member_id,
             instance_id=m.group_instance_id,
             rack_id=subscription.rack_id,
             client_id=m.client_id,
@@ -137,17 +145,18 @@ def convert_classic_group(
             member_epoch=generation,
             previous_member_epoch=generation,
             state=MemberState.STABLE,
-            protocol=MemberProtocol.CLASSIC,
+            protocol=MemberProtocol.CONSUMER if bridged else MemberProtocol.CLASSIC,
         )
         member.session_timeout_ms = m.session_timeout_ms
-        others = [p.name for p in m.protocols if p.name != snapshot.protocol_name]
-        names = (snapshot.protocol_name, *others)
-        member.classic = ClassicMemberMetadata(
-            m.session_timeout_ms,
-            names,
-            subscription.version,
-            state=ClassicMemberState.STABLE,
-        )
+        if not bridged:
+            others = [p.name for p in m.protocols if p.name != snapshot.protocol_name]
+            names = (snapshot.protocol_name, *others)
+            member.classic = ClassicMemberMetadata(
+                m.session_timeout_ms,
+                names,
+                subscription.version,
+                state=ClassicMemberState.STABLE,
+            )
         assigned: dict[TopicId, frozenset[int]] = {}
         if m.assignment is not None:
             for name, ps in m.assignment.partitions:
@@ -157,7 +166,7 @@ def convert_classic_group(
                         topic.topic_id, frozenset()
                     )
         member.assigned = {t: dict.fromkeys(ps, generation) for t, ps in assigned.items()}
-        target[m.member_id] = assigned
+        target[member_id] = assigned
         members.append(member)
     group = engine.create_group(snapshot.group_id, effects, group_epoch=generation,
                                 target=TargetAssignment(generation, target))

@@ -342,9 +342,9 @@ async def test_stopping_tells_bridged_clients_to_let_go_then_leaves(
 
 
 
-async def test_a_group_with_a_bridged_member_is_never_a_conversion_candidate() -> None:
-    """Its conversion is not built: emptying the broker's group would leave the bridged member
-    (and its client) without a group to rejoin."""
+async def test_a_group_with_a_bridged_member_is_a_conversion_candidate() -> None:
+    """Every member marked, one of them bridged: the group converts (the bridged member is
+    adopted under its client's KIP-848 member id)."""
     from proxy.coordination.upgrade import member_mark
 
     from .test_upgrade import GROUP as UPGRADED
@@ -354,7 +354,49 @@ async def test_a_group_with_a_bridged_member_is_never_a_conversion_candidate() -
     here = service.upgrades.mark_address
     forwarded = member_mark(here, "app-a") + "-0b6f9a4c-1d2e-4f3a-9b8c-7d6e5f4a3b2c"
     bridged = member_mark(here, "app-b", "kip848-m1") + "-1b6f9a4c-1d2e-4f3a-9b8c-7d6e5f4a3b2c"
-    await _forward_join(service, forwarded, forwarded, [forwarded])
-    assert UPGRADED in service.upgrades.candidates  # all forwarded here: a candidate
     await _forward_join(service, forwarded, forwarded, [forwarded, bridged])
-    assert UPGRADED not in service.upgrades.candidates
+    assert UPGRADED in service.upgrades.candidates
+    # a bridged member made leader notes the candidate too
+    service.upgrades.candidates.clear()
+    service.upgrades.note_leader(UPGRADED, 9, frozenset({forwarded, bridged}))
+    assert service.upgrades.candidates[UPGRADED].generation == 9
+
+
+async def test_with_migration_policy_disabled_a_kip848_join_is_refused_as_kafka_refuses_it(
+        autojump_clock: trio.testing.MockClock) -> None:
+    broker = Broker()
+    async with running(broker, migration_policy="disabled") as (service, nursery):
+        response = await service.heartbeat(hb("m1", 0))
+        assert response.error_code == 69, response  # GROUP_ID_NOT_FOUND
+        assert "disabled" in (response.error_message or "")
+        assert not broker.of(ApiKey.JOIN_GROUP) or all(  # only the refused lock's join
+            p["name"] == "groupgate-coordinated" for v in broker.of(ApiKey.JOIN_GROUP)
+            for p in v["protocols"])
+        assert not service.bridges.members
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_conversion_suspends_bridged_members_then_ends_them_without_a_word(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """While a conversion is announced the member sends nothing to the broker; aborted, it
+    goes on; done, its task ends with no LeaveGroup (the conversion removed it) and its
+    client's next heartbeat is no longer the bridge's."""
+    broker = Broker()
+    async with running(broker) as (service, nursery):
+        epoch, parts = await joined(service, "m1")
+        assert service.bridges.timeouts(GROUP) == {
+            "bridged-1": [service.bridges.settings.client_session_ms, 10_000]}
+        assert service.bridges.suspend(GROUP) == 1
+        assert await service.bridges.drained(GROUP, 1.0)
+        beats = len(broker.of(ApiKey.HEARTBEAT))
+        await trio.sleep(4)  # within the client's session: the member is kept
+        assert len(broker.of(ApiKey.HEARTBEAT)) == beats  # suspended: nothing sent
+        service.bridges.resume(GROUP)
+        await trio.sleep(1)
+        assert len(broker.of(ApiKey.HEARTBEAT)) > beats
+        assert service.bridges.convert_away(GROUP) == 1
+        await trio.sleep(0.1)
+        assert not service.bridges.has_group(GROUP) and not service.bridges.members
+        assert not broker.of(ApiKey.LEAVE_GROUP)
+        assert await service.bridges.heartbeat(hb("m1", epoch, owned=parts), 0) is None
+        nursery.cancel_scope.cancel()

@@ -16,13 +16,9 @@ import trio.testing
 from proxy.codec.api_keys import ApiKey
 from proxy.codec.header import encode_request_header
 from proxy.connection import Connection, Local, RejectRequest, RequestInfo
+from proxy.coordination.fleet_control import FLEET_CONTROL, FleetControlRouter
 from proxy.coordination.peers import RELAY, ConnectionLinks, FleetSide, Route
-from proxy.coordination.pod_liveness import (
-    FLEET_CONTROL,
-    FleetControlRouter,
-    PodLiveness,
-    member_gone_body,
-)
+from proxy.coordination.pod_liveness import PodLiveness, member_gone_body
 from proxy.coordination.routing import CoordinatingRouter, handler_table
 from proxy.coordination.service import CoordinatorService
 from proxy.liveness import Outcome, SeenMember
@@ -199,6 +195,10 @@ async def test_static_members_and_interrupted_groups_are_not_fenced(
         nursery.cancel_scope.cancel()
 
 
+def body_of(body: dict[str, Any]) -> bytes:
+    return json.dumps(body).encode()
+
+
 def control_request(body: bytes, correlation: int = 9) -> RequestInfo:
     payload = encode_request_header(FLEET_CONTROL, 0, correlation, "groupgate",
                                     flexible=False) + body
@@ -221,16 +221,18 @@ async def test_the_holder_answers_member_gone_from_fleet_peers_only(
         member_id, _ = await member_with_connections(service, liveness)
         epoch = service.engine.groups["g"].members[member_id].member_epoch
         inner = cast(Any, object())
-        stranger = FleetControlRouter(inner, liveness, Session("fleet"), "/10.0.0.9")
+        handlers = {"MemberGone": liveness.on_member_gone}
+        stranger = FleetControlRouter(inner, handlers, Session("fleet"), "/10.0.0.9")
         with pytest.raises(RejectRequest):
-            stranger.classify(control_request(member_gone_body("g", member_id, epoch, 0)))
-        peer = FleetControlRouter(inner, liveness, Session("fleet", fleet_peer=True),
+            stranger.classify(control_request(body_of(member_gone_body("g", member_id, epoch,
+                                                                       0))))
+        peer = FleetControlRouter(inner, handlers, Session("fleet", fleet_peer=True),
                                   "/10.0.0.9")
-        stale = control_request(member_gone_body("g", member_id, epoch + 7, 0))
+        stale = control_request(body_of(member_gone_body("g", member_id, epoch + 7, 0)))
         peer.classify(stale)
         assert control_answer(peer.decide(stale)) == (9, 110)  # FENCED_MEMBER_EPOCH
         assert control_answer(peer.decide(control_request(b"{not json"))) == (9, 42)
-        gone = control_request(member_gone_body("g", member_id, epoch, 0), 10)
+        gone = control_request(body_of(member_gone_body("g", member_id, epoch, 0)), 10)
         service.stepping_down = True  # stopping: this sidecar fences nobody
         assert control_answer(peer.decide(gone)) == (10, 15)  # COORDINATOR_NOT_AVAILABLE
         service.stepping_down = False
@@ -262,7 +264,8 @@ async def test_a_follower_tells_a_protocol_3_holder_and_never_a_protocol_2_one()
         api_key, version, correlation = struct.unpack_from(">hhi", frame)
         info = RequestInfo(api_key, version, correlation, frame)
         received.append(json.loads(bytes(frame[10 + len("groupgate"):])))
-        router = FleetControlRouter(cast(Any, object()), holder_liveness,
+        router = FleetControlRouter(cast(Any, object()),
+                                    {"MemberGone": holder_liveness.on_member_gone},
                                     Session("fleet", fleet_peer=True), "/127.0.0.1")
         router.classify(info)
         decision = router.decide(info)

@@ -173,14 +173,15 @@ async def test_the_leaders_answer_with_only_marked_members_makes_a_candidate() -
     assert (seen.session_timeout_ms, seen.rebalance_timeout_ms) == (10_000, 20_000)
 
 
-async def test_a_direct_member_another_sidecars_member_or_the_policy_makes_none() -> None:
+async def test_a_direct_member_or_the_policy_makes_none_another_sidecars_member_does() -> None:
     service = _service()
     await _forward_join(service, A, A, [A, B])
     await _forward_join(service, A, A, [A, B, DIRECT])  # a direct member joined since
     assert GROUP not in service.upgrades.candidates
-    # a member behind another sidecar: it would have to be told first (not built)
+    # a member behind another sidecar: a candidate too (the conversion is announced to it)
     await _forward_join(service, A, A, [A, B, ELSEWHERE])
-    assert GROUP not in service.upgrades.candidates
+    assert GROUP in service.upgrades.candidates
+    assert service.upgrades.peers(service.upgrades.candidates[GROUP]) == ["10.0.0.9:9095"]
     disabled = _service(migration_policy="disabled")
     await _forward_join(disabled, A, A, [A, B])
     assert GROUP not in disabled.upgrades.candidates
@@ -311,3 +312,180 @@ async def test_a_refused_snapshot_leaves_the_brokers_group_alone(
             assert candidate.not_before > trio.current_time()  # tried again later
     finally:
         OWNED[B] = (2, 3)
+
+
+# ---- members behind other sidecars: the announcement ---------------------------------------
+
+
+class Peers:
+    """The other sidecars as FleetControl reaches them: each answers as scripted (an error
+    code and a body, or an exception), and every message is recorded."""
+
+    def __init__(self, **answers: Any) -> None:
+        self.answers = answers
+        self.told: list[tuple[str, str]] = []
+
+    async def send(self, address: tuple[str, int], body: dict[str, Any], *, security: Any,
+                   timeout: float) -> tuple[int, dict[str, Any] | None]:
+        self.told.append((f"{address[0]}:{address[1]}", body["type"]))
+        answer = self.answers.get(body["type"], (0, None))
+        if isinstance(answer, Exception):
+            raise answer
+        return answer  # type: ignore[no-any-return]
+
+
+async def _converted_with_a_peer(peers: Peers) -> tuple[Any, Broker]:
+    broker = Broker([A, ELSEWHERE])
+    service = _service(broker)
+    service.upgrades.send = peers.send
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lambda task_status: service.run(watch_topics=False,
+                                                             task_status=task_status))
+        await _forward_join(service, A, A, [A, ELSEWHERE])
+        candidate = service.upgrades.candidates[GROUP]
+        await service.upgrades.poll(service, GROUP, candidate)
+        await trio.sleep(upgrade.POLL_SECONDS)
+        await service.upgrades.poll(service, GROUP, candidate)
+        nursery.cancel_scope.cancel()
+    return service, broker
+
+
+async def test_members_behind_another_sidecar_convert_once_it_holds_their_requests(
+        autojump_clock: trio.testing.MockClock) -> None:
+    peers = Peers(GroupConverting=(0, {"members": {ELSEWHERE: [7_000, 21_000],
+                                                   "someone-else": [1, 1]}}))
+    service, broker = await _converted_with_a_peer(peers)
+    # told before the broker's group was emptied, and told how it ended
+    assert peers.told == [("10.0.0.9:9095", "GroupConverting"),
+                          ("10.0.0.9:9095", "GroupConverted")]
+    assert sorted(broker.leaving) == sorted([A, ELSEWHERE])
+    group = service.engine.group(GROUP)
+    assert group is not None and set(group.members) == {A, ELSEWHERE}
+    # the other sidecar's member keeps the session its own JoinGroup asked for
+    assert group.members[ELSEWHERE].session_timeout_ms == 7_000
+    assert group.members[A].session_timeout_ms == 10_000
+
+
+async def test_a_sidecar_that_refuses_or_cannot_be_reached_aborts_the_conversion(
+        autojump_clock: trio.testing.MockClock) -> None:
+    from proxy.upstream import UpstreamError
+
+    for answer in ((int(ErrorCode.REBALANCE_IN_PROGRESS), None),
+                   UpstreamError("connection refused")):
+        peers = Peers(GroupConverting=answer)
+        service, broker = await _converted_with_a_peer(peers)
+        assert peers.told == [("10.0.0.9:9095", "GroupConverting")]  # nobody to tell more
+        assert 13 not in [k for k, _, _ in broker.requests]  # the broker's group untouched
+        assert service.engine.group(GROUP) is None and not service.claims(GROUP)
+        assert service.upgrades.candidates[GROUP].not_before > trio.current_time()
+
+
+async def test_a_conversion_aborted_after_the_announcement_is_said_to_those_told(
+        autojump_clock: trio.testing.MockClock) -> None:
+    peers = Peers()
+    OWNED[ELSEWHERE] = (0, 3)  # partition 0 owned twice: the engine refuses the snapshot
+    try:
+        service, broker = await _converted_with_a_peer(peers)
+    finally:
+        del OWNED[ELSEWHERE]
+    assert peers.told == [("10.0.0.9:9095", "GroupConverting"),
+                          ("10.0.0.9:9095", "ConversionAborted")]
+    assert 13 not in [k for k, _, _ in broker.requests]
+    assert service.engine.group(GROUP) is None
+
+
+async def _held(service: Any, info: Any) -> bool:
+    """Whether the router holds ``info`` (decides it later) rather than passing it on."""
+    decision = router(service).decide(info)
+    if isinstance(decision, Prepare):
+        with trio.move_on_after(0):  # started, and given up at its first wait
+            await decision.decision
+        return True
+    if isinstance(decision, Rewrite) and decision.on_abandon is not None:
+        decision.on_abandon()  # passed on (and counted as at the broker): never sent here
+    return False
+
+
+def _control(service: Any, body: dict[str, Any]) -> Any:
+    handlers = service.upgrades.control_handlers(service)
+    return handlers[body["type"]](body, "the sidecar at /10.0.0.9")
+
+
+async def test_a_sidecar_told_of_a_conversion_holds_the_groups_requests_until_it_ends(
+        autojump_clock: trio.testing.MockClock) -> None:
+    service = _service()
+    await _forward_join(service, A, B, [A, B])  # its member A; the leader is elsewhere
+    forgotten: list[list[str]] = []
+    service.routes.forget = forgotten.append
+    beat = request(12, 4, {"group_id": GROUP, "generation_id": GENERATION, "member_id": A,
+                           "group_instance_id": None})
+    converting = {"type": "GroupConverting", "group": GROUP, "generation": GENERATION,
+                  "converter": "10.0.0.9:9095"}
+    assert not await _held(service, beat)
+    error, body = await _control(service, converting)
+    assert error == ErrorCode.NONE and body == {"members": {A: [10_000, 20_000]}}
+    assert await _held(service, beat)
+    assert _control(service, {"type": "GroupConverted", "group": GROUP,
+                              "holder": "10.0.0.9:9095"}) == ErrorCode.NONE
+    assert forgotten == [[GROUP]]  # who holds it is looked up again
+    assert not service.upgrades.converting
+    # an announcement nobody ends: the hold ends on its own, and the holder is looked up
+    assert (await _control(service, converting))[0] == ErrorCode.NONE
+    assert await _held(service, beat)
+    await trio.sleep(upgrade.PEER_HOLD_SECONDS)
+    assert not await _held(service, beat) and forgotten == [[GROUP], [GROUP]]
+    # malformed, and a policy without upgrades
+    assert _control(service, {"type": "GroupConverted"}) == ErrorCode.INVALID_REQUEST
+    disabled = _service(migration_policy="disabled")
+    assert (await _control(disabled, converting)) == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+async def test_a_sidecar_whose_forwarded_requests_are_still_out_refuses(
+        autojump_clock: trio.testing.MockClock) -> None:
+    service = _service()
+    await _forward_join(service, A, B, [A, B])
+    release = service.upgrades._track(GROUP)  # a forwarded heartbeat still at the broker
+    assert release is not None
+    converting = {"type": "GroupConverting", "group": GROUP, "generation": GENERATION,
+                  "converter": "10.0.0.9:9095"}
+    assert (await _control(service, converting)) == ErrorCode.REBALANCE_IN_PROGRESS
+    assert trio.current_time() == upgrade.PEER_DRAIN_SECONDS
+    assert not service.upgrades.converting  # not held
+    release()
+    assert (await _control(service, converting))[0] == ErrorCode.NONE
+
+
+KIP848 = member_mark("127.0.0.1:9092", "appk", "kip848m1") + "-2c4e28ba-2fa1-11d2-883f-0016d3cca427"
+"""A bridged member: the classic member a sidecar runs for KIP-848 client ``kip848m1``."""
+
+
+async def test_a_bridged_member_is_adopted_under_its_clients_member_id(
+        autojump_clock: trio.testing.MockClock) -> None:
+    from .helpers import TOPIC_ID, consumer_heartbeat
+
+    broker = Broker([A, KIP848])
+    service = _service(broker)
+    OWNED[KIP848] = (2, 3)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(lambda task_status: service.run(watch_topics=False,
+                                                                 task_status=task_status))
+            await _forward_join(service, A, A, [A, KIP848])
+            candidate = service.upgrades.candidates[GROUP]
+            await service.upgrades.poll(service, GROUP, candidate)
+            await trio.sleep(upgrade.POLL_SECONDS)
+            await service.upgrades.poll(service, GROUP, candidate)
+            assert sorted(broker.leaving) == sorted([A, KIP848])
+            group = service.engine.group(GROUP)
+            assert group is not None and set(group.members) == {A, "kip848m1"}
+            beat = consumer_heartbeat(
+                {"group_id": GROUP, "member_id": "kip848m1", "member_epoch": GENERATION,
+                 "topic_partitions": [{"topic_id": TOPIC_ID, "partitions": [2, 3]}]},
+                client_id="appk", client_host="/10.0.0.7", api_version=1)
+            answer = await service.heartbeat(beat)
+            assert answer.error_code == ErrorCode.NONE
+            assert answer.member_epoch == GENERATION
+            assert group.group_epoch == GENERATION  # nothing moved
+            nursery.cancel_scope.cancel()
+    finally:
+        del OWNED[KIP848]

@@ -11,13 +11,13 @@ import time
 
 import pytest
 
-from proxy.process import _exit_with_parent
+from proxy.process import exit_with_parent
 
 PARENT = textwrap.dedent("""
     import subprocess, sys, time
-    from proxy.process import _exit_with_parent
+    from proxy.process import exit_with_parent
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
-                             start_new_session=True, preexec_fn=_exit_with_parent())
+                             start_new_session=True, preexec_fn=exit_with_parent())
     print(child.pid, flush=True)
     time.sleep(120)
 """)
@@ -52,8 +52,8 @@ def test_no_request_from_another_thread() -> None:
     import threading
 
     found: list[object] = []
-    thread = threading.Thread(target=lambda: found.append(_exit_with_parent()))
+    thread = threading.Thread(target=lambda: found.append(exit_with_parent()))
     thread.start()
     thread.join()
     assert found == [None]
-    assert _exit_with_parent() is not None
+    assert exit_with_parent() is not None

@@ -87,3 +87,34 @@ def test_cooperative_members_keep_everything_until_the_membership_changes() -> N
     c.join(join_req(first.member_id, protocols=("cooperative-sticky",)), now=10_001)
     assert group.group_epoch == GENERATION + 1
     assert c.beat("eager", GENERATION, 11_000) == E.REBALANCE_IN_PROGRESS
+
+
+def test_a_bridged_member_is_adopted_as_its_kip848_client_at_the_generation() -> None:
+    """A member a sidecar ran in the broker's group for a KIP-848 client is adopted under the
+    client's member id as a consumer-protocol member; the client's next heartbeat, at the
+    epoch its bridged member told it (the generation), changes nothing, and neither do the
+    classic members' requests."""
+    from translation.member import MemberProtocol
+
+    from ..helpers import hb
+
+    c = Classic.of(image(foo=(FOO, 6)), ScriptedAssignor())
+    members = [snapshot_member("classic", ("range",), [0, 1, 2]),
+               ClassicGroupMemberSnapshot(
+                   member_id="gg3|10.0.0.9:9191|kip848-m1|app-gg3-uuid",
+                   protocols=[ClassicProtocol("range", subscription(("foo",), None))],
+                   assignment=ClassicAssignment(3, [("foo", [3, 4, 5])]),
+                   session_timeout_ms=45_000, rebalance_timeout_ms=30_000,
+                   kip848_member_id="kip848-m1")]
+    refusal, _ = convert_classic_group(
+        c.engine, ClassicGroupSnapshot(G, GENERATION, "consumer", "range", members), 0)
+    assert refusal is None
+    group = c.engine.groups[G]
+    assert set(group.members) == {"classic", "kip848-m1"}
+    adopted = group.members["kip848-m1"]
+    assert adopted.protocol is MemberProtocol.CONSUMER and adopted.classic is None
+    assert (adopted.member_epoch, parts(adopted)) == (GENERATION, {FOO: [3, 4, 5]})
+    answer = c.engine.heartbeat(hb(G, "kip848-m1", GENERATION, {FOO: [3, 4, 5]}), 1000)[0]
+    assert answer.error_code == E.NONE and answer.member_epoch == GENERATION
+    assert c.beat("classic", GENERATION, 1500) == E.NONE
+    assert group.group_epoch == GENERATION

@@ -1,0 +1,739 @@
+"""The fleet core: one group's broker membership and this sidecar's role for it, sans-I/O.
+
+Theory of operation
+===================
+
+A group the engine coordinates is *held* by one sidecar of the fleet: the one whose lock
+member leads the broker's classic group of the same id (decision records 0014 and 0018). Every
+other sidecar relays the group's requests to it. Who holds the group is decided by the broker
+alone; what a sidecar may do for the group follows from what the broker last told it and from
+the time. :class:`GroupCore` keeps exactly that for one group on one sidecar, in the style of
+h11's connection state: events and the current time go in (:mod:`proxy.fleet_core.events`),
+actions come out, and the core never reads a clock, opens a socket or waits. The trio service
+and the fleet simulator (``tests/sim/fleet_sim.py``) are its drivers.
+
+The *role* is one of :class:`Role`. It changes only through :meth:`GroupCore._move`, which
+looks the pair (role, :class:`Why`) up in :data:`TRANSITIONS`; a pair missing from the table is
+a bug and raises :class:`FleetCoreError`. The table is the whole of what can happen (the
+``any`` row stands for every role but ``stepping-down``):
+
+==============  ================  ==============  ================================================
+from            why               to              actions
+==============  ================  ==============  ================================================
+absent          request           looking         hold the request; Lookup
+looking         held-elsewhere    following       relay what is held (inbound: NOT_COORDINATOR)
+looking         free              electing        SendJoin without a member id
+looking         direct            broker          held requests: COORDINATOR_NOT_AVAILABLE
+looking         not-eligible      absent          held requests: UNKNOWN_MEMBER_ID (no JoinGroup)
+looking         unreachable       absent          held requests: COORDINATOR_NOT_AVAILABLE
+electing        lost-election     looking         SendLeave if joined; Lookup
+electing        election-failed   absent          SendLeave if joined; COORDINATOR_NOT_AVAILABLE
+electing        elected           loading         Load; heartbeat every third of a session
+loading         loaded            coordinating    RunEngine for every held request
+loading         load-failed       absent          Forget; SendLeave
+loading         lease-passed      absent          Forget; SendLeave
+loading         rebalance         absent          Forget; SendLeave
+loading         refused           absent          Forget
+coordinating    lease-passed      interrupted     Suspend
+coordinating    rebalance         interrupted     Suspend; SendJoin with the member id
+coordinating    refused           letting-go      Forget
+coordinating    write-failed      absent          Forget; SendLeave
+interrupted     answered          coordinating    Resume
+interrupted     session-passed    letting-go      Forget
+interrupted     refused           letting-go      Forget
+interrupted     lost-election     letting-go      Forget; SendLeave
+interrupted     write-failed      absent          Forget; SendLeave
+letting-go      let-go            absent          -
+following       relay-failed      looking         Lookup
+following       view-expired      absent          -
+broker          view-expired      absent          -
+any             stop              stepping-down   Forget and SendLeave if it held the group
+==============  ================  ==============  ================================================
+
+``free`` is what a lookup says when this sidecar may try the election: the broker's group is
+Empty (used before: its state may be in the log), or unused and a held request may start the
+group (an epoch-0 heartbeat, a JoinGroup the engine takes), or led by this sidecar's own
+address (its member from before a restart: the JoinGroup waits until the broker drops it).
+An unused group and only requests of members that cannot exist is ``not-eligible``.
+
+What a member's request gets in each role (:meth:`GroupCore._request`): ``absent`` starts a
+lookup and holds it; ``looking``, ``electing`` and ``loading`` hold it (bounded by
+``hold_ms`` and ``max_held``; an inbound request, relayed here by a follower, is answered
+NOT_COORDINATOR unless this sidecar is ``loading``); ``following`` relays it; ``coordinating``
+runs the engine (RunEngine) after checking the lease; ``interrupted`` answers
+COORDINATOR_NOT_AVAILABLE; ``letting-go`` answers each member's first request
+UNKNOWN_MEMBER_ID (it drops its partitions and rejoins), then COORDINATOR_NOT_AVAILABLE;
+``broker`` and ``stepping-down`` answer COORDINATOR_NOT_AVAILABLE. Inbound requests are never
+relayed again.
+
+The lease. Every answered heartbeat (and the SyncGroup that completed a join) sent at time *s*
+moves ``lease_deadline`` to *s* + ``lease_fraction`` x session and ``session_deadline`` to *s*
++ session. The broker cannot drop the lock member before a session after it *received* that
+call, which is no earlier than *s*, so while the clocks run at rates within
+``1 - lease_fraction`` of each other the sidecar stops acting (``lease-passed``) before the
+broker can give the group to anyone else. The check runs before every event is handled (so a
+sidecar frozen past its lease, or starved, notices before it acts on anything that queued up
+meanwhile) and again before an answer leaves. From the lease's end to the session's end the
+group is ``interrupted``: an answer from the broker resumes it (every member gets a full
+session: the engine's timers were suspended); the session's end without one means the broker
+may have given the group away, and the members are told to let go.
+
+The write barrier. An engine call that changed durable state (:class:`EngineDone` with
+``wrote``) becomes unit *n* of the group's writes (:class:`Write`); its answer, and the answer
+of every later call, leaves only once the state log acknowledged every unit up to the one
+submitted before it (:class:`Written`). An answer released after the lease passed is not sent
+(COORDINATOR_NOT_AVAILABLE instead): the state it depends on is durable, and the client's retry
+finds whoever holds the group then. A failed write gives the group up (``write-failed``): its
+waiting answers fail, the engine forgets it, the lock is left, and the group is taken over
+again from what the log holds. A sidecar taking over opens the group's writer before it reads
+(:class:`Load`), which fences every earlier writer: a write of a holder that lost the group
+while frozen fails instead of landing behind the new holder's load.
+
+Calls to the broker carry an attempt number; an answer to an attempt the core has moved past
+(an older join, a heartbeat of an older generation) is ignored. Everything the core keeps is
+bounded: held requests (``max_held``, each for ``hold_ms``), answers waiting for writes (one per
+request the engine ran), heartbeat send times (those of the last session), and the members
+told to let go (``max_held``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from proxy.fleet_core.events import (
+    Action,
+    CallFailed,
+    EngineDone,
+    Event,
+    Fail,
+    Forget,
+    HeartbeatAnswered,
+    JoinAnswered,
+    Load,
+    LoadDone,
+    LookedUp,
+    Lookup,
+    Relay,
+    RelayDone,
+    Request,
+    Respond,
+    Resume,
+    RunEngine,
+    SendHeartbeat,
+    SendJoin,
+    SendLeave,
+    SendSync,
+    Shape,
+    Stop,
+    Suspend,
+    SyncAnswered,
+    Write,
+    WriteFailed,
+    Written,
+)
+from proxy.fleet_core.lease import LEASE_FRACTION, Lease, LeaseState
+from translation.errors import ErrorCode
+
+INF = float("inf")
+
+
+class FleetCoreError(Exception):
+    """A move outside :data:`TRANSITIONS`: a bug in the core or its driver."""
+
+
+class Role(enum.Enum):
+    ABSENT = "absent"
+    LOOKING = "looking"
+    FOLLOWING = "following"
+    BROKER = "broker"
+    ELECTING = "electing"
+    LOADING = "loading"
+    COORDINATING = "coordinating"
+    INTERRUPTED = "interrupted"
+    LETTING_GO = "letting-go"
+    STEPPING_DOWN = "stepping-down"
+
+
+class Why(enum.Enum):
+    REQUEST = "request"
+    HELD_ELSEWHERE = "held-elsewhere"
+    FREE = "free"
+    DIRECT = "direct"
+    NOT_ELIGIBLE = "not-eligible"
+    UNREACHABLE = "unreachable"
+    LOST_ELECTION = "lost-election"
+    ELECTION_FAILED = "election-failed"
+    ELECTED = "elected"
+    LOADED = "loaded"
+    LOAD_FAILED = "load-failed"
+    LEASE_PASSED = "lease-passed"
+    REBALANCE = "rebalance"
+    REFUSED = "refused"
+    WRITE_FAILED = "write-failed"
+    ANSWERED = "answered"
+    SESSION_PASSED = "session-passed"
+    LET_GO = "let-go"
+    RELAY_FAILED = "relay-failed"
+    VIEW_EXPIRED = "view-expired"
+    STOP = "stop"
+
+
+def _table() -> dict[tuple[Role, Why], Role]:
+    rows: dict[tuple[Role, Why], Role] = {}
+    lines = (__doc__ or "").splitlines()
+    rules = [i for i, line in enumerate(lines) if line.startswith("==============  ")]
+    for line in lines[rules[1] + 1:rules[2]]:
+        cells = line.split()
+        why, to = Why(cells[1]), Role(cells[2])
+        froms = ([r for r in Role if r is not Role.STEPPING_DOWN] if cells[0] == "any"
+                 else [Role(cells[0])])
+        for role in froms:
+            rows[(role, why)] = to
+    return rows
+
+
+TRANSITIONS: dict[tuple[Role, Why], Role] = _table()
+"""(role, why) -> role: every move of the group's role on this sidecar, read from the table in
+this module's docstring (so the two cannot differ)."""
+
+HOLDING = frozenset({Role.LOADING, Role.COORDINATING, Role.INTERRUPTED})
+"""Roles in which this sidecar's lock member may lead the broker's group."""
+LOST = frozenset({ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION,
+                  ErrorCode.FENCED_INSTANCE_ID})
+"""Broker answers that mean the lock member is gone (the broker forgot it)."""
+
+
+@dataclass(frozen=True)
+class CoreConfig:
+    session_ms: int
+    """The lock member's session at the broker (``broker-session-timeout-ms``); also its
+    rebalance timeout."""
+    lease_fraction: float = LEASE_FRACTION
+    hold_ms: int = 5_000
+    """Longest a request waits for a lookup, an election or a load."""
+    max_held: int = 1_000
+    lookup_ms: int = 3_000
+    """Longest a lookup may take before the broker counts as unreachable."""
+    view_ms: int = 30_000
+    """How long a view of another holder (or of the broker's own group) is followed."""
+    let_go_ms: int = 45_000
+    """How long a lost group's members are told to let go (a member session)."""
+    retry_ms: int = 500
+    """Between a failed rejoin call and the next."""
+
+    @property
+    def call_ms(self) -> int:
+        """Longest a JoinGroup or SyncGroup may wait (a join waits up to the rebalance
+        timeout for the other members)."""
+        return self.session_ms + 2_000
+
+
+@dataclass
+class _Held:
+    member_id: str
+    starts_group: bool
+    inbound: bool
+    until: float
+
+
+class GroupCore:
+    """One group's fleet protocol state on one sidecar (see the module's docstring)."""
+
+    def __init__(self, group_id: str, address: str, config: CoreConfig) -> None:
+        self.group_id = group_id
+        self.address = address
+        """This sidecar's fleet address (what its card tells other sidecars)."""
+        self.config = config
+        self.role = Role.ABSENT
+        self.history: list[tuple[float, Role, Why, Role]] = []
+        """The last moves (bounded), for traces."""
+        self.holder: str | None = None
+        """The sidecar followed (``following``)."""
+        self.member_id = ""
+        self.generation = -1
+        self.membership = "none"
+        """The lock member: ``none``, ``joining``, ``checking`` (a member id was given; is the
+        group held elsewhere?), ``syncing``, ``stable``."""
+        self.lease = Lease(config.lease_fraction, -INF, -INF)
+        """The lock's lease (:mod:`proxy.fleet_core.lease`), in this core's milliseconds."""
+        self._attempt = 0
+        self._call: int | None = None
+        """The join, sync or lookup attempt an answer is awaited for."""
+        self._call_sent = 0.0
+        self._call_until = INF
+        self._next_heartbeat = INF
+        self._heartbeats: dict[int, tuple[float, int]] = {}
+        """Attempt -> (send time, generation) of heartbeats sent in the last session."""
+        self._retry_at = INF
+        self._view_until = INF
+        self._let_go_until = INF
+        self._held: dict[int, _Held] = {}
+        self._waiting: dict[int, tuple[int, bool]] = {}
+        """rid -> (unit its answer waits for, inbound)."""
+        self._submitted = 0
+        self._acknowledged = 0
+        self._told: set[str] = set()
+        self._running: dict[int, bool] = {}
+        """rid -> inbound, for requests given to the engine and not reported back yet."""
+
+    # -- what the driver calls ---------------------------------------------------------------
+
+    @property
+    def lease_deadline(self) -> float:
+        return self.lease.lease_deadline
+
+    @lease_deadline.setter
+    def lease_deadline(self, value: float) -> None:
+        self.lease.lease_deadline = value
+
+    @property
+    def session_deadline(self) -> float:
+        return self.lease.session_deadline
+
+    def acting(self, now: float) -> bool:
+        """Whether this sidecar may act for the group now (answer, fire the engine's timers):
+        coordinating, within the lease."""
+        return self.role is Role.COORDINATING and self.lease.state(now) is LeaseState.HELD
+
+    def handle(self, event: Event, now: float) -> list[Action]:
+        out: list[Action] = []
+        self._time(now, out)
+        if isinstance(event, Request):
+            self._request(event, now, out)
+        elif isinstance(event, LookedUp):
+            self._looked_up(event, now, out)
+        elif isinstance(event, JoinAnswered):
+            self._join_answered(event, now, out)
+        elif isinstance(event, SyncAnswered):
+            self._sync_answered(event, now, out)
+        elif isinstance(event, HeartbeatAnswered):
+            self._heartbeat_answered(event, now, out)
+        elif isinstance(event, CallFailed):
+            self._call_failed(event, now, out)
+        elif isinstance(event, LoadDone):
+            self._load_done(event, now, out)
+        elif isinstance(event, EngineDone):
+            self._engine_done(event, now, out)
+        elif isinstance(event, Written):
+            self._written(event, now, out)
+        elif isinstance(event, WriteFailed):
+            if self.role in (Role.COORDINATING, Role.INTERRUPTED) \
+                    and event.unit > self._acknowledged:
+                self._give_up(Why.WRITE_FAILED, now, out)
+        elif isinstance(event, RelayDone):
+            self._relay_done(event, now, out)
+        elif isinstance(event, Stop) and self.role is not Role.STEPPING_DOWN:
+            if self.role in HOLDING or self.role is Role.LETTING_GO:
+                out.append(Forget("the proxy stops"))
+            self._leave(out)
+            self._move(Why.STOP, now, out)
+        return out
+
+    def tick(self, now: float) -> list[Action]:
+        """Act on the time: leases, sessions, heartbeats due, calls and holds that ran out."""
+        out: list[Action] = []
+        self._time(now, out)
+        return out
+
+    def next_deadline(self) -> float:
+        """When :meth:`tick` has something to do (``inf``: nothing until the next event)."""
+        times = [self._next_heartbeat, self._call_until, self._retry_at, self._view_until,
+                 self._let_go_until]
+        if self.role in (Role.LOADING, Role.COORDINATING):
+            times.append(self.lease_deadline)
+        if self.role is Role.INTERRUPTED:
+            times.append(self.session_deadline)
+        if self._held:
+            times.append(min(h.until for h in self._held.values()))
+        return min(times)
+
+    @property
+    def held(self) -> int:
+        return len(self._held)
+
+    # -- the role ----------------------------------------------------------------------------
+
+    def _move(self, why: Why, now: float, out: list[Action]) -> None:
+        after = TRANSITIONS.get((self.role, why))
+        if after is None:
+            raise FleetCoreError(f"group {self.group_id}: {why.value} is not a move from "
+                                 f"{self.role.value}")
+        self.history.append((now, self.role, why, after))
+        if len(self.history) > 64:
+            del self.history[:32]
+        self.role = after
+        if after is not Role.FOLLOWING and after is not Role.BROKER:
+            self._view_until = INF
+        if after is not Role.LETTING_GO:
+            self._let_go_until = INF
+        if after not in HOLDING:
+            self._next_heartbeat = INF
+            self._heartbeats.clear()
+        if after not in (Role.ELECTING, Role.LOOKING) and not (
+                after is Role.INTERRUPTED and self.membership in ("joining", "syncing")):
+            self._call = None
+            self._call_until = INF
+        if after is not Role.COORDINATING:
+            self._fail_waiting(out)
+        if after in (Role.ABSENT, Role.LETTING_GO, Role.STEPPING_DOWN, Role.BROKER):
+            self._fail_held(out, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if after in (Role.ABSENT, Role.LETTING_GO, Role.STEPPING_DOWN, Role.FOLLOWING,
+                     Role.LOOKING, Role.BROKER):
+            self.membership = "none" if after is not Role.LETTING_GO else self.membership
+            self._submitted = self._acknowledged = 0
+
+    def _time(self, now: float, out: list[Action]) -> None:
+        """Everything the passing of time decides, before any event is handled."""
+        lease = self.lease.state(now)
+        if self.role in (Role.LOADING, Role.COORDINATING) and lease is not LeaseState.HELD:
+            if self.role is Role.LOADING:
+                out.append(Forget("the lease passed while loading"))
+                self._leave(out)
+                self._move(Why.LEASE_PASSED, now, out)
+            else:
+                out.append(Suspend())
+                self._move(Why.LEASE_PASSED, now, out)
+        if self.role is Role.INTERRUPTED and lease is LeaseState.LOST:
+            out.append(Forget("no answer from the broker within a session"))
+            self._leave(out)
+            self._move(Why.SESSION_PASSED, now, out)
+            self._let_go_until = now + self.config.let_go_ms
+        if self.role is Role.LETTING_GO and now >= self._let_go_until:
+            self._told.clear()
+            self._move(Why.LET_GO, now, out)
+        if self.role in (Role.FOLLOWING, Role.BROKER) and now >= self._view_until:
+            self._move(Why.VIEW_EXPIRED, now, out)
+        if now >= self._call_until:
+            self._call_timed_out(now, out)
+        if now >= self._retry_at:
+            self._retry_at = INF
+            if self.role is Role.INTERRUPTED and self.membership == "joining":
+                self._send_join(now, out)
+        if self.role in HOLDING and self.membership == "stable" and now >= self._next_heartbeat:
+            self._attempt += 1
+            self._heartbeats[self._attempt] = (now, self.generation)
+            for attempt in [a for a, (sent, _) in self._heartbeats.items()
+                            if sent < now - self.config.session_ms]:
+                del self._heartbeats[attempt]
+            out.append(SendHeartbeat(self._attempt, self.member_id, self.generation))
+            self._next_heartbeat = now + self.config.session_ms / 3
+        expired = [rid for rid, h in self._held.items() if now >= h.until]
+        for rid in expired:
+            held = self._held.pop(rid)
+            out.append(Fail(rid, ErrorCode.NOT_COORDINATOR if held.inbound
+                            else ErrorCode.COORDINATOR_NOT_AVAILABLE))
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def _request(self, request: Request, now: float, out: list[Action]) -> None:
+        role = self.role
+        rid = request.rid
+        if role is Role.COORDINATING:
+            self._running[rid] = request.inbound
+            out.append(RunEngine(rid))
+        elif role is Role.FOLLOWING:
+            out.append(Fail(rid, ErrorCode.NOT_COORDINATOR) if request.inbound
+                       else Relay(rid, self.holder or ""))
+        elif request.inbound and role is not Role.LOADING:
+            out.append(Fail(rid, ErrorCode.NOT_COORDINATOR))
+        elif role in (Role.ABSENT, Role.LOOKING, Role.ELECTING, Role.LOADING):
+            if len(self._held) >= self.config.max_held:
+                out.append(Fail(rid, ErrorCode.COORDINATOR_NOT_AVAILABLE))
+                return
+            self._held[rid] = _Held(request.member_id, request.starts_group, request.inbound,
+                                    now + self.config.hold_ms)
+            if role is Role.ABSENT:
+                self._move(Why.REQUEST, now, out)
+                self._lookup(now, out)
+        elif role is Role.LETTING_GO and not request.starts_group and request.member_id \
+                and request.member_id not in self._told \
+                and len(self._told) < self.config.max_held:
+            self._told.add(request.member_id)
+            out.append(Fail(rid, ErrorCode.UNKNOWN_MEMBER_ID))
+        else:
+            out.append(Fail(rid, ErrorCode.COORDINATOR_NOT_AVAILABLE))
+
+    def _fail_held(self, out: list[Action], error: ErrorCode) -> None:
+        for rid, held in self._held.items():
+            out.append(Fail(rid, ErrorCode.NOT_COORDINATOR if held.inbound else error))
+        self._held.clear()
+
+    def _fail_waiting(self, out: list[Action]) -> None:
+        for rid, (_, inbound) in self._waiting.items():
+            out.append(Fail(rid, ErrorCode.NOT_COORDINATOR if inbound
+                            else ErrorCode.COORDINATOR_NOT_AVAILABLE))
+        self._waiting.clear()
+
+    # -- looking and following ---------------------------------------------------------------
+
+    def _lookup(self, now: float, out: list[Action]) -> None:
+        self._attempt += 1
+        self._call = self._attempt
+        self._call_until = now + self.config.lookup_ms
+        out.append(Lookup(self._attempt))
+
+    def _looked_up(self, event: LookedUp, now: float, out: list[Action]) -> None:
+        if event.attempt != self._call or self.role not in (Role.LOOKING, Role.ELECTING):
+            return
+        if self.role is Role.ELECTING:
+            if self.membership != "checking":
+                return
+            if event.shape is Shape.HELD and event.holder != self.address:
+                self._lose_election(now, out)
+            else:
+                self._send_join(now, out)
+            return
+        self._call, self._call_until = None, INF
+        if event.shape is Shape.HELD and event.holder not in (None, self.address):
+            self.holder = event.holder
+            self._move(Why.HELD_ELSEWHERE, now, out)
+            self._view_until = now + self.config.view_ms
+            held, self._held = self._held, {}
+            for rid, h in held.items():
+                out.append(Fail(rid, ErrorCode.NOT_COORDINATOR) if h.inbound
+                           else Relay(rid, event.holder))
+        elif event.shape is Shape.DIRECT:
+            self._move(Why.DIRECT, now, out)
+            self._view_until = now + self.config.view_ms
+        elif event.shape is Shape.UNREACHABLE:
+            self._move(Why.UNREACHABLE, now, out)
+        elif (event.shape is Shape.FREE or event.shape is Shape.HELD  # this sidecar before
+              or any(h.starts_group for h in self._held.values())):  # a restart, or a start
+            self.membership = "joining"
+            self.member_id = ""
+            self._move(Why.FREE, now, out)
+            self._send_join(now, out)
+        else:
+            held, self._held = self._held, {}
+            self._move(Why.NOT_ELIGIBLE, now, out)
+            for rid in held:
+                out.append(Fail(rid, ErrorCode.UNKNOWN_MEMBER_ID))
+
+    def _relay_done(self, event: RelayDone, now: float, out: list[Action]) -> None:
+        if not event.refused:
+            out.append(Respond(event.rid))
+            return
+        out.append(Fail(event.rid, ErrorCode.COORDINATOR_NOT_AVAILABLE))
+        if self.role is Role.FOLLOWING:
+            self._move(Why.RELAY_FAILED, now, out)
+            self._lookup(now, out)
+
+    # -- the lock member ---------------------------------------------------------------------
+
+    def _send_join(self, now: float, out: list[Action]) -> None:
+        self._attempt += 1
+        self._call = self._attempt
+        self._call_sent = now
+        self._call_until = now + self.config.call_ms
+        if self.role is Role.ELECTING:
+            self.membership = "joining"
+        out.append(SendJoin(self._attempt, self.member_id))
+
+    def _send_sync(self, now: float, out: list[Action]) -> None:
+        self._attempt += 1
+        self._call = self._attempt
+        self._call_sent = now
+        self._call_until = now + self.config.call_ms
+        self.membership = "syncing"
+        out.append(SendSync(self._attempt, self.member_id, self.generation))
+
+    def _leave(self, out: list[Action]) -> None:
+        if self.member_id:
+            out.append(SendLeave(self.member_id))
+        self.member_id = ""
+        self.generation = -1
+        self.membership = "none"
+        self.lease.drop()
+
+    def _answered(self, sent: float) -> None:
+        self.lease.answered(sent, self.config.session_ms)
+
+    def _join_answered(self, event: JoinAnswered, now: float, out: list[Action]) -> None:
+        if event.attempt != self._call or self.membership != "joining":
+            return
+        if self.role is Role.ELECTING:
+            if event.error == ErrorCode.MEMBER_ID_REQUIRED and not self.member_id:
+                self.member_id = event.member_id
+                self.membership = "checking"
+                self._lookup(now, out)
+                return
+            if event.error != ErrorCode.NONE:
+                self._leave(out)
+                self._move(Why.ELECTION_FAILED, now, out)
+                return
+            self.generation = event.generation
+            if event.leader != self.member_id:
+                self._lose_election(now, out)
+                return
+            self._send_sync(now, out)
+            return
+        if self.role is not Role.INTERRUPTED:
+            return
+        if event.error in LOST:
+            out.append(Forget("the broker forgot the lock member"))
+            self.member_id = ""
+            self._move(Why.REFUSED, now, out)
+            self._let_go_until = now + self.config.let_go_ms
+        elif event.error != ErrorCode.NONE:
+            self._call, self._call_until = None, INF
+            self._retry_at = now + self.config.retry_ms
+        elif event.leader != self.member_id:
+            out.append(Forget("another member leads the broker's group"))
+            self._leave(out)
+            self._move(Why.LOST_ELECTION, now, out)
+            self._let_go_until = now + self.config.let_go_ms
+        else:
+            self.generation = event.generation
+            self._send_sync(now, out)
+
+    def _lose_election(self, now: float, out: list[Action]) -> None:
+        self._leave(out)
+        self._move(Why.LOST_ELECTION, now, out)
+        self._lookup(now, out)
+
+    def _sync_answered(self, event: SyncAnswered, now: float, out: list[Action]) -> None:
+        if event.attempt != self._call or self.membership != "syncing":
+            return
+        sent = self._call_sent
+        self._call, self._call_until = None, INF
+        if event.error != ErrorCode.NONE:
+            if self.role is Role.ELECTING:
+                self._leave(out)
+                self._move(Why.ELECTION_FAILED, now, out)
+            elif self.role is Role.INTERRUPTED:
+                if event.error in LOST:
+                    self._refused(now, out)
+                else:
+                    self.membership = "joining"
+                    self._retry_at = now
+            return
+        self._answered(sent)
+        self.membership = "stable"
+        self._next_heartbeat = now + self.config.session_ms / 3
+        if self.role is Role.ELECTING:
+            self._move(Why.ELECTED, now, out)
+            out.append(Load())
+        elif self.role is Role.INTERRUPTED and self.lease.state(now) is LeaseState.HELD:
+            self._move(Why.ANSWERED, now, out)
+            out.append(Resume())
+
+    def _heartbeat_answered(self, event: HeartbeatAnswered, now: float,
+                            out: list[Action]) -> None:
+        sent_generation = self._heartbeats.pop(event.attempt, None)
+        if sent_generation is None or self.role not in HOLDING:
+            return
+        sent, generation = sent_generation
+        if generation != self.generation or self.membership != "stable":
+            return
+        if event.error == ErrorCode.NONE:
+            self._answered(sent)
+            if self.role is Role.INTERRUPTED and self.lease.state(now) is LeaseState.HELD:
+                self._move(Why.ANSWERED, now, out)
+                out.append(Resume())
+        elif event.error == ErrorCode.REBALANCE_IN_PROGRESS:
+            if self.role is Role.LOADING:
+                out.append(Forget("a rebalance while loading"))
+                self._leave(out)
+                self._move(Why.REBALANCE, now, out)
+                return
+            if self.role is Role.COORDINATING:
+                out.append(Suspend())
+                self._move(Why.REBALANCE, now, out)
+            self._next_heartbeat = INF
+            self.membership = "joining"
+            self._send_join(now, out)
+        elif event.error in LOST:
+            self._refused(now, out)
+
+    def _refused(self, now: float, out: list[Action]) -> None:
+        """The broker forgot the lock member: lost for good."""
+        out.append(Forget("the broker forgot the lock member"))
+        self.member_id = ""
+        self.membership = "none"
+        self.lease.drop()
+        self._move(Why.REFUSED, now, out)
+        if self.role is Role.LETTING_GO:
+            self._let_go_until = now + self.config.let_go_ms
+
+    def _call_failed(self, event: CallFailed, now: float, out: list[Action]) -> None:
+        if event.attempt in self._heartbeats:
+            del self._heartbeats[event.attempt]  # the lease runs out if nothing answers
+            return
+        if event.attempt == self._call:
+            self._call_timed_out(now, out)
+
+    def _call_timed_out(self, now: float, out: list[Action]) -> None:
+        self._call, self._call_until = None, INF
+        if self.role is Role.LOOKING:
+            self._move(Why.UNREACHABLE, now, out)
+        elif self.role is Role.ELECTING:
+            self._leave(out)
+            self._move(Why.ELECTION_FAILED, now, out)
+        elif self.role is Role.INTERRUPTED and self.membership in ("joining", "syncing"):
+            self.membership = "joining"
+            self._retry_at = now + self.config.retry_ms
+
+    # -- loading, the engine and the write barrier -------------------------------------------
+
+    def _load_done(self, event: LoadDone, now: float, out: list[Action]) -> None:
+        if self.role is not Role.LOADING:
+            return
+        if not event.ok:
+            out.append(Forget("the load failed"))
+            self._leave(out)
+            self._move(Why.LOAD_FAILED, now, out)
+            return
+        self._move(Why.LOADED, now, out)
+        held, self._held = self._held, {}
+        for rid, h in held.items():
+            self._running[rid] = h.inbound
+            out.append(RunEngine(rid))
+
+    def _engine_done(self, event: EngineDone, now: float, out: list[Action]) -> None:
+        inbound = self._running.pop(event.rid, False)
+        if event.wrote:
+            self._submitted += 1
+            out.append(Write(self._submitted))
+        if self.role is not Role.COORDINATING:
+            out.append(Fail(event.rid, ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            return
+        if self._acknowledged >= self._submitted:
+            out.append(Respond(event.rid))
+        else:
+            self._waiting[event.rid] = (self._submitted, inbound)
+
+    def engine_ticked(self, wrote: bool, now: float) -> list[Action]:
+        """The driver fired the engine's timers (only while :meth:`acting`)."""
+        out: list[Action] = []
+        self._time(now, out)
+        if wrote:
+            self._submitted += 1
+            out.append(Write(self._submitted))
+        return out
+
+    def _written(self, event: Written, now: float, out: list[Action]) -> None:
+        if event.unit <= self._acknowledged or self.role not in HOLDING:
+            return
+        self._acknowledged = event.unit
+        if self.role is not Role.COORDINATING:
+            return
+        ready = [rid for rid, (unit, _) in self._waiting.items() if unit <= event.unit]
+        for rid in ready:
+            _, inbound = self._waiting.pop(rid)
+            if self.acting(now):
+                out.append(Respond(rid))
+            else:
+                out.append(Fail(rid, ErrorCode.NOT_COORDINATOR if inbound
+                                else ErrorCode.COORDINATOR_NOT_AVAILABLE))
+
+    def _give_up(self, why: Why, now: float, out: list[Action]) -> None:
+        out.append(Forget(f"group given up: {why.value}"))
+        self._leave(out)
+        self._move(why, now, out)
+
+
+def moves(history: Iterable[tuple[float, Role, Why, Role]]) -> list[str]:
+    """A trace of moves, one line each."""
+    return [f"{at:.0f} {a.value} -{why.value}-> {b.value}" for at, a, why, b in history]
