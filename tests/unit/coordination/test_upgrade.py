@@ -198,22 +198,20 @@ async def test_what_detection_remembers_is_bounded_and_expires() -> None:
 # ---- conversion ------------------------------------------------------------------------------
 
 
-async def _candidate(service: Any) -> Any:
-    await _forward_join(service, B, A, [A, B])
-    await _forward_join(service, A, A, [A, B])
-    return service.upgrades.candidates[GROUP]
-
-
 @asynccontextmanager
-async def _noted(broker: Broker) -> AsyncIterator[tuple[Any, Any, trio.Nursery]]:
-    """A running sidecar in front of ``broker`` whose group became a candidate and was seen
-    Stable on one poll (noted: the next poll, ``POLL_SECONDS`` on, converts it); the service,
-    the candidate and the nursery the service runs in."""
-    service = _service(broker)
+async def _noted(broker: Broker, service: Any = None, joined: tuple[str, ...] = (B, A)
+                 ) -> AsyncIterator[tuple[Any, Any, trio.Nursery]]:
+    """A running sidecar (``service``, else a new one) in front of ``broker`` whose group became
+    a candidate (the ``joined`` members' JoinGroups forwarded, A leading the broker's members)
+    and was seen Stable on one poll (noted: the next poll, ``POLL_SECONDS`` on, converts it);
+    the service, the candidate and the nursery the service runs in."""
+    service = service or _service(broker)
     async with trio.open_nursery() as nursery:
         await nursery.start(lambda task_status: service.run(watch_topics=False,
                                                              task_status=task_status))
-        candidate = await _candidate(service)
+        for member in joined:
+            await _forward_join(service, member, A, broker.members)
+        candidate = service.upgrades.candidates[GROUP]
         await service.upgrades.poll(service, GROUP, candidate)
         yield service, candidate, nursery
         nursery.cancel_scope.cancel()
@@ -338,15 +336,9 @@ async def _converted_with_a_peer(peers: Peers) -> tuple[Any, Broker]:
     broker = Broker([A, ELSEWHERE])
     service = _service(broker)
     service.upgrades.send = peers.send
-    async with trio.open_nursery() as nursery:
-        await nursery.start(lambda task_status: service.run(watch_topics=False,
-                                                             task_status=task_status))
-        await _forward_join(service, A, A, [A, ELSEWHERE])
-        candidate = service.upgrades.candidates[GROUP]
-        await service.upgrades.poll(service, GROUP, candidate)
+    async with _noted(broker, service, joined=(A,)) as (_, candidate, _):
         await trio.sleep(upgrade.POLL_SECONDS)
         await service.upgrades.poll(service, GROUP, candidate)
-        nursery.cancel_scope.cancel()
     return service, broker
 
 
@@ -464,15 +456,9 @@ async def test_a_bridged_member_is_adopted_under_its_clients_member_id(
     from .helpers import TOPIC_ID, consumer_heartbeat
 
     broker = Broker([A, KIP848])
-    service = _service(broker)
     OWNED[KIP848] = (2, 3)
     try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(lambda task_status: service.run(watch_topics=False,
-                                                                 task_status=task_status))
-            await _forward_join(service, A, A, [A, KIP848])
-            candidate = service.upgrades.candidates[GROUP]
-            await service.upgrades.poll(service, GROUP, candidate)
+        async with _noted(broker, joined=(A,)) as (service, candidate, _):
             await trio.sleep(upgrade.POLL_SECONDS)
             await service.upgrades.poll(service, GROUP, candidate)
             assert sorted(broker.leaving) == sorted([A, KIP848])
@@ -486,6 +472,5 @@ async def test_a_bridged_member_is_adopted_under_its_clients_member_id(
             assert answer.error_code == ErrorCode.NONE
             assert answer.member_epoch == GENERATION
             assert group.group_epoch == GENERATION  # nothing moved
-            nursery.cancel_scope.cancel()
     finally:
         del OWNED[KIP848]
