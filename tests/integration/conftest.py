@@ -2,8 +2,9 @@
 
 ``start_proxy(cluster, *flags)`` starts ``groupgate run`` as a child process in front of a
 cluster and stops it after the test; a failing test gets the proxy's log copied next to the
-broker logs in ``test-logs/``. ``kubernetes_cluster``: the test bed's real Kubernetes (slow
-tests only).
+broker logs in ``test-logs/``. ``members``: a list the test appends the group members it
+starts to (``tests/integration/members.py``), each stopped after the test.
+``kubernetes_cluster``: the test bed's real Kubernetes (slow tests only).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from proxy.process import ProxyProcess
+from tests.integration.members import Member
 from tests.testbed.broker import KafkaCluster
 
 StartProxy = Callable[..., ProxyProcess]
@@ -36,6 +38,14 @@ def start_proxy(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Star
     for proxy in started:
         proxy.stop()
     keep_if_failed(request, [proxy.log_file for proxy in started])
+
+
+@pytest.fixture
+def members() -> Iterator[list[Member]]:
+    started: list[Member] = []
+    yield started
+    for m in started:
+        m.stop()
 
 
 def keep_if_failed(request: pytest.FixtureRequest, paths: list[Path]) -> None:

@@ -18,102 +18,36 @@ group, and commit offsets that the proxy writes to the broker under its own memb
   its session timeout gets its partitions back and the other members see no callback at all.
 
 Members run in processes of their own and report their rebalance callbacks and records as
-JSON lines, like the members of ``test_new_protocol.py``.
+JSON lines (``tests/integration/members.py``).
 """
 
 from __future__ import annotations
 
-import json
-import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from proxy.process import ProxyProcess
 from tests.integration.conftest import StartProxy
-from tests.integration.test_new_protocol import (
-    PROXY_FLAGS,
+from tests.integration.members import (
+    SESSION_MS,
     ConfluentMember,
+    KafkaPythonMember,
     Member,
-    ProcessMember,
-    coordinator_of,
     owned_exactly_once,
     wait_until,
 )
+from tests.integration.test_new_protocol import PROXY_FLAGS, ask_coordinator, coordinator_of
 from tests.testbed.broker import KafkaBroker
 
 FLAGS = (*PROXY_FLAGS, "--classic-translation", "on")
-SESSION_MS = 6000
-HEARTBEAT_MS = 500
-
-KAFKA_PYTHON_MEMBER = r"""
-import json, signal, sys
-from kafka import KafkaConsumer
-from kafka.consumer.subscription_state import ConsumerRebalanceListener
-from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
-from kafka.coordinator.assignors.range import RangePartitionAssignor
-from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
-bootstrap, group, topics, assignor = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
-session_ms, heartbeat_ms = int(sys.argv[5]), int(sys.argv[6])
-running = True
-def stop(*_):
-    global running
-    running = False
-signal.signal(signal.SIGTERM, stop)
-def emit(**kw):
-    print(json.dumps(kw), flush=True)
-def tps(ps):
-    return [[p.topic, p.partition] for p in ps]
-class Listener(ConsumerRebalanceListener):
-    def on_partitions_revoked(self, revoked):
-        emit(name="partitions_revoked", partitions=tps(revoked))
-    def on_partitions_assigned(self, assigned):
-        emit(name="partitions_assigned", partitions=tps(assigned))
-    def on_partitions_lost(self, lost):
-        emit(name="partitions_lost", partitions=tps(lost))
-strategy = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor,
-            "cooperative-sticky": CooperativeStickyAssignor}
-c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
-                  enable_auto_commit=False, partition_assignment_strategy=[strategy[assignor]],
-                  session_timeout_ms=session_ms, heartbeat_interval_ms=heartbeat_ms,
-                  max_poll_interval_ms=30000, client_id="classic-" + assignor)
-c.subscribe(topics, listener=Listener())
-emit(name="started")
-while running:
-    batch = c.poll(timeout_ms=200)
-    for tp, records in batch.items():
-        for r in records:
-            emit(name="record", topic=r.topic, partition=r.partition, offset=r.offset)
-    if batch:
-        c.commit()
-c.close()
-emit(name="closed")
-"""
-
-
-class KafkaPythonMember(ProcessMember):
-    """A kafka-python consumer (classic protocol) in a child process."""
-
-    def __init__(self, bootstrap: str, topics: list[str], group: str, assignor: str) -> None:
-        super().__init__()
-        self._spawn([sys.executable, "-c", KAFKA_PYTHON_MEMBER, bootstrap, group,
-                     json.dumps(topics), assignor, str(SESSION_MS), str(HEARTBEAT_MS)])
-
 
 
 @pytest.fixture
 def proxy(kafka39: KafkaBroker, start_proxy: StartProxy) -> ProxyProcess:
     return start_proxy(kafka39, *FLAGS)
-
-
-@pytest.fixture
-def members() -> Iterator[list[Member]]:
-    started: list[Member] = []
-    yield started
-    for m in started:
-        m.stop()
 
 
 CLASSIC, CONSUMER = 0, 1
@@ -122,15 +56,16 @@ CLASSIC, CONSUMER = 0, 1
 
 def member_types(bootstrap: str, group: str) -> list[int]:
     """The engine's members of ``group`` by type (ConsumerGroupDescribe through the proxy)."""
-    conn = coordinator_of(bootstrap, group)
-    try:
-        described = conn.request(69, 1, {"group_ids": [group],
-                                         "include_authorized_operations": False})
-    finally:
-        conn.close()
-    entry = described["groups"][0]
+    entry = described(bootstrap, group)
     assert entry["error_code"] == 0, entry
     return sorted(m["member_type"] for m in entry["members"])
+
+
+def described(bootstrap: str, group: str) -> dict[str, Any]:
+    """The group's entry in ConsumerGroupDescribe (v1) through ``bootstrap``."""
+    entry: dict[str, Any] = ask_coordinator(bootstrap, group, 69, 1, {
+        "group_ids": [group], "include_authorized_operations": False})["groups"][0]
+    return entry
 
 
 def produce(bootstrap: str, name: str, count: int, partitions: int) -> None:
@@ -222,13 +157,8 @@ def test_group_with_direct_members_stays_the_brokers(
     members.append(KafkaPythonMember(proxy.bootstrap, [name], group, "range"))
     wait_until(lambda: owned_exactly_once(members, partitions),
                "the direct member and the member behind the proxy sharing the broker's group")
-    conn = coordinator_of(proxy.bootstrap, group)
-    try:
-        described = conn.request(69, 1, {"group_ids": [group],
-                                         "include_authorized_operations": False})
-    finally:
-        conn.close()
-    assert described["groups"][0]["error_code"] == 69, described  # not an engine group
+    entry = described(proxy.bootstrap, group)
+    assert entry["error_code"] == 69, entry  # not an engine group
 
 
 def test_connect_join_group_is_forwarded_to_the_broker(

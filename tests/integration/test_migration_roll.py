@@ -38,23 +38,26 @@ from typing import Any
 import pytest
 
 from proxy.process import ProxyProcess
-from tests.integration.test_classic_translation import CLASSIC, CONSUMER, FLAGS
-from tests.integration.test_new_protocol import Member, wait_until
-from tests.integration.test_online_upgrade import (
-    FLEET_SESSION,
+from tests.integration.members import (
     HEARTBEAT_MS,
-    MEMBER,
-    PARTITIONS,
     SESSION_MS,
-    WAIT,
-    Classic,
-    Commits,
-    Producer,
-    broker_members,
+    ConfluentMember,
+    Member,
+    Production,
     consumed,
-    longest_unconsumed,
     owned_exactly_once,
     ownership_overlaps,
+    wait_until,
+)
+from tests.integration.test_classic_translation import CLASSIC, CONSUMER, FLAGS
+from tests.integration.test_online_upgrade import (
+    FLEET_SESSION,
+    PARTITIONS,
+    RATE,
+    WAIT,
+    Commits,
+    broker_members,
+    longest_unconsumed,
 )
 from tests.testbed import pods
 from tests.testbed.broker import KafkaBroker
@@ -76,33 +79,25 @@ print(json.dumps(engine_members(sys.argv[1], sys.argv[2])))
 """
 
 
-class Librdkafka(Classic):
-    """A confluent-kafka consumer in a pod (either group protocol); events as :class:`Classic`."""
-
-    def __init__(self, name: str, pod: pods.Pod, bootstrap: str, topic: str, group: str,
-                 protocol: str, assignor: str) -> None:
-        Member.__init__(self)
-        self.name = name
-        self.events: list[dict[str, Any]] = []
-        config: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": group,
-                                  "group.protocol": protocol, "client.id": name,
-                                  "auto.offset.reset": "earliest", "enable.auto.commit": False}
-        if protocol == "classic":
-            config.update({"partition.assignment.strategy": assignor,
-                           "session.timeout.ms": SESSION_MS,
-                           "heartbeat.interval.ms": HEARTBEAT_MS})
-        self._spawn(pod.command([sys.executable, "-c", MEMBER, json.dumps(config), topic]))
+def librdkafka(name: str, pod: pods.Pod, bootstrap: str, topic: str, group: str,
+               protocol: str, assignor: str) -> ConfluentMember:
+    """A confluent-kafka consumer in a pod (either group protocol), like the online upgrade's
+    members: its client id ``name``, a 0.1 s poll, failed commits reported."""
+    extra: dict[str, Any] = {"client.id": name}
+    if protocol == "classic":
+        extra["partition.assignment.strategy"] = assignor
+    return ConfluentMember(bootstrap, [topic], group, protocol=protocol, name=name, poll=0.1,
+                           tolerate_commit_failures=True, extra=extra, wrapper=pod.command([]))
 
 
-class Java(Classic):
-    """The Java client's consumer in a pod, its events turned into :class:`Classic`'s (wall
+class Java(Member):
+    """The Java client's consumer in a pod, its events turned into the member scripts' (wall
     clock: the Java events carry the monotonic clock)."""
 
     def __init__(self, name: str, pod: pods.Pod, bootstrap: str, topic: str, group: str,
                  protocol: str, assignor: str, workdir: Path) -> None:
-        Member.__init__(self)
-        self.name = name
-        self.events = []
+        super().__init__(name)
+        self.topic = topic
         self._offset = time.time() - time.monotonic()
         config = {"client.id": name, "enable.auto.commit": "false"}
         if protocol == "classic":
@@ -118,13 +113,15 @@ class Java(Classic):
         t = float(event["t"]) + self._offset
         kind = event.get("e")
         if kind in ("assign", "revoke", "lost"):
-            name = {"assign": "assigned", "revoke": "revoked", "lost": "lost"}[kind]
-            self.on_event({"name": name, "partitions": [int(p) for p in event["p"]], "t": t})
+            name = {"assign": "partitions_assigned", "revoke": "partitions_revoked",
+                    "lost": "partitions_lost"}[kind]
+            self.on_event({"name": name, "t": t,
+                           "partitions": [[self.topic, int(p)] for p in event["p"]]})
         elif kind == "c":
             for partition, first, last in event["r"]:
                 for offset in range(int(first), int(last) + 1):
-                    self.on_event({"name": "record", "partition": int(partition),
-                                   "offset": offset, "t": t})
+                    self.on_event({"name": "record", "topic": self.topic,
+                                   "partition": int(partition), "offset": offset, "t": t})
         elif kind == "closed":
             self.on_event({"name": "closed", "t": t})
 
@@ -162,33 +159,34 @@ def roll(tmp_path: Path, broker: KafkaBroker, pod_list: list[pods.Pod], assignor
                                    listen=SIDECAR, wrapper=pod.command([]),
                                    args=(*FLAGS, *FLEET_SESSION))
                 for pod in pod_list]
-    everyone: list[Classic] = []
-    slots: dict[tuple[int, int], Classic] = {}
+    everything = {(topic, p) for p in range(PARTITIONS)}
+    everyone: list[Member] = []
+    slots: dict[tuple[int, int], Member] = {}
 
     def start(i: int, k: int, bootstrap: str, protocol: str) -> None:
         pod = pod_list[i]
         name = f"{pod.name}{k}-{protocol}-{'direct' if bootstrap != SIDECAR else 'sidecar'}"
-        member: Classic
+        member: Member
         if i == len(pod_list) - 1 and k == 1:
             member = Java(name, pod, bootstrap, topic, group, protocol, assignor, tmp_path)
         else:
-            member = Librdkafka(name, pod, bootstrap, topic, group, protocol, assignor)
+            member = librdkafka(name, pod, bootstrap, topic, group, protocol, assignor)
         slots[(i, k)] = member
         everyone.append(member)
 
-    def live() -> list[Classic]:
+    def live() -> list[Member]:
         return list(slots.values())
 
-    def restart_pod(i: int, bootstrap: str, protocol: str) -> list[Classic]:
+    def restart_pod(i: int, bootstrap: str, protocol: str) -> list[Member]:
         """The pod's members stopped and started again; the others (not restarted)."""
         for k in (0, 1):
             slots[(i, k)].stop()
             start(i, k, bootstrap, protocol)
-        wait_until(lambda: owned_exactly_once(live()), f"the group to settle after pod "
+        wait_until(lambda: owned_exactly_once(live(), everything), f"the group to settle after pod "
                    f"{pod_list[i].name}'s members moved ({protocol})", WAIT)
         return [m for (j, _k), m in slots.items() if j != i]
 
-    producer = Producer(broker.bootstrap, topic)
+    producer = Production(broker.bootstrap, topic, PARTITIONS, RATE)
     commits = Commits(broker.bootstrap, group, topic)
     steps: list[tuple[str, float, float]] = []
     try:
@@ -196,8 +194,8 @@ def roll(tmp_path: Path, broker: KafkaBroker, pod_list: list[pods.Pod], assignor
             for i in range(len(pod_list)):  # 0: everyone straight at the broker
                 for k in (0, 1):
                     start(i, k, broker.bootstrap, "classic")
-            wait_until(lambda: owned_exactly_once(live()), "six direct members owning all",
-                       WAIT)
+            wait_until(lambda: owned_exactly_once(live(), everything),
+                       "six direct members owning all", WAIT)
             protocol, clients = broker_members(broker.bootstrap, group)
             assert protocol == assignor and not any(c.startswith("gg3|") for c in clients)
 
@@ -214,8 +212,8 @@ def roll(tmp_path: Path, broker: KafkaBroker, pod_list: list[pods.Pod], assignor
                        == "groupgate-coordinated", "the group to move to the engine", WAIT)
             wait_until(lambda: engine_types(pod_list[0], group) == [CLASSIC] * 6,
                        "the engine to serve all six classic members", WAIT)
-            counts = {m.name: len(m.consumed_records()) for m in live()}
-            wait_until(lambda: all(len(m.consumed_records()) > counts[m.name] + 5
+            counts = {m.name: len(m.records) for m in live()}
+            wait_until(lambda: all(len(m.records) > counts[m.name] + 5
                                    for m in live()),
                        "every member to consume after the conversion", WAIT)
             steps.append(("conversion", settled, time.time()))
@@ -240,8 +238,9 @@ def roll(tmp_path: Path, broker: KafkaBroker, pod_list: list[pods.Pod], assignor
                               time.time()))
                 for m in others:
                     called = [e for e in m.callbacks_after(begin)
-                              if e["name"] in ("revoked", "lost")]
-                    assert not any(e["name"] == "lost" for e in called), (m.name, called)
+                              if e["name"] in ("partitions_revoked", "partitions_lost")]
+                    assert not any(e["name"] == "partitions_lost" for e in called), (m.name,
+                                                                                    called)
                     assert len(called) <= 1, (m.name, called)
             assert broker_members(broker.bootstrap, group)[0] == "groupgate-coordinated"
         finally:

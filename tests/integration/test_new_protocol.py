@@ -7,7 +7,7 @@ and a 6 s session timeout; the 4.4 broker has online migration disabled, which i
 behaviour the proxy gives classic clients of a coordinated group (they are refused).
 
 Members are real clients in processes of their own (so that one can be SIGKILLed):
-confluent-kafka consumers (a small script run with ``python -c``) and Kafka's Java
+confluent-kafka consumers (``tests/integration/members.py``) and Kafka's Java
 VerifiableConsumer. The zombie-commit test speaks the protocol itself (the codec of the
 proxy encodes the requests) because no client library commits with a stale epoch on purpose.
 """
@@ -15,15 +15,9 @@ proxy encodes the requests) because no client library commits with a stale epoch
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import os
-import signal
 import socket
 import struct
-import subprocess
-import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -37,6 +31,7 @@ from proxy.codec.header import encode_request_header
 from proxy.process import ProxyProcess
 from tests.conftest import BrokerPool, _pooled
 from tests.integration.conftest import StartProxy
+from tests.integration.members import ConfluentMember, Member, owned_exactly_once, wait_until
 from tests.integration.observe import PortWatcher
 from tests.testbed.broker import KafkaBroker
 from tests.testbed.tools import VerifiableConsumer, consumer_groups, parse_table
@@ -54,11 +49,6 @@ NATIVE_PROPERTIES = {
     "group.consumer.min.session.timeout.ms": str(SESSION_MS),
     "group.consumer.migration.policy": "disabled",
 }
-WAIT = 90.0
-"""Upper bound for waiting on a condition; tests wait for events, this only stops a hang."""
-
-TopicPartition = tuple[str, int]
-
 
 # ------------------------------------------------------------------------------------------
 # Targets: the proxy in front of 3.9, or 4.4 itself
@@ -103,124 +93,7 @@ def target(broker: KafkaBroker, start_proxy: StartProxy) -> Target:
 
 
 # ------------------------------------------------------------------------------------------
-# Members in processes of their own
-
-CONFLUENT_MEMBER = r"""
-import json, signal, sys
-from confluent_kafka import Consumer
-config, topics = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-running = True
-def stop(*_):
-    global running
-    running = False
-signal.signal(signal.SIGTERM, stop)
-def emit(**kw):
-    print(json.dumps(kw), flush=True)
-def tps(ps):
-    return [[p.topic, p.partition] for p in ps]
-c = Consumer(config)
-c.subscribe(topics, on_assign=lambda c, ps: emit(name="partitions_assigned", partitions=tps(ps)),
-            on_revoke=lambda c, ps: emit(name="partitions_revoked", partitions=tps(ps)),
-            on_lost=lambda c, ps: emit(name="partitions_lost", partitions=tps(ps)))
-emit(name="started")
-while running:
-    m = c.poll(0.2)
-    if m is None:
-        continue
-    if m.error():
-        emit(name="error", code=m.error().code(), error=m.error().name(), fatal=m.error().fatal())
-    else:
-        emit(name="record", topic=m.topic(), partition=m.partition(), offset=m.offset())
-        c.commit(message=m, asynchronous=False)
-c.close()
-emit(name="closed")
-"""
-
-
-class Member:
-    """A group member in a child process: its assignment and every revocation it saw."""
-
-    def __init__(self) -> None:
-        self.assignment: set[TopicPartition] = set()
-        self.revoked: set[TopicPartition] = set()
-        self.errors: list[dict[str, Any]] = []
-        self.records: list[tuple[str, int, int]] = []
-        self.lock = threading.Lock()
-
-    def on_event(self, event: dict[str, Any]) -> None:
-        name = event.get("name")
-        parts = {(p[0], int(p[1])) if isinstance(p, list) else (p["topic"], int(p["partition"]))
-                 for p in event.get("partitions", [])}
-        with self.lock:
-            if name == "partitions_assigned":
-                self.assignment |= parts
-            elif name in ("partitions_revoked", "partitions_lost"):
-                self.assignment -= parts
-                self.revoked |= parts
-            elif name == "error":
-                self.errors.append(event)
-            elif name == "record":
-                self.records.append((event["topic"], event["partition"], event["offset"]))
-
-    def owned(self) -> set[TopicPartition]:
-        with self.lock:
-            return set(self.assignment)
-
-    def kill(self) -> None:
-        raise NotImplementedError
-
-    def stop(self) -> None:
-        raise NotImplementedError
-
-
-class ProcessMember(Member):
-    """A member running a client script in a child process that prints JSON events."""
-
-    def _spawn(self, argv: list[str]) -> None:
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True, start_new_session=True)
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            try:
-                self.on_event(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-
-    def kill(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self._reader.join(5)
-
-
-class ConfluentMember(ProcessMember):
-    def __init__(self, bootstrap: str, topics: list[str], group: str, *,
-                 assignor: str | None = None, protocol: str = "consumer",
-                 extra: dict[str, Any] | None = None) -> None:
-        super().__init__()
-        config: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": group,
-                                  "auto.offset.reset": "earliest",
-                                  "enable.auto.commit": False, "group.protocol": protocol,
-                                  **(extra or {})}
-        if assignor:
-            config["group.remote.assignor"] = assignor
-        if protocol == "classic":
-            config["session.timeout.ms"] = SESSION_MS
-            config["heartbeat.interval.ms"] = HEARTBEAT_MS
-        self._spawn([sys.executable, "-c", CONFLUENT_MEMBER, json.dumps(config),
-                     json.dumps(topics)])
-
+# Members: confluent-kafka ones in processes of their own, or Kafka's Java tool
 
 
 class JavaMember(Member):
@@ -244,25 +117,6 @@ class JavaMember(Member):
         self.tool.stop()
 
 
-def wait_until(predicate: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.1)
-
-
-def owned_exactly_once(members: list[Member], partitions: set[TopicPartition]) -> bool:
-    """Every partition owned by exactly one member, and every member owns something."""
-    owned = [m.owned() for m in members]
-    union: set[TopicPartition] = set()
-    for o in owned:
-        if not o or union & o:
-            return False
-        union |= o
-    return union == partitions
-
-
 MEMBER_KINDS = ["confluent-uniform", "confluent-range", "java-uniform"]
 
 
@@ -271,14 +125,6 @@ def make_member(kind: str, bootstrap: str, topic: str, group: str) -> Member:
     if client == "java":
         return JavaMember(bootstrap, topic, group, assignor=assignor)
     return ConfluentMember(bootstrap, [topic], group, assignor=assignor)
-
-
-@pytest.fixture
-def members() -> Iterator[list[Member]]:
-    started: list[Member] = []
-    yield started
-    for m in started:
-        m.stop()
 
 
 # ------------------------------------------------------------------------------------------
@@ -391,6 +237,17 @@ def coordinator_of(bootstrap: str, group: str) -> Wire:
     finally:
         boot.close()
     raise AssertionError("no coordinator found")
+
+
+def ask_coordinator(bootstrap: str, group: str, api_key: int, version: int,
+                    value: dict[str, Any]) -> dict[str, Any]:
+    """One request to the coordinator of ``group`` (found through ``bootstrap``), on a
+    connection of its own."""
+    conn = coordinator_of(bootstrap, group)
+    try:
+        return conn.request(api_key, version, value)
+    finally:
+        conn.close()
 
 
 class RawMember:
@@ -516,7 +373,7 @@ def test_classic_client_is_refused_while_coordinated_then_resumes_from_committed
     direct.stop()
 
     member.stop()  # commits were made per record; close leaves the group
-    committed = {}
+    committed: dict[tuple[str, int], int] = {}
     for t, p, o in member.records:
         committed[(t, p)] = max(committed.get((t, p), -1), o + 1)
     if target.proxy is not None:
@@ -526,7 +383,7 @@ def test_classic_client_is_refused_while_coordinated_then_resumes_from_committed
     classic = ConfluentMember(target.broker.bootstrap, [name], group, protocol="classic")
     members.append(classic)
     wait_until(lambda: len(classic.records) >= 90, "the classic consumer to consume the rest")
-    first = {}
+    first: dict[tuple[str, int], int] = {}
     for t, p, o in classic.records:
         first.setdefault((t, p), o)
     assert first == committed, "the classic consumer did not resume at the committed offsets"

@@ -5,6 +5,8 @@ of their partitions, since another sidecar may hand them out by then."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -192,6 +194,27 @@ def _session_deadline(membership: BrokerMembership) -> float:
             + (1 - LEASE_FRACTION) * membership.session_timeout_ms / 1000)
 
 
+@asynccontextmanager
+async def _running(broker: Broker, **settings: Any
+                   ) -> AsyncIterator[tuple[CoordinatorService, trio.Nursery]]:
+    """A running service in front of ``broker``, and the nursery it runs in."""
+    service = make_service(broker.answer, connect_timeout=2, **settings)
+    async with trio.open_nursery() as nursery:
+        await _started(service, nursery)
+        yield service, nursery
+        nursery.cancel_scope.cancel()
+
+
+async def _lease_ran_out(broker: Broker, membership: BrokerMembership) -> float:
+    """2.5 s on, the broker stops answering; returns just after the lease the membership held
+    then ran out, with the end of the broker session it ran for."""
+    await trio.sleep(2.5)
+    broker.silent = True
+    lease, session = membership.lease_deadline, _session_deadline(membership)
+    await trio.sleep_until(lease + 0.01)
+    return session
+
+
 def _hb_wire(member: str, epoch: int) -> Any:
     return request(68, 0, {"group_id": "g", "member_id": member, "member_epoch": epoch,
                            "instance_id": None, "rack_id": None, "rebalance_timeout_ms": -1,
@@ -229,17 +252,12 @@ async def test_members_behind_a_cut_off_sidecar_are_told_to_let_go_one_session_a
     each member is told to let go (UNKNOWN_MEMBER_ID) on its next request, also when the
     broker answers again before it heard."""
     broker = Broker()
-    service = make_service(broker.answer, connect_timeout=2)
-    async with trio.open_nursery() as nursery:
-        await _started(service, nursery)
+    async with _running(broker) as (service, _):
         epochs = {m: (await service.heartbeat(_hb(m, 0))).member_epoch
                   for m in ("m1", "m2", "m3")}
         assert all(epochs.values())
         membership = service.memberships["g"]
-        await trio.sleep(2.5)
-        broker.silent = True
-        lease, session = membership.lease_deadline, _session_deadline(membership)
-        await trio.sleep_until(lease + 0.01)
+        session = await _lease_ran_out(broker, membership)
         assert set(service.engine.groups["g"].members) == {"m1", "m2", "m3"}
         # within the session's last fifth: each heartbeat waits half an interval, then hears
         # the retriable COORDINATOR_LOAD_IN_PROGRESS (never COORDINATOR_NOT_AVAILABLE: the
@@ -272,21 +290,15 @@ async def test_members_behind_a_cut_off_sidecar_are_told_to_let_go_one_session_a
         assert (await service.heartbeat(_hb("m3", epochs["m3"]))).error_code == \
             UNKNOWN_MEMBER_ID
         assert not service.hand_off.lost  # everyone told: nothing kept
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_sidecar_whose_broker_answers_again_within_the_session_tells_nobody(
         autojump_clock: trio.testing.MockClock) -> None:
     broker = Broker()
-    service = make_service(broker.answer, connect_timeout=2)
-    async with trio.open_nursery() as nursery:
-        await _started(service, nursery)
+    async with _running(broker) as (service, _):
         epochs = {m: (await service.heartbeat(_hb(m, 0))).member_epoch for m in ("m1", "m2")}
         membership = service.memberships["g"]
-        await trio.sleep(2.5)
-        broker.silent = True
-        lease, session = membership.lease_deadline, _session_deadline(membership)
-        await trio.sleep_until(lease + 0.01)
+        session = await _lease_ran_out(broker, membership)
         assert (await service.heartbeat(_hb("m1", epochs["m1"]))).error_code == \
             COORDINATOR_LOAD_IN_PROGRESS
         broker.silent = False
@@ -295,15 +307,12 @@ async def test_a_sidecar_whose_broker_answers_again_within_the_session_tells_nob
         assert not membership.cut_off and not service.hand_off.lost
         for member, epoch in epochs.items():
             assert (await service.heartbeat(_hb(member, epoch))).error_code == 0
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_classic_member_of_a_cut_off_group_is_told_on_any_request(
         autojump_clock: trio.testing.MockClock) -> None:
     broker = Broker()
-    service = make_service(broker.answer, connect_timeout=2, classic_translation=True)
-    async with trio.open_nursery() as nursery:
-        await _started(service, nursery)
+    async with _running(broker, classic_translation=True) as (service, _):
         first = await service.join_group(_join())
         assert first.error_code == MEMBER_ID_REQUIRED
         joined = await service.join_group(_join(first.member_id))
@@ -316,7 +325,6 @@ async def test_a_classic_member_of_a_cut_off_group_is_told_on_any_request(
         answer = await service.join_group(_join(joined.member_id))
         assert answer.error_code == UNKNOWN_MEMBER_ID
         assert not service.hand_off.lost
-        nursery.cancel_scope.cancel()
 
 
 def _heartbeat(member: str, generation: int) -> HeartbeatRequest:
@@ -346,21 +354,15 @@ async def test_a_classic_heartbeat_after_the_lease_ran_out_waits_and_is_told_to_
     go. The heartbeat waits for the session's end instead and is answered UNKNOWN_MEMBER_ID
     then; the member's next requests are routed afresh."""
     broker = Broker()
-    service = make_service(broker.answer, connect_timeout=2, classic_translation=True)
-    async with trio.open_nursery() as nursery:
-        await _started(service, nursery)
+    async with _running(broker, classic_translation=True) as (service, _):
         member, generation = await _classic_member(service)
         assert (await service.classic_heartbeat(_heartbeat(member, generation))).error_code == 0
         membership = service.memberships["g"]
-        await trio.sleep(2.5)
-        broker.silent = True
-        lease, session = membership.lease_deadline, _session_deadline(membership)
-        await trio.sleep_until(lease + 0.01)
+        session = await _lease_ran_out(broker, membership)
         answer = await service.classic_heartbeat(_heartbeat(member, generation))
         assert (answer.error_code, trio.current_time()) == (UNKNOWN_MEMBER_ID, session)
         assert membership.cut_off and "g" not in service.engine.groups
         assert not service.hand_off.lost  # its only member was told
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_classic_heartbeat_waiting_after_the_lease_ran_out_is_served_once_held_again(
@@ -369,15 +371,10 @@ async def test_a_classic_heartbeat_waiting_after_the_lease_ran_out_is_served_onc
     heartbeat is answered as usual once the group is held again, and nobody is told
     anything."""
     broker = Broker()
-    service = make_service(broker.answer, connect_timeout=2, classic_translation=True)
-    async with trio.open_nursery() as nursery:
-        await _started(service, nursery)
+    async with _running(broker, classic_translation=True) as (service, nursery):
         member, generation = await _classic_member(service)
         membership = service.memberships["g"]
-        await trio.sleep(2.5)
-        broker.silent = True
-        lease, session = membership.lease_deadline, _session_deadline(membership)
-        await trio.sleep_until(lease + 0.01)
+        session = await _lease_ran_out(broker, membership)
         answers: list[tuple[float, int]] = []
 
         async def beat() -> None:
@@ -394,35 +391,6 @@ async def test_a_classic_heartbeat_waiting_after_the_lease_ran_out_is_served_onc
         assert t < session and error not in (COORDINATOR_NOT_AVAILABLE, UNKNOWN_MEMBER_ID)
         assert membership.stable and not membership.cut_off and not service.hand_off.lost
         assert service.memberships["g"] is membership
-        nursery.cancel_scope.cancel()
-
-
-async def test_a_commit_waiting_while_the_lease_is_cut_off_is_told_to_let_go(
-        autojump_clock: trio.testing.MockClock) -> None:
-    """A classic member's commit that waits for the broker membership when the lease is
-    cut off is answered UNKNOWN_MEMBER_ID (the member must let go), not a retriable error
-    that would leave it owning its partitions."""
-    broker = Broker()
-    service = make_service(broker.answer, connect_timeout=2, classic_translation=True)
-    async with trio.open_nursery() as nursery:
-        await _started(service, nursery)
-        member, generation = await _classic_member(service)
-        membership = service.memberships["g"]
-        await trio.sleep(2.5)
-        broker.silent = True
-        await trio.sleep_until(membership.lease_deadline + 0.01)
-        commit = request(8, 8, {
-            "group_id": "g", "generation_id_or_member_epoch": generation, "member_id": member,
-            "group_instance_id": None, "retention_time_ms": -1,
-            "topics": [{"name": TOPIC, "partitions": [{
-                "partition_index": 0, "committed_offset": 5, "committed_leader_epoch": -1,
-                "committed_metadata": ""}]}]})
-        answered = await exchange(router(service), commit)
-        assert answered.response is not None, answered
-        (topic,) = answered.response["topics"]
-        assert [p["error_code"] for p in topic["partitions"]] == [UNKNOWN_MEMBER_ID]
-        assert membership.cut_off
-        nursery.cancel_scope.cancel()
 
 
 def _commit(member: str, generation: int) -> Any:
@@ -432,6 +400,23 @@ def _commit(member: str, generation: int) -> Any:
         "topics": [{"name": TOPIC, "partitions": [{
             "partition_index": 0, "committed_offset": 5, "committed_leader_epoch": -1,
             "committed_metadata": ""}]}]})
+
+
+async def test_a_commit_waiting_while_the_lease_is_cut_off_is_told_to_let_go(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A classic member's commit that waits for the broker membership when the lease is
+    cut off is answered UNKNOWN_MEMBER_ID (the member must let go), not a retriable error
+    that would leave it owning its partitions."""
+    broker = Broker()
+    async with _running(broker, classic_translation=True) as (service, _):
+        member, generation = await _classic_member(service)
+        membership = service.memberships["g"]
+        await _lease_ran_out(broker, membership)
+        answered = await exchange(router(service), _commit(member, generation))
+        assert answered.response is not None, answered
+        (topic,) = answered.response["topics"]
+        assert [p["error_code"] for p in topic["partitions"]] == [UNKNOWN_MEMBER_ID]
+        assert membership.cut_off
 
 
 async def test_a_relayed_commit_the_broker_never_answers_is_answered_when_the_lease_is_lost(

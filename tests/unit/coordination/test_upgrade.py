@@ -9,6 +9,8 @@ next Heartbeat, SyncGroup and commit are answered by the engine at the generatio
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
@@ -196,22 +198,30 @@ async def test_what_detection_remembers_is_bounded_and_expires() -> None:
 # ---- conversion ------------------------------------------------------------------------------
 
 
-async def _candidate(service: Any) -> Any:
-    await _forward_join(service, B, A, [A, B])
-    await _forward_join(service, A, A, [A, B])
-    return service.upgrades.candidates[GROUP]
+@asynccontextmanager
+async def _noted(broker: Broker, service: Any = None, joined: tuple[str, ...] = (B, A)
+                 ) -> AsyncIterator[tuple[Any, Any, trio.Nursery]]:
+    """A running sidecar (``service``, else a new one) in front of ``broker`` whose group became
+    a candidate (the ``joined`` members' JoinGroups forwarded, A leading the broker's members)
+    and was seen Stable on one poll (noted: the next poll, ``POLL_SECONDS`` on, converts it);
+    the service, the candidate and the nursery the service runs in."""
+    service = service or _service(broker)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lambda task_status: service.run(watch_topics=False,
+                                                             task_status=task_status))
+        for member in joined:
+            await _forward_join(service, member, A, broker.members)
+        candidate = service.upgrades.candidates[GROUP]
+        await service.upgrades.poll(service, GROUP, candidate)
+        yield service, candidate, nursery
+        nursery.cancel_scope.cancel()
 
 
 async def test_a_stable_candidate_moves_to_the_engine_and_nobody_notices(
         autojump_clock: trio.testing.MockClock) -> None:
     broker = Broker([A, B])
-    service = _service(broker)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(lambda task_status: service.run(watch_topics=False,
-                                                             task_status=task_status))
-        candidate = await _candidate(service)
-        await service.upgrades.poll(service, GROUP, candidate)  # Stable: noted
-        assert service.engine.group(GROUP) is None
+    async with _noted(broker) as (service, candidate, _):
+        assert service.engine.group(GROUP) is None  # noted only
         await trio.sleep(upgrade.POLL_SECONDS)
         await service.upgrades.poll(service, GROUP, candidate)  # still Stable: converted
         # the members were removed by one LeaveGroup, sent just before the lock's JoinGroup
@@ -238,19 +248,13 @@ async def test_a_stable_candidate_moves_to_the_engine_and_nobody_notices(
             assert [(t, tuple(ps)) for t, ps in sync.assignment.partitions] == [
                 (TOPIC, partitions)]
         assert GROUP not in service.upgrades.candidates
-        nursery.cancel_scope.cancel()
 
 
 async def test_requests_of_the_group_wait_for_the_conversion_and_reach_the_engine(
         autojump_clock: trio.testing.MockClock) -> None:
     broker = Broker([A, B])
     broker.gate = trio.Event()
-    service = _service(broker)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(lambda task_status: service.run(watch_topics=False,
-                                                             task_status=task_status))
-        candidate = await _candidate(service)
-        await service.upgrades.poll(service, GROUP, candidate)
+    async with _noted(broker) as (service, candidate, nursery):
         await trio.sleep(upgrade.POLL_SECONDS)
         nursery.start_soon(service.upgrades.poll, service, GROUP, candidate)
         await trio.testing.wait_all_tasks_blocked()
@@ -279,44 +283,31 @@ async def test_requests_of_the_group_wait_for_the_conversion_and_reach_the_engin
         response, _ = messages.decode_response(12, 4, payload, 5)
         assert response["error_code"] == ErrorCode.NONE
         assert 12 not in [k for k, _, value in broker.requests if value.get("member_id") == A]
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_group_that_changed_since_the_candidate_is_not_converted(
         autojump_clock: trio.testing.MockClock) -> None:
     broker = Broker([A, B])
-    service = _service(broker)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(lambda task_status: service.run(watch_topics=False,
-                                                             task_status=task_status))
-        candidate = await _candidate(service)
-        await service.upgrades.poll(service, GROUP, candidate)
+    async with _noted(broker) as (service, candidate, _):
         broker.members = [A, B, DIRECT]  # a direct client joined
         await trio.sleep(upgrade.POLL_SECONDS)
         await service.upgrades.poll(service, GROUP, candidate)
         assert candidate.stable_since is None
         assert 13 not in [k for k, _, _ in broker.requests]
         assert service.engine.group(GROUP) is None
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_refused_snapshot_leaves_the_brokers_group_alone(
         autojump_clock: trio.testing.MockClock) -> None:
     broker = Broker([A, B])
-    service = _service(broker)
     OWNED[B] = (1, 3)  # partition 1 owned twice: the engine refuses the snapshot
     try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(lambda task_status: service.run(watch_topics=False,
-                                                                 task_status=task_status))
-            candidate = await _candidate(service)
-            await service.upgrades.poll(service, GROUP, candidate)
+        async with _noted(broker) as (service, candidate, _):
             await trio.sleep(upgrade.POLL_SECONDS)
             await service.upgrades.poll(service, GROUP, candidate)
             assert 13 not in [k for k, _, _ in broker.requests]
             assert service.engine.group(GROUP) is None and not service.claims(GROUP)
             assert candidate.not_before > trio.current_time()  # tried again later
-            nursery.cancel_scope.cancel()
     finally:
         OWNED[B] = (2, 3)
 
@@ -345,15 +336,9 @@ async def _converted_with_a_peer(peers: Peers) -> tuple[Any, Broker]:
     broker = Broker([A, ELSEWHERE])
     service = _service(broker)
     service.upgrades.send = peers.send
-    async with trio.open_nursery() as nursery:
-        await nursery.start(lambda task_status: service.run(watch_topics=False,
-                                                             task_status=task_status))
-        await _forward_join(service, A, A, [A, ELSEWHERE])
-        candidate = service.upgrades.candidates[GROUP]
-        await service.upgrades.poll(service, GROUP, candidate)
+    async with _noted(broker, service, joined=(A,)) as (_, candidate, _):
         await trio.sleep(upgrade.POLL_SECONDS)
         await service.upgrades.poll(service, GROUP, candidate)
-        nursery.cancel_scope.cancel()
     return service, broker
 
 
@@ -500,15 +485,9 @@ async def test_a_bridged_member_is_adopted_under_its_clients_member_id(
     from .helpers import TOPIC_ID, consumer_heartbeat
 
     broker = Broker([A, KIP848])
-    service = _service(broker)
     OWNED[KIP848] = (2, 3)
     try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(lambda task_status: service.run(watch_topics=False,
-                                                                 task_status=task_status))
-            await _forward_join(service, A, A, [A, KIP848])
-            candidate = service.upgrades.candidates[GROUP]
-            await service.upgrades.poll(service, GROUP, candidate)
+        async with _noted(broker, joined=(A,)) as (service, candidate, _):
             await trio.sleep(upgrade.POLL_SECONDS)
             await service.upgrades.poll(service, GROUP, candidate)
             assert sorted(broker.leaving) == sorted([A, KIP848])
@@ -522,6 +501,5 @@ async def test_a_bridged_member_is_adopted_under_its_clients_member_id(
             assert answer.error_code == ErrorCode.NONE
             assert answer.member_epoch == GENERATION
             assert group.group_epoch == GENERATION  # nothing moved
-            nursery.cancel_scope.cancel()
     finally:
         del OWNED[KIP848]
