@@ -39,6 +39,7 @@ from tests.benchmarks.rebalance.timeline import Event, overlaps
 from tests.benchmarks.soak.checks import Intervals, OffsetWatch, add_run, missing
 from tests.testbed import kubernetes
 from tests.testbed.broker import KafkaBroker
+from tests.unit.test_chart import own_chart
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]
 
@@ -449,7 +450,7 @@ def test_the_api_server_accepts_every_shape_of_the_chart(
         kubernetes_cluster: kubernetes.Cluster, tmp_path: Path) -> None:
     """``helm template | kubectl apply --dry-run=server`` (``helm install --dry-run=server``
     does not validate): the workload with Secrets and a ServiceMonitor, the objects for your
-    own Deployment, and a broken manifest refused."""
+    own Deployment, your own chart including the sidecar, and a broken manifest refused."""
     cluster = kubernetes_cluster
     cluster.kubectl("apply", "-f", "-", input=SERVICE_MONITOR_CRD)
     cluster.kubectl("wait", "--for=condition=Established",
@@ -475,6 +476,12 @@ def test_the_api_server_accepts_every_shape_of_the_chart(
         validated = cluster.validate(rendered)
         assert validated.returncode == 0, (name, validated.stderr)
         assert "(server dry run)" in validated.stdout
+    # an application's own chart with the sidecar included from groupgate's named templates
+    chart = own_chart(tmp_path)
+    rendered_own = cluster.helm("template", RELEASE, str(chart)).stdout
+    validated = cluster.validate(rendered_own)
+    assert validated.returncode == 0, validated.stderr
+    assert "deployment.apps/orders created (server dry run)" in validated.stdout
     broken = rendered.replace("clusterIP: None", "clusterIP: Nowhere")
     assert cluster.validate(broken).returncode != 0
 

@@ -180,6 +180,75 @@ def test_metrics_service_and_service_monitor_are_optional() -> None:
         "labels"].items()
 
 
+INCLUDE_SIDECAR = ('{{- include "groupgate.sidecar" (dict "Values" .Values.groupgate '
+                   '"Release" .Release "Chart" .Chart) | nindent 8 }}')
+OWN_DEPLOYMENT = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: orders}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: orders}}
+  template:
+    metadata: {labels: {app: orders}}
+    spec:
+      terminationGracePeriodSeconds: 40
+      initContainers:
+        INCLUDE_SIDECAR
+      containers:
+        - name: app
+          image: example/orders-consumer:1.0
+          env: [{name: KAFKA_BOOTSTRAP_SERVERS, value: "localhost:9092"}]
+      volumes:
+        {{- include "groupgate.volumes" (dict "Values" .Values.groupgate) | nindent 8 }}
+"""
+"""An application's own Deployment with the sidecar included as docs/operations.md says."""
+
+
+def own_chart(directory: Path) -> Path:
+    """An application's own chart in ``directory`` that depends on groupgate and includes its
+    named templates in its pod spec (docs/operations.md, "Your own chart")."""
+    chart = directory / "orders"
+    (chart / "templates").mkdir(parents=True)
+    shutil.copytree(CHART, chart / "charts" / "groupgate")
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
+    (chart / "Chart.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "v2", "name": "orders", "version": "1.0.0", "appVersion": "1.0",
+        "dependencies": [{"name": "groupgate", "version": version}]}))
+    (chart / "values.yaml").write_text(yaml.safe_dump({"groupgate": {
+        "upstream": "kafka:9092", "image": {"tag": version}, "podSelector": {"app": "orders"},
+        "sasl": {"existingSecret": "kafka-user"}}}))
+    (chart / "templates" / "deployment.yaml").write_text(
+        OWN_DEPLOYMENT.replace("INCLUDE_SIDECAR", INCLUDE_SIDECAR))
+    return chart
+
+
+def test_your_own_chart_includes_the_sidecar_and_the_chart_selects_its_pods(
+        tmp_path: Path) -> None:
+    proc = subprocess.run([_helm(), "template", "orders", str(own_chart(tmp_path))],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    documents = [d for d in yaml.safe_load_all(proc.stdout) if d]
+    assert sorted(d["kind"] for d in documents) == [
+        "Deployment", "NetworkPolicy", "PodDisruptionBudget"]
+    sidecar = _sidecar(documents)
+    env = _environment(sidecar, "10.1.2.3")
+    assert env.pop("GROUPGATE_SASL_USERNAME_FILE") == "/etc/groupgate/sasl/username"
+    assert env.pop("GROUPGATE_SASL_PASSWORD_FILE") == "/etc/groupgate/sasl/password"
+    loaded = config.load(None, env)
+    assert loaded.upstream == (("kafka", 9092),)
+    assert loaded.advertised_fleet_address == ("10.1.2.3", 9191)
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
+    assert sidecar["image"] == f"groupgate:{version}"
+    pod = _kind(documents, "Deployment")["spec"]["template"]
+    assert pod["spec"]["volumes"] == [{"name": "groupgate-sasl",
+                                       "secret": {"secretName": "kafka-user"}}]
+    for kind in ("NetworkPolicy", "PodDisruptionBudget"):
+        selector = _kind(documents, kind)["spec"]
+        labels = selector.get("podSelector", selector.get("selector"))["matchLabels"]
+        assert labels.items() <= pod["metadata"]["labels"].items()
+
+
 def test_for_your_own_deployment_the_chart_renders_only_what_selects_your_pods() -> None:
     documents = render({"upstream": "kafka:9092", "podSelector": {"app": "orders"}})
     assert sorted(d["kind"] for d in documents) == ["NetworkPolicy", "PodDisruptionBudget"]
