@@ -178,6 +178,7 @@ def test_metrics_service_and_service_monitor_are_optional() -> None:
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"][
         "labels"].items()
+    assert "helm.sh/chart" not in monitor["spec"]["selector"]["matchLabels"]  # stable
 
 
 INCLUDE_SIDECAR = ('{{- include "groupgate.sidecar" (dict "Values" .Values.groupgate '
