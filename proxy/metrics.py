@@ -55,8 +55,8 @@ FLEET_RELAYS = Counter("groupgate_fleet_relayed_requests",
 FLEET_UNFOLLOWABLE = Counter(
     "groupgate_fleet_unfollowable",
     "Times this sidecar could not follow the sidecar coordinating a group, by reason "
-    "(no-address: the holder has no fleet listener; unreachable: its fleet address did not "
-    "answer); /readyz lists the recent cases", ["reason"], registry=REGISTRY)
+    "(no-address: the holder has no fleet listener; unreachable: no connection to its fleet "
+    "address could be opened); /readyz lists the recent cases", ["reason"], registry=REGISTRY)
 LIVENESS = Counter(
     "groupgate_liveness_members",
     "Pod-local liveness of the members next to this sidecar, by outcome (suspected: every "
