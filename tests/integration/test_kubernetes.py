@@ -173,6 +173,11 @@ class PodLogs:
         self._thread.join(30)
         self.copy()
 
+    def count(self, text: str) -> int:
+        """Lines of the sidecars' logs containing ``text``."""
+        return sum(line.count(text) for log in self.target.glob("*.log")
+                   for line in log.read_text(errors="replace").splitlines())
+
 
 class Members:
     """What the members wrote (JSON lines in the events directory, one file per pod)."""
@@ -580,7 +585,9 @@ def test_a_consumer_deployment_through_restart_scaling_forced_delete_eviction_an
               "commits_ok": sum(1 for c in commits if c["ok"]),
               "commits_failed": sum(1 for c in commits if not c["ok"]),
               "offset_polls": poller.watch.polls,
-              "offsets_backwards": len(poller.watch.regressions)}
+              "offsets_backwards": len(poller.watch.regressions),
+              "fleet_unreachable_warnings": deployment.pod_logs.count(
+                  "cannot be reached at its fleet address")}
     (tmp_path / "steps.json").write_text(json.dumps(
         {"steps": deployment.summary, "totals": totals}, indent=1))
     for step in deployment.summary:
