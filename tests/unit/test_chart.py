@@ -148,6 +148,16 @@ def test_every_setting_is_reachable_and_typed_as_groupgate_reads_it() -> None:
         render({"workload": {"enabled": True, "containers": [APP]}}, check=False)
 
 
+def test_the_network_policy_can_admit_the_application_s_own_ports() -> None:
+    """A pod a NetworkPolicy selects accepts only what some policy admits (where policies are
+    enforced): the application's own ports are added to the chart's policy."""
+    own = {"ports": [{"protocol": "TCP", "port": 8080}]}
+    policy = _kind(render(workload(fleet={"networkPolicy": {"extraIngress": [own]}})),
+                   "NetworkPolicy")
+    assert len(policy["spec"]["ingress"]) == 3 and policy["spec"]["ingress"][2] == own
+    assert len(_kind(render(workload()), "NetworkPolicy")["spec"]["ingress"]) == 2
+
+
 def test_credentials_and_tls_come_from_secrets_as_files() -> None:
     documents = render(workload(
         settings={"security-protocol": "SASL_SSL", "sasl-mechanism": "SCRAM-SHA-512"},
