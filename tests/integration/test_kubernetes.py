@@ -468,7 +468,9 @@ def test_the_api_server_accepts_every_shape_of_the_chart(
                             settings={"security-protocol": "SASL_SSL",
                                       "sasl-mechanism": "SCRAM-SHA-512"},
                             metrics={"serviceMonitor": {"enabled": True}},
-                            podDisruptionBudget={"enabled": True, "minAvailable": 2}),
+                            podDisruptionBudget={"enabled": True, "minAvailable": 2},
+                            fleet={"networkPolicy": {"extraIngress": [
+                                {"ports": [{"protocol": "TCP", "port": 8080}]}]}}),
         "own deployment": {"upstream": "kafka:9092", "podSelector": {"app": "orders"},
                            "metrics": {"service": {"enabled": True}}},
     }
