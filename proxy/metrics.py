@@ -7,8 +7,8 @@ the dictionary into ``groupgate_requests_total`` when Prometheus scrapes. The ot
 the forwarding path are kept the same way: bytes of client frames per listener
 (:class:`Traffic`, ``groupgate_client_bytes_*_total``) and the per-API request latency
 histogram (:func:`observe_request`, ``groupgate_request_duration_seconds``, about 100 ns an
-observation). What the coordinator holds (groups by state, members by protocol, groups this
-sidecar follows) is read from it at scrape time (:func:`watch_coordination`).
+observation). What the coordinator holds (groups by state and protocol, members by protocol,
+groups this sidecar follows) is read from it at scrape time (:func:`watch_coordination`).
 
 Every label set is bounded by the code, never by what clients send: nodes are the listeners
 the proxy opened, APIs the ones it accepts, reasons and outcomes fixed words (unknown ones
@@ -55,8 +55,8 @@ FLEET_RELAYS = Counter("groupgate_fleet_relayed_requests",
 FLEET_UNFOLLOWABLE = Counter(
     "groupgate_fleet_unfollowable",
     "Times this sidecar could not follow the sidecar coordinating a group, by reason "
-    "(no-address: the holder has no fleet listener; unreachable: its fleet address did not "
-    "answer); /readyz lists the recent cases", ["reason"], registry=REGISTRY)
+    "(no-address: the holder has no fleet listener; unreachable: no connection to its fleet "
+    "address could be opened); /readyz lists the recent cases", ["reason"], registry=REGISTRY)
 LIVENESS = Counter(
     "groupgate_liveness_members",
     "Pod-local liveness of the members next to this sidecar, by outcome (suspected: every "
@@ -273,6 +273,19 @@ def traffic(node: str) -> Traffic:
 
 GROUP_STATES: Final = ("empty", "assigning", "reconciling", "stable")
 MEMBER_PROTOCOLS: Final = ("consumer", "classic")
+GROUP_PROTOCOLS: Final = ("consumer", "classic", "mixed", "none")
+"""A group's ``protocol`` label: its members' protocol, ``mixed`` for both, ``none`` without
+members."""
+
+
+def group_protocol(member_protocols: Iterable[str]) -> str:
+    """The ``protocol`` label of a group whose members speak ``member_protocols``."""
+    found = set(member_protocols)
+    if not found:
+        return "none"
+    if found == {"consumer"} or found == {"classic"}:
+        return found.pop()
+    return "mixed"
 
 
 class CoordinationView:
@@ -374,8 +387,9 @@ class _CoordinationCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         groups = GaugeMetricFamily(
             "groupgate_coordinated_groups",
-            "Groups this sidecar's engine coordinates, by KIP-848 group state",
-            labels=["state"])
+            "Groups this sidecar's engine coordinates, by KIP-848 group state and by their "
+            "members' protocol (consumer, classic, mixed: both, none: no members)",
+            labels=["state", "protocol"])
         members = GaugeMetricFamily(
             "groupgate_coordinated_members",
             "Members of the groups this sidecar coordinates, by protocol (consumer: "
@@ -385,21 +399,24 @@ class _CoordinationCollector(Collector):
             "groupgate_groups_followed",
             "Groups another sidecar coordinates, as this sidecar last saw them (its members' "
             "requests for them are relayed there)")
-        by_state = dict.fromkeys(GROUP_STATES, 0)
+        by_shape = {(state, protocol): 0 for state in GROUP_STATES
+                     for protocol in GROUP_PROTOCOLS}
         by_protocol = dict.fromkeys(MEMBER_PROTOCOLS, 0)
         following = 0
         # the coordinator's state belongs to its trio run (the health server scrapes from
         # inside it); a scrape from outside any run reads nothing of it
         for view in _COORDINATION if _inside_trio() else ():
             for state, protocols in view.groups():
-                if state in by_state:
-                    by_state[state] += 1
-                for protocol in protocols:
+                listed = list(protocols)
+                shape = (state, group_protocol(listed))
+                if shape in by_shape:
+                    by_shape[shape] += 1
+                for protocol in listed:
                     if protocol in by_protocol:
                         by_protocol[protocol] += 1
             following += view.followed()
-        for state, count in by_state.items():
-            groups.add_metric([state], count)
+        for (state, protocol), count in by_shape.items():
+            groups.add_metric([state, protocol], count)
         for protocol, count in by_protocol.items():
             members.add_metric([protocol], count)
         followed.add_metric([], following)

@@ -39,6 +39,11 @@ class UpstreamError(Exception):
     """The broker could not be reached or answered something unusable."""
 
 
+class UpstreamConnectError(UpstreamError):
+    """No connection could be opened (refused, unreachable, timed out, a failed TLS
+    handshake): as opposed to a connection that was open and then failed."""
+
+
 class UpstreamAuthenticationError(UpstreamError):
     """The broker refused the proxy's own credentials (or its mechanism)."""
 
@@ -71,7 +76,7 @@ class UpstreamClient:
                 else:
                     stream = await security.open_upstream(address, own=True)
             except (OSError, ValueError, TlsError) as exc:  # ValueError: a malformed host
-                raise UpstreamError(f"{where}: {exc}") from exc
+                raise UpstreamConnectError(f"{where}: {exc}") from exc
             identity = None
             if security is not None and (security.peer_sasl if peer else True):
                 identity = security.identity
@@ -83,7 +88,7 @@ class UpstreamClient:
                     await client.aclose()
                 raise
             return client
-        raise UpstreamError(f"{where}: connect timed out")
+        raise UpstreamConnectError(f"{where}: connect timed out")
 
     async def authenticate(self) -> None:
         """SASL with the identity given (nothing without one); UpstreamError on failure."""

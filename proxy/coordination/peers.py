@@ -35,7 +35,7 @@ from proxy.coordination.fleet import (
 )
 from proxy.coordination.membership import CoordinatorUnavailable, find_coordinator
 from proxy.kafka_client.links import BrokerLink, LinkPool
-from proxy.upstream import UpstreamError
+from proxy.upstream import UpstreamAuthenticationError, UpstreamConnectError, UpstreamError
 
 log = logging.getLogger("groupgate.coordination")
 
@@ -171,11 +171,12 @@ UNREACHABLE: Final = "unreachable"
 
 class FleetProblems:
     """Where this sidecar, following a group another sidecar coordinates, cannot reach it: the
-    holder has no fleet address (:data:`NO_ADDRESS`) or its address does not answer
-    (:data:`UNREACHABLE`). Each case is logged as a WARNING naming the settings to check (once
-    per case every :data:`PROBLEM_SECONDS`), counted in
-    ``groupgate_fleet_unfollowable_total{reason}`` and listed by :meth:`summary` (the
-    ``/readyz`` answer's detail, never a failed probe) for :data:`PROBLEM_SECONDS`."""
+    holder has no fleet address (:data:`NO_ADDRESS`) or no connection to its address can be
+    opened (:data:`UNREACHABLE`; not a connection it closed, as a stopping holder does). Each
+    case is logged as a WARNING naming the settings to check (once per case every
+    :data:`PROBLEM_SECONDS`), counted in ``groupgate_fleet_unfollowable_total{reason}`` and
+    listed by :meth:`summary` (the ``/readyz`` answer's detail, never a failed probe) for
+    :data:`PROBLEM_SECONDS`."""
 
     def __init__(self) -> None:
         self._recent: TTLCache[tuple[str, str], str] = TTLCache(
@@ -247,7 +248,11 @@ class ConnectionLinks:
             return await link.request(api_key, version, value, client_id=client_id,
                                       timeout=relay_timeout(api_key) if to_peer else None)
         except UpstreamError as exc:
-            if to_peer and self._problems is not None:
+            # only a connection that could not be opened (or authenticated) is a problem of
+            # settings; one the holder closed (it stopped: a rollout) or that timed out was
+            # reached, and the follower looks the group's coordinator up again
+            if (to_peer and self._problems is not None
+                    and isinstance(exc, UpstreamConnectError | UpstreamAuthenticationError)):
                 self._problems.unreachable(address, str(exc))
             raise
 

@@ -10,13 +10,19 @@ sidecar coordinates the group, an eviction refused by the chart's PodDisruptionB
 ``helm upgrade`` from the chart's version to a changed one. Throughout: no partition owned by
 two members at once (on the members' own callback timelines), every record consumed, committed
 offsets (polled from the broker) never moving backwards, and after every step the group served
-again by exactly one coordinating sidecar, each member owning partitions.
+again by exactly one coordinating sidecar (by every sidecar's ``groupgate_groups_held`` and by
+the broker, whose group has that sidecar's pod as its only member), each member owning
+partitions, and the records produced after the step consumed.
+
+What each step took is printed (``-rA`` shows it) and written to ``steps.json`` in the test's
+directory, with the sidecars' logs (``pod-logs/``, copied while the pods run) for a failure.
 
 Slow (minutes; ``--run-slow``): the cluster is built on first use (about 8 minutes, cached).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import threading
@@ -33,6 +39,7 @@ from tests.benchmarks.rebalance.timeline import Event, overlaps
 from tests.benchmarks.soak.checks import Intervals, OffsetWatch, add_run, missing
 from tests.testbed import kubernetes
 from tests.testbed.broker import KafkaBroker
+from tests.unit.test_chart import own_chart
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]
 
@@ -137,6 +144,41 @@ class OffsetPoller:
         self._consumer.close()
 
 
+class PodLogs:
+    """The sidecars' logs, copied from the node's pod log directory every second, so that the
+    logs of pods the test replaces are kept for a failure's diagnosis."""
+
+    def __init__(self, source: Path, target: Path) -> None:
+        self.source = source
+        self.target = target
+        self.target.mkdir()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def copy(self) -> None:
+        for log in self.source.glob("default_*/groupgate/*.log"):
+            pod = log.parent.parent.name.split("_")[1]
+            with contextlib.suppress(OSError):
+                shutil.copyfile(log, self.target / f"{pod}-{log.stem}.log")  # stem: restarts
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            self.copy()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self.copy()
+
+    def count(self, text: str) -> int:
+        """Lines of the sidecars' logs containing ``text``."""
+        return sum(line.count(text) for log in self.target.glob("*.log")
+                   for line in log.read_text(errors="replace").splitlines())
+
+
 class Members:
     """What the members wrote (JSON lines in the events directory, one file per pod)."""
 
@@ -239,6 +281,12 @@ class Deployment:
         self.producer = Producer(broker.bootstrap)
         self.steps: list[tuple[float, str]] = []
         """(when the wait for the group to be served again began, the step before it)."""
+        self.summary: list[dict[str, Any]] = []
+        """Per step: how long until the group was served again and its records consumed."""
+        self.pod_logs = PodLogs(cluster.run_dir / "pod-logs", work / "pod-logs")
+        from confluent_kafka.admin import AdminClient
+
+        self.admin = AdminClient({"bootstrap.servers": broker.bootstrap})
 
     def kubectl(self, *args: str, **kwargs: Any) -> Any:
         return self.cluster.kubectl(*args, **kwargs)
@@ -276,15 +324,31 @@ class Deployment:
     def coordinators(self) -> list[str]:
         return [name for name, ip in self.ready_pods().items() if self.groups_held(ip) == 1.0]
 
+    def broker_members(self) -> list[str] | None:
+        """The hosts of the members of the broker's group (the sidecars holding it)."""
+        from confluent_kafka import KafkaException
+
+        try:
+            description = self.admin.describe_consumer_groups([GROUP])[GROUP].result(timeout=10)
+        except KafkaException:
+            return None
+        return [m.host.lstrip("/") for m in description.members]
+
     def settled(self, replicas: int) -> tuple[bool, str]:
-        """Every replica ready, one coordinating sidecar, every partition owned by exactly one
-        live member, every live member owning some."""
+        """Every replica ready, one coordinating sidecar (the broker's group has its pod as its
+        only member), every partition owned by exactly one live member, every live member
+        owning some."""
         ready = self.ready_pods()
         if len(ready) != replicas or len(self.pods()) != replicas:
             return False, f"{len(ready)} of {replicas} pods ready"
         coordinators = self.coordinators()
         if len(coordinators) != 1:
             return False, f"coordinating sidecars: {coordinators}"
+        at_broker = self.broker_members()
+        if at_broker != [ready[coordinators[0]]]:
+            return False, (f"the broker's group has members at {at_broker}, not only the "
+                           f"coordinating sidecar's pod {coordinators[0]} "
+                           f"({ready[coordinators[0]]})")
         owned = self.members.owners(set(ready))
         counts = [sum(p in parts for parts in owned.values()) for p in range(PARTITIONS)]
         if counts != [1] * PARTITIONS or not all(owned.values()):
@@ -292,12 +356,16 @@ class Deployment:
         return True, "ok"
 
     def wait_settled(self, step: str, replicas: int) -> None:
-        self.steps.append((time.monotonic(), step))
-        deadline = time.monotonic() + SETTLE_SECONDS
+        began = time.monotonic()
+        self.steps.append((began, step))
+        deadline = began + SETTLE_SECONDS
         why = ""
         while time.monotonic() < deadline:
             ok, why = self.settled(replicas)
             if ok:
+                self.summary.append({"step": step, "replicas": replicas,
+                                     "served_again_s": round(time.monotonic() - began, 1),
+                                     "coordinator": self.coordinators()})
                 return
             time.sleep(1)
         pytest.fail(f"after {step}: the group was not served again: {why}\n"
@@ -306,16 +374,21 @@ class Deployment:
     def wait_consuming(self, step: str) -> None:
         """Records produced after ``step`` are consumed (progress, not just no violation)."""
         target = dict(self.producer.produced)
-        deadline = time.monotonic() + SETTLE_SECONDS
+        began = time.monotonic()
+        deadline = began + SETTLE_SECONDS
         while time.monotonic() < deadline:
             if not missing(target, self.members.consumed()):
+                if self.summary and "caught_up_s" not in self.summary[-1]:
+                    self.summary[-1].update(caught_up_s=round(time.monotonic() - began, 1),
+                                            produced=sum(target.values()))
                 return
             time.sleep(1)
         pytest.fail(f"after {step}: records not consumed: "
                     f"{missing(target, self.members.consumed())}\n" + self.diagnostics())
 
     def diagnostics(self) -> str:
-        out = [self.kubectl("get", "pods", "-o", "wide", check=False).stdout]
+        out = [f"steps: {self.summary}", f"the sidecars' logs: {self.pod_logs.target}",
+               self.kubectl("get", "pods", "-o", "wide", check=False).stdout]
         for pod in self.pods():
             name = pod["metadata"]["name"]
             out.append(f"--- {name} groupgate")
@@ -382,7 +455,7 @@ def test_the_api_server_accepts_every_shape_of_the_chart(
         kubernetes_cluster: kubernetes.Cluster, tmp_path: Path) -> None:
     """``helm template | kubectl apply --dry-run=server`` (``helm install --dry-run=server``
     does not validate): the workload with Secrets and a ServiceMonitor, the objects for your
-    own Deployment, and a broken manifest refused."""
+    own Deployment, your own chart including the sidecar, and a broken manifest refused."""
     cluster = kubernetes_cluster
     cluster.kubectl("apply", "-f", "-", input=SERVICE_MONITOR_CRD)
     cluster.kubectl("wait", "--for=condition=Established",
@@ -395,7 +468,9 @@ def test_the_api_server_accepts_every_shape_of_the_chart(
                             settings={"security-protocol": "SASL_SSL",
                                       "sasl-mechanism": "SCRAM-SHA-512"},
                             metrics={"serviceMonitor": {"enabled": True}},
-                            podDisruptionBudget={"enabled": True, "minAvailable": 2}),
+                            podDisruptionBudget={"enabled": True, "minAvailable": 2},
+                            fleet={"networkPolicy": {"extraIngress": [
+                                {"ports": [{"protocol": "TCP", "port": 8080}]}]}}),
         "own deployment": {"upstream": "kafka:9092", "podSelector": {"app": "orders"},
                            "metrics": {"service": {"enabled": True}}},
     }
@@ -408,6 +483,12 @@ def test_the_api_server_accepts_every_shape_of_the_chart(
         validated = cluster.validate(rendered)
         assert validated.returncode == 0, (name, validated.stderr)
         assert "(server dry run)" in validated.stdout
+    # an application's own chart with the sidecar included from groupgate's named templates
+    chart = own_chart(tmp_path)
+    rendered_own = cluster.helm("template", RELEASE, str(chart)).stdout
+    validated = cluster.validate(rendered_own)
+    assert validated.returncode == 0, validated.stderr
+    assert "deployment.apps/orders created (server dry run)" in validated.stdout
     broken = rendered.replace("clusterIP: None", "clusterIP: Nowhere")
     assert cluster.validate(broken).returncode != 0
 
@@ -428,6 +509,7 @@ def test_a_consumer_deployment_through_restart_scaling_forced_delete_eviction_an
 
     producer = deployment.producer
     poller = OffsetPoller(broker.bootstrap)
+    deployment.pod_logs.start()
     producer.start()
     poller.start()
     try:
@@ -496,11 +578,29 @@ def test_a_consumer_deployment_through_restart_scaling_forced_delete_eviction_an
     while time.monotonic() < deadline and poller.latest != producer.produced:
         time.sleep(1)
     poller.stop()
+    deployment.pod_logs.stop()
+    commits = [line for lines in deployment.members.lines().values() for line in lines
+               if line["e"] == "commit"]
+    totals = {"produced": sum(producer.produced.values()),
+              "consumed": sum(b - a + 1 for runs in deployment.members.consumed().values()
+                              for a, b in runs),
+              "commits_ok": sum(1 for c in commits if c["ok"]),
+              "commits_failed": sum(1 for c in commits if not c["ok"]),
+              "offset_polls": poller.watch.polls,
+              "offsets_backwards": len(poller.watch.regressions),
+              "fleet_unreachable_warnings": deployment.pod_logs.count(
+                  "cannot be reached at its fleet address")}
+    (tmp_path / "steps.json").write_text(json.dumps(
+        {"steps": deployment.summary, "totals": totals}, indent=1))
+    for step in deployment.summary:
+        print(step)
+    print(totals)
     assert not producer.errors, producer.errors[:5]
     assert missing(producer.produced, deployment.members.consumed()) == {}
     assert sum(producer.produced.values()) > 1000  # it ran
-    assert poller.watch.regressions == [], "\n".join(
-        f"{r}\n{deployment.around(r.t, r.partition)}" for r in poller.watch.regressions[:3])
+    assert poller.watch.regressions == [], (
+        f"the sidecars' logs: {deployment.pod_logs.target}\n" + "\n".join(
+            f"{r}\n{deployment.around(r.t, r.partition)}" for r in poller.watch.regressions[:3]))
     assert poller.watch.polls > 10
     assert poller.latest == producer.produced  # and committed
     double = overlaps(deployment.members.events())

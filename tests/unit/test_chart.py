@@ -148,6 +148,16 @@ def test_every_setting_is_reachable_and_typed_as_groupgate_reads_it() -> None:
         render({"workload": {"enabled": True, "containers": [APP]}}, check=False)
 
 
+def test_the_network_policy_can_admit_the_application_s_own_ports() -> None:
+    """A pod a NetworkPolicy selects accepts only what some policy admits (where policies are
+    enforced): the application's own ports are added to the chart's policy."""
+    own = {"ports": [{"protocol": "TCP", "port": 8080}]}
+    policy = _kind(render(workload(fleet={"networkPolicy": {"extraIngress": [own]}})),
+                   "NetworkPolicy")
+    assert len(policy["spec"]["ingress"]) == 3 and policy["spec"]["ingress"][2] == own
+    assert len(_kind(render(workload()), "NetworkPolicy")["spec"]["ingress"]) == 2
+
+
 def test_credentials_and_tls_come_from_secrets_as_files() -> None:
     documents = render(workload(
         settings={"security-protocol": "SASL_SSL", "sasl-mechanism": "SCRAM-SHA-512"},
@@ -178,6 +188,76 @@ def test_metrics_service_and_service_monitor_are_optional() -> None:
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"][
         "labels"].items()
+    assert "helm.sh/chart" not in monitor["spec"]["selector"]["matchLabels"]  # stable
+
+
+INCLUDE_SIDECAR = ('{{- include "groupgate.sidecar" (dict "Values" .Values.groupgate '
+                   '"Release" .Release "Chart" .Chart) | nindent 8 }}')
+OWN_DEPLOYMENT = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: orders}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: orders}}
+  template:
+    metadata: {labels: {app: orders}}
+    spec:
+      terminationGracePeriodSeconds: 40
+      initContainers:
+        INCLUDE_SIDECAR
+      containers:
+        - name: app
+          image: example/orders-consumer:1.0
+          env: [{name: KAFKA_BOOTSTRAP_SERVERS, value: "localhost:9092"}]
+      volumes:
+        {{- include "groupgate.volumes" (dict "Values" .Values.groupgate) | nindent 8 }}
+"""
+"""An application's own Deployment with the sidecar included as docs/operations.md says."""
+
+
+def own_chart(directory: Path) -> Path:
+    """An application's own chart in ``directory`` that depends on groupgate and includes its
+    named templates in its pod spec (docs/operations.md, "Your own chart")."""
+    chart = directory / "orders"
+    (chart / "templates").mkdir(parents=True)
+    shutil.copytree(CHART, chart / "charts" / "groupgate")
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
+    (chart / "Chart.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "v2", "name": "orders", "version": "1.0.0", "appVersion": "1.0",
+        "dependencies": [{"name": "groupgate", "version": version}]}))
+    (chart / "values.yaml").write_text(yaml.safe_dump({"groupgate": {
+        "upstream": "kafka:9092", "image": {"tag": version}, "podSelector": {"app": "orders"},
+        "sasl": {"existingSecret": "kafka-user"}}}))
+    (chart / "templates" / "deployment.yaml").write_text(
+        OWN_DEPLOYMENT.replace("INCLUDE_SIDECAR", INCLUDE_SIDECAR))
+    return chart
+
+
+def test_your_own_chart_includes_the_sidecar_and_the_chart_selects_its_pods(
+        tmp_path: Path) -> None:
+    proc = subprocess.run([_helm(), "template", "orders", str(own_chart(tmp_path))],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    documents = [d for d in yaml.safe_load_all(proc.stdout) if d]
+    assert sorted(d["kind"] for d in documents) == [
+        "Deployment", "NetworkPolicy", "PodDisruptionBudget"]
+    sidecar = _sidecar(documents)
+    env = _environment(sidecar, "10.1.2.3")
+    assert env.pop("GROUPGATE_SASL_USERNAME_FILE") == "/etc/groupgate/sasl/username"
+    assert env.pop("GROUPGATE_SASL_PASSWORD_FILE") == "/etc/groupgate/sasl/password"
+    loaded = config.load(None, env)
+    assert loaded.upstream == (("kafka", 9092),)
+    assert loaded.advertised_fleet_address == ("10.1.2.3", 9191)
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
+    assert sidecar["image"] == f"groupgate:{version}"
+    pod = _kind(documents, "Deployment")["spec"]["template"]
+    assert pod["spec"]["volumes"] == [{"name": "groupgate-sasl",
+                                       "secret": {"secretName": "kafka-user"}}]
+    for kind in ("NetworkPolicy", "PodDisruptionBudget"):
+        selector = _kind(documents, kind)["spec"]
+        labels = selector.get("podSelector", selector.get("selector"))["matchLabels"]
+        assert labels.items() <= pod["metadata"]["labels"].items()
 
 
 def test_for_your_own_deployment_the_chart_renders_only_what_selects_your_pods() -> None:

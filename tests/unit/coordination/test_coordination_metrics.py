@@ -1,6 +1,7 @@
-"""The coordinator's metrics: rebalances and fences by reason, groups by state, members by
-protocol and groups followed (read at scrape time), on trio's mock clock; and the reasons the
-engine gives all have a label of their own (the label sets stay bounded and meaningful)."""
+"""The coordinator's metrics: rebalances and fences by reason, groups by state and protocol,
+members by protocol and groups followed (read at scrape time), on trio's mock clock; and the
+reasons the engine gives all have a label of their own (the label sets stay bounded and
+meaningful)."""
 
 from __future__ import annotations
 
@@ -37,14 +38,15 @@ async def test_a_session_timeout_counts_a_fence_and_a_rebalance_and_the_gauges_f
         assert sample("groupgate_rebalances_total", reason="group-created") == created + 1
         assert sample("groupgate_coordinated_members", protocol="consumer") == 1
         assert sample("groupgate_coordinated_members", protocol="classic") == 0
-        states = {s: sample("groupgate_coordinated_groups", state=s)
-                  for s in metrics.GROUP_STATES}
-        assert sum(states.values()) == 1 and states["empty"] == 0
+        shapes = {(s, p): sample("groupgate_coordinated_groups", state=s, protocol=p)
+                  for s in metrics.GROUP_STATES for p in metrics.GROUP_PROTOCOLS}
+        assert sum(shapes.values()) == 1
+        assert sum(n for (s, p), n in shapes.items() if p == "consumer" and s != "empty") == 1
         await trio.sleep(6.1)  # past the 6 s session timeout: fenced by the timer task
         assert not service.engine.groups["g"].members
         assert sample("groupgate_members_fenced_total", reason="session-timeout") == fenced + 1
         assert sample("groupgate_rebalances_total", reason="session-timeout") == timed_out + 1
-        assert sample("groupgate_coordinated_groups", state="empty") == 1
+        assert sample("groupgate_coordinated_groups", state="empty", protocol="none") == 1
         assert sample("groupgate_coordinated_members", protocol="consumer") == 0
         nursery.cancel_scope.cancel()
 
@@ -63,6 +65,13 @@ async def test_groups_followed_are_those_held_by_another_sidecar_it_can_relay_to
     assert sample("groupgate_groups_followed") == 1
     await trio.sleep(3600)  # the views age out, and the gauge with them
     assert sample("groupgate_groups_followed") == 0
+
+
+def test_a_group_s_protocol_label_is_its_members_protocol() -> None:
+    assert metrics.group_protocol([]) == "none"
+    assert metrics.group_protocol(["consumer", "consumer"]) == "consumer"
+    assert metrics.group_protocol(["classic"]) == "classic"
+    assert metrics.group_protocol(["classic", "consumer"]) == "mixed"
 
 
 def test_reason_labels() -> None:

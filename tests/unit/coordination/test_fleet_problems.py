@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 
 import pytest
 import trio
@@ -80,6 +81,36 @@ async def test_a_holder_s_fleet_address_that_does_not_answer_is_warned_about(
     assert "fleet-address" in warnings[0] and "NetworkPolicies" in warnings[0]
     assert _count(UNREACHABLE) == before + 2
     assert [line.split(":")[0] for line in problems.summary()] == ["fleet unreachable"]
+
+
+async def test_a_holder_that_closes_an_established_link_is_no_settings_problem(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A coordinating sidecar that stops (a rollout) closes its fleet connections: the
+    follower reached it, so its settings are fine. Before, every rollout logged a WARNING to
+    check fleet-address and NetworkPolicies and counted ``unreachable`` (what operators alert
+    on) on every follower that had a request on its way."""
+    security = Security(load(None, {"GROUPGATE_UPSTREAM": "127.0.0.1:9092"}))
+    pool = LinkPool(connect_timeout=2, request_timeout=2, max_frame_bytes=1 << 20,
+                    security=security)
+    problems = FleetProblems()
+    links = ConnectionLinks(pool, problems)
+    before = _count(UNREACHABLE)
+
+    async def stopping_holder(stream: trio.SocketStream) -> None:
+        await stream.receive_some(4096)  # the relayed request, then the holder goes away
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        (listener,) = await nursery.start(
+            partial(trio.serve_tcp, stopping_holder, 0, host="127.0.0.1"))
+        address = ("127.0.0.1", listener.socket.getsockname()[1])
+        with pytest.raises(UpstreamError, match="closed the connection"):
+            await links.request(address, ApiKey.JOIN_GROUP, 5, {}, "app", to_peer=True)
+        nursery.cancel_scope.cancel()
+    await links.aclose()
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert _count(UNREACHABLE) == before
+    assert problems.summary() == []
 
 
 def test_readiness_carries_the_fleet_s_problems_without_failing() -> None:
