@@ -55,7 +55,7 @@ import trio
 from cachetools import TTLCache
 
 from proxy import __version__, metrics
-from proxy.config import ProxyConfig
+from proxy.config import ProxyConfig, shortest_classic_fleet_session_ms
 from proxy.coordination.bridged import Bridges, BridgeSettings
 from proxy.coordination.commit_retries import CommitRetries
 from proxy.coordination.durability import Durability
@@ -143,6 +143,9 @@ it itself (the engine's own hold timer normally answers it at ``classic-sync-hol
 ISSUED_ID_SECONDS = 60.0
 """How long a member id the engine handed out with MEMBER_ID_REQUIRED routes the member's
 next JoinGroup to the engine while the group has no members yet."""
+SHORT_SESSION_NOTE_SECONDS = 3600.0
+"""How often a group whose classic members bring a session too short for a fleet's failover is
+logged (once per group in that time)."""
 
 
 R = TypeVar("R", JoinGroupResponse, SyncGroupResponse)
@@ -280,6 +283,8 @@ class CoordinatorService:
             maxsize=REMEMBERED_MAX, ttl=BROKER_ACTIVE_SECONDS, timer=trio.current_time)
         self._issued_ids: TTLCache[tuple[str, str], bool] = TTLCache(
             maxsize=REMEMBERED_MAX, ttl=ISSUED_ID_SECONDS, timer=trio.current_time)
+        self._short_sessions_noted: TTLCache[str, bool] = TTLCache(
+            maxsize=REMEMBERED_MAX, ttl=SHORT_SESSION_NOTE_SECONDS, timer=trio.current_time)
         self._timer_wake = trio.Event()
         self._nursery: trio.Nursery | None = None
         self.hand_off = HandOff()
@@ -1151,11 +1156,33 @@ class CoordinatorService:
     def _remember_issued(self, group_id: str, member_id: str) -> None:
         self._issued_ids[(group_id, member_id)] = True
 
+    def _note_short_classic_session(self, group_id: str, session_ms: int) -> None:
+        """A classic member brings its own session (``session.timeout.ms``); with a fleet, one
+        shorter than a failover of the coordinating sidecar may take (docs/operations.md,
+        "How long a request can wait") is accepted as Kafka accepts it, and logged once per
+        group: a client that times its own session (librdkafka) gives its partitions up when
+        the holder dies and rejoins. The engine does not fence it for the failover (a loaded
+        member gets a full session from the load)."""
+        if self.config.fleet_listen is None:
+            return
+        needed = shortest_classic_fleet_session_ms(self.config.broker_session_timeout_ms)
+        if session_ms >= needed or group_id in self._short_sessions_noted:
+            return
+        self._short_sessions_noted[group_id] = True
+        log.warning("group %s: a classic member joined with session.timeout.ms=%d, shorter than "
+                    "a failover of the coordinating sidecar may leave it unanswered (its "
+                    "heartbeat interval + broker-session-timeout-ms + the takeover + the wait "
+                    "at its own sidecar: at least %d ms plus its heartbeat interval): when the "
+                    "holder dies, a client that times its own session (librdkafka) gives its "
+                    "partitions up and rejoins; raise the client's session.timeout.ms",
+                    group_id, session_ms, needed)
+
     async def join_group(self, request: JoinGroupRequest) -> JoinGroupResponse:
         """A classic JoinGroup the engine takes (:meth:`takes_join`); waits while held."""
         classic = self.classic
         assert classic is not None
         group_id = request.group_id
+        self._note_short_classic_session(group_id, request.session_timeout_ms)
         if request.member_id:  # a member that may own partitions
             await self._until_decided(group_id)
         if self._handing_off(group_id, request.member_id):
