@@ -504,7 +504,7 @@ def test_failover_keeps_the_offsets_of_a_topic_nobody_commits_to(tmp_path: Path)
                 broker.bootstrap if broker else "", workdir / f"groupgate-{incarnation[0]}-"
                 f"{pod.name}.log", listen=soak.SIDECAR, wrapper=pod.command([]), timeout=60,
                 args=["--group-heartbeat-interval-ms", "1000", "--group-session-timeout-ms",
-                      "9000", "--group-metadata-refresh-ms", "1000",
+                      str(soak.FLEET_SESSION_MS), "--group-metadata-refresh-ms", "1000",
                       "--fleet-listen", f"{pod.ip}:{soak.FLEET_PORT}"])
 
         for pod in pod_list:
