@@ -396,15 +396,25 @@ class CoordinatorService:
         """A group's broker membership, started on behalf of the member that joined first: a
         bug in it (a broker answer it cannot read, a value it cannot encode) ends that group's
         membership with a log line; clients get a retriable error, nothing else is touched."""
+        group_id = membership.group_id
         try:
             await membership.run()
         except Exception as exc:
-            group_id = membership.group_id
             log.exception("group %s: the proxy's membership in the broker's group failed "
                           "unexpectedly; the group is not coordinated", group_id)
             membership.fail(f"unexpected {type(exc).__name__}: {exc}")
             if self.memberships.get(group_id) is membership:
                 del self.memberships[group_id]
+        else:
+            if membership.failure is not None and self.memberships.get(group_id) is membership:
+                # A takeover that failed (lost the election, refused, nothing to load) is
+                # dropped here, not only by whoever waits for it in :meth:`_take_over`: a
+                # waiter may have given up first (a heartbeat's bound, a closed connection),
+                # and a failed membership left in place would claim the group, so that every
+                # request of it were answered COORDINATOR_NOT_AVAILABLE here until the next
+                # join, instead of being looked up and relayed to the sidecar holding it.
+                del self.memberships[group_id]
+                self.directory.forget(group_id)
 
     async def let_go(self, timeout_s: float) -> None:
         """Before the proxy stops. With the state log: stop answering (members get the

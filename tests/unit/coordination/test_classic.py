@@ -297,3 +297,39 @@ async def test_a_classic_session_a_failover_outlasts_is_logged_with_a_fleet(
         assert len(notes) == (1 if logged else 0), (fleet, session_ms, notes)
         if logged:
             assert "session.timeout.ms=10000" in notes[0] and "17000 ms" in notes[0]
+
+
+async def test_a_failed_takeover_nobody_waits_for_is_dropped(
+        autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A takeover lost to another sidecar after whoever started it stopped waiting (a
+    heartbeat waits half an interval, a client may close its connection): the failed
+    membership used to stay until the group's next join, claiming the group, so that every
+    classic heartbeat and commit of it was answered COORDINATOR_NOT_AVAILABLE here instead of
+    being looked up and relayed to the holder (a librdkafka member gave its partitions up
+    after 19 s of that in a soak run). Dropped when it fails, the group is looked up again."""
+    from proxy.coordination import service as service_module
+    from proxy.coordination.membership import BrokerMembership
+
+    class LostLater(BrokerMembership):
+        async def run(self) -> None:
+            await trio.sleep(1)
+            self.failure = "another sidecar holds the broker's group g"
+            self.failure_kind = "lost-election"
+            self.settled.set()
+
+    monkeypatch.setattr(service_module, "BrokerMembership", LostLater)
+    service = make_service(classic_translation=True)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lambda task_status: service.run(watch_topics=False,
+                                                            task_status=task_status))
+        service.directory._views["g"] = Holder("free")
+        with trio.move_on_after(0.5):
+            await service._take_over("g", [TOPIC])
+        assert service.claims("g")  # being taken over
+        await trio.sleep(1)
+        assert not service.claims("g") and "g" not in service.memberships
+        assert service.directory.view("g") is None  # looked up again on the next request
+        heartbeat = {"group_id": "g", "generation_id": 3, "member_id": "m",
+                     "group_instance_id": None}
+        assert await _action(service, _wire(12, 3, heartbeat)) == "forward"
+        nursery.cancel_scope.cancel()
