@@ -337,6 +337,8 @@ class CoordinatorService:
         self._metrics_view = metrics.CoordinationView(self._group_shapes, self.routes.followed)
         metrics.watch_coordination(self._metrics_view)
         self.stepping_down = False
+        self._stepped_down: set[str] = set()
+        """The groups this sidecar held when it stepped down (at most ``max-groups``)."""
         """The proxy is stopping with the state log on: it answers no group request."""
         self.heartbeat_wait_s = min(TAKEOVER_WAIT_SECONDS, HEARTBEAT_WAIT_FRACTION
                                     * config.group_heartbeat_interval_ms / 1000)
@@ -468,12 +470,26 @@ class CoordinatorService:
             async with trio.open_nursery() as nursery:
                 for membership in list(self.memberships.values()):
                     nursery.start_soon(membership.leave)
+        self._stepped_down.update(groups)
         for group_id in groups:
             self.durability.release(group_id)
             self.apply(self.engine.forget(group_id, "this proxy is stopping"))
         self.memberships.clear()
         log.info("stepping down: %d group(s) written and left for the next coordinator to "
                  "load", len(groups))
+
+    def stepped_down_from(self, group_id: str, member_id: str) -> bool:
+        """Whether a request of ``member_id`` for ``group_id`` must be answered
+        COORDINATOR_NOT_AVAILABLE: this sidecar is stopping, stepped down from the group (its
+        state is written and left for the next coordinator to load) and no longer serves it,
+        and the member id is not a broker's. Passed to the broker, whose group of that id is
+        the fleet's lock, an engine member's commit or heartbeat would be answered
+        UNKNOWN_MEMBER_ID, and the client would drop its partitions and rejoin under a new
+        member id while the next coordinator loads it with the old one; answered this way, it
+        keeps them until it reaches the next coordinator (its sidecar's connections close
+        when the drain ends)."""
+        return (self.stepping_down and group_id in self._stepped_down and bool(member_id)
+                and not issued_by_a_broker(member_id) and not self.claims(group_id))
 
     def _handing_off(self, group_id: str, member_id: str) -> bool:
         """While handing off, or if ``member_id`` is a member of a group whose lease was cut
