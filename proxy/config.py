@@ -42,21 +42,55 @@ sidecar: a lookup of the group's holder (``proxy.coordination.peers.LOOKUP_SECON
 connect to its fleet listener (``proxy.kafka_client.links.PEER_CONNECT_SECONDS``). At the
 coordinating sidecar a member's session does not run while its request is inside
 (``proxy.coordination.inside``)."""
+TAKEOVER_MS = 3_000
+"""What a takeover may take, from the broker dropping a dead holder's member until the next
+holder has loaded the group: its JoinGroup lands in an Empty group, which a Kafka broker holds
+for ``group.initial.rebalance.delay.ms`` (3 s by default) before the join completes; the
+proxy's own round trips and the read of the group's state take tens of milliseconds at the
+sizes measured (docs/benchmarks/failover.md). A budget, not a timeout: a longer load counts
+against the members' sessions (docs/operations.md, "How long a request can wait")."""
 SESSION_MARGIN_MS = 1_000
 
 
-def check_session_against_fleet_waits(session_ms: int, heartbeat_ms: int) -> None:
-    """With a fleet, a member's requests reach the coordinating sidecar at least every
-    heartbeat interval plus :data:`FLEET_WAIT_MS`; a session shorter than that (and a margin)
-    could fence a live member: refused (docs/operations.md, "How long a request can wait")."""
-    needed = heartbeat_ms + FLEET_WAIT_MS + SESSION_MARGIN_MS
+def failover_ms(heartbeat_ms: int, broker_session_ms: int) -> int:
+    """Longest a member may go without an answer while its group's coordinating sidecar fails
+    over: its last answered request up to one heartbeat interval before the sidecar died, the
+    broker drops the dead sidecar's member at most ``broker_session_ms`` after that, the next
+    sidecar takes the group over (:data:`TAKEOVER_MS`), and the member's next request may wait
+    :data:`FLEET_WAIT_MS` at its own sidecar to find and reach the new holder."""
+    return heartbeat_ms + broker_session_ms + TAKEOVER_MS + FLEET_WAIT_MS
+
+
+def shortest_fleet_session_ms(heartbeat_ms: int, broker_session_ms: int) -> int:
+    """The shortest member session a fleet accepts: a failover (:func:`failover_ms`) and a
+    margin. It also covers the follower wait in normal operation (a heartbeat interval and
+    :data:`FLEET_WAIT_MS`)."""
+    return failover_ms(heartbeat_ms, broker_session_ms) + SESSION_MARGIN_MS
+
+
+def shortest_classic_fleet_session_ms(broker_session_ms: int) -> int:
+    """The shortest ``session.timeout.ms`` of a classic member (its own, from its JoinGroup)
+    that a failover cannot outlast, before its own heartbeat interval is added (which the
+    proxy does not know): :func:`shortest_fleet_session_ms` without the heartbeat term."""
+    return shortest_fleet_session_ms(0, broker_session_ms)
+
+
+def check_session_against_fleet_waits(session_ms: int, heartbeat_ms: int,
+                                      broker_session_ms: int) -> None:
+    """With a fleet, a member's requests may go unanswered for :func:`failover_ms` when the
+    coordinating sidecar dies; a session shorter than that (and a margin) would end while the
+    group fails over: refused (docs/operations.md, "How long a request can wait")."""
+    needed = shortest_fleet_session_ms(heartbeat_ms, broker_session_ms)
     if session_ms < needed:
         raise ConfigError(
             f"group-session-timeout-ms={session_ms} is too short for a fleet (fleet-listen is "
-            f"set): a member's request may wait up to {FLEET_WAIT_MS} ms at its own sidecar "
-            f"before it reaches the coordinating one, so the session must be at least "
-            f"group-heartbeat-interval-ms ({heartbeat_ms}) + {FLEET_WAIT_MS} + "
-            f"{SESSION_MARGIN_MS} = {needed} ms")
+            f"set) with broker-session-timeout-ms={broker_session_ms}: when the coordinating "
+            f"sidecar dies, a member may go unanswered for a heartbeat interval "
+            f"(group-heartbeat-interval-ms, {heartbeat_ms}) + broker-session-timeout-ms "
+            f"({broker_session_ms}, until the broker drops the dead sidecar's member) + "
+            f"{TAKEOVER_MS} (the takeover) + {FLEET_WAIT_MS} (the wait at the member's own "
+            f"sidecar), so the session must be at least that + {SESSION_MARGIN_MS} = {needed} "
+            f"ms: raise group-session-timeout-ms or lower broker-session-timeout-ms")
 
 
 def parse_hostport(text: str, *, default_port: int | None = None) -> tuple[str, int]:
@@ -332,12 +366,15 @@ SETTINGS: tuple[Setting, ...] = (
             "group of each group it coordinates. A proxy that dies is dropped from that group "
             "this long after its last heartbeat, and only then can a proxy started again take "
             "the group over. Kafka's group.min.session.timeout.ms (6000 by default) is the "
-            "lower bound; a broker that refuses the value makes the proxy double it."),
+            "lower bound; a broker that refuses the value makes the proxy double it. With "
+            "fleet-listen set, group-session-timeout-ms must cover it (see there)."),
     Setting("group-session-timeout-ms", _positive_int, "45000",
             "Session timeout of new-protocol members (Kafka's group.consumer.session.timeout.ms). "
-            "With fleet-listen set, at least group-heartbeat-interval-ms + 8000: a member's "
-            "request may wait up to 7 s at its own sidecar before it reaches the coordinating "
-            "one (docs/operations.md, \"How long a request can wait\")."),
+            "With fleet-listen set, at least group-heartbeat-interval-ms + "
+            "broker-session-timeout-ms + 11000: when the coordinating sidecar dies, the broker "
+            "drops its member after broker-session-timeout-ms, the takeover may take 3 s and a "
+            "member's request may wait up to 7 s at its own sidecar before it reaches the new "
+            "one, plus 1 s of margin (docs/operations.md, \"How long a request can wait\")."),
     Setting("group-heartbeat-interval-ms", _positive_int, "5000",
             "Heartbeat interval handed to new-protocol members "
             "(Kafka's group.consumer.heartbeat.interval.ms)."),
@@ -700,8 +737,10 @@ def load(args: argparse.Namespace | None = None,
     check_security(values, fleet=False)
     if values.get("fleet_listen") is not None:
         try:
-            check_session_against_fleet_waits(values.get("group_session_timeout_ms", 45_000),
-                                              values.get("group_heartbeat_interval_ms", 5_000))
+            check_session_against_fleet_waits(
+                values.get("group_session_timeout_ms", 45_000),
+                values.get("group_heartbeat_interval_ms", 5_000),
+                values.get("broker_session_timeout_ms", 6_000))
             check_fleet_security(values)
         except ConfigError as exc:
             if not values["fleet_listen_defaulted"]:

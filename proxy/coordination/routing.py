@@ -116,6 +116,10 @@ UNKNOWN_SERVER_ERROR = int(ErrorCode.UNKNOWN_SERVER_ERROR)
 NOT_COORDINATOR = int(ErrorCode.NOT_COORDINATOR)
 UNKNOWN_MEMBER_ID = int(ErrorCode.UNKNOWN_MEMBER_ID)
 COORDINATOR_NOT_AVAILABLE = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+_MEMBER_APIS = frozenset({ApiKey.OFFSET_COMMIT, ApiKey.TXN_OFFSET_COMMIT, ApiKey.HEARTBEAT,
+                          ApiKey.SYNC_GROUP, ApiKey.JOIN_GROUP})
+"""Requests that carry a member id the broker checks: passed to the broker for a group the
+engine no longer serves, an engine member's would be refused UNKNOWN_MEMBER_ID."""
 _MOVED = frozenset({NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE})
 MAX_COMMITTERS_PER_CONNECTION = 64
 """Group members one connection's commits are remembered for (a client commits as one)."""
@@ -357,6 +361,12 @@ class CoordinatingRouter(ForwardingRouter):
                                  else COORDINATOR_NOT_AVAILABLE)
                         return Local(self._encode(handler, group_request,
                                                   handler.failure(group_request, error)))
+            if (group_request.api_key in _MEMBER_APIS
+                    and handler.service.stepped_down_from(
+                        group_request.value.get("group_id") or "",
+                        group_request.value.get("member_id") or "")):
+                return Local(self._encode(handler, group_request, handler.failure(
+                    group_request, COORDINATOR_NOT_AVAILABLE)))
             outcome = handler.decide(group_request)
             return held_while_inside(handler.service, group_request,
                                      self._decision(handler, group_request, outcome))

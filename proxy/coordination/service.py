@@ -56,7 +56,7 @@ import trio
 from cachetools import TTLCache
 
 from proxy import __version__, metrics
-from proxy.config import ProxyConfig
+from proxy.config import ProxyConfig, shortest_classic_fleet_session_ms
 from proxy.coordination.bridged import Bridges, BridgeSettings
 from proxy.coordination.commit_retries import CommitRetries
 from proxy.coordination.durability import Durability
@@ -150,6 +150,9 @@ RELEASE_POLL_SECONDS = 0.05
 ISSUED_ID_SECONDS = 60.0
 """How long a member id the engine handed out with MEMBER_ID_REQUIRED routes the member's
 next JoinGroup to the engine while the group has no members yet."""
+SHORT_SESSION_NOTE_SECONDS = 3600.0
+"""How often a group whose classic members bring a session too short for a fleet's failover is
+logged (once per group in that time)."""
 
 
 R = TypeVar("R", JoinGroupResponse, SyncGroupResponse)
@@ -287,6 +290,8 @@ class CoordinatorService:
             maxsize=REMEMBERED_MAX, ttl=BROKER_ACTIVE_SECONDS, timer=trio.current_time)
         self._issued_ids: TTLCache[tuple[str, str], bool] = TTLCache(
             maxsize=REMEMBERED_MAX, ttl=ISSUED_ID_SECONDS, timer=trio.current_time)
+        self._short_sessions_noted: TTLCache[str, bool] = TTLCache(
+            maxsize=REMEMBERED_MAX, ttl=SHORT_SESSION_NOTE_SECONDS, timer=trio.current_time)
         self._timer_wake = trio.Event()
         self._nursery: trio.Nursery | None = None
         self.hand_off = HandOff()
@@ -341,6 +346,8 @@ class CoordinatorService:
         self._metrics_view = metrics.CoordinationView(self._group_shapes, self.routes.followed)
         metrics.watch_coordination(self._metrics_view)
         self.stepping_down = False
+        self._stepped_down: set[str] = set()
+        """The groups this sidecar held when it stepped down (at most ``max-groups``)."""
         """The proxy is stopping with the state log on: it answers no group request."""
         self.heartbeat_wait_s = min(TAKEOVER_WAIT_SECONDS, HEARTBEAT_WAIT_FRACTION
                                     * config.group_heartbeat_interval_ms / 1000)
@@ -408,15 +415,25 @@ class CoordinatorService:
         """A group's broker membership, started on behalf of the member that joined first: a
         bug in it (a broker answer it cannot read, a value it cannot encode) ends that group's
         membership with a log line; clients get a retriable error, nothing else is touched."""
+        group_id = membership.group_id
         try:
             await membership.run()
         except Exception as exc:
-            group_id = membership.group_id
             log.exception("group %s: the proxy's membership in the broker's group failed "
                           "unexpectedly; the group is not coordinated", group_id)
             membership.fail(f"unexpected {type(exc).__name__}: {exc}")
             if self.memberships.get(group_id) is membership:
                 del self.memberships[group_id]
+        else:
+            if membership.failure is not None and self.memberships.get(group_id) is membership:
+                # A takeover that failed (lost the election, refused, nothing to load) is
+                # dropped here, not only by whoever waits for it in :meth:`_take_over`: a
+                # waiter may have given up first (a heartbeat's bound, a closed connection),
+                # and a failed membership left in place would claim the group, so that every
+                # request of it were answered COORDINATOR_NOT_AVAILABLE here until the next
+                # join, instead of being looked up and relayed to the sidecar holding it.
+                del self.memberships[group_id]
+                self.directory.forget(group_id)
 
     async def let_go(self, timeout_s: float) -> None:
         """Before the proxy stops. With the state log: stop answering (members get the
@@ -470,12 +487,26 @@ class CoordinatorService:
             async with trio.open_nursery() as nursery:
                 for membership in list(self.memberships.values()):
                     nursery.start_soon(membership.leave)
+        self._stepped_down.update(groups)
         for group_id in groups:
             self.durability.release(group_id)
             self.apply(self.engine.forget(group_id, "this proxy is stopping"))
         self.memberships.clear()
         log.info("stepping down: %d group(s) written and left for the next coordinator to "
                  "load", len(groups))
+
+    def stepped_down_from(self, group_id: str, member_id: str) -> bool:
+        """Whether a request of ``member_id`` for ``group_id`` must be answered
+        COORDINATOR_NOT_AVAILABLE: this sidecar is stopping, stepped down from the group (its
+        state is written and left for the next coordinator to load) and no longer serves it,
+        and the member id is not a broker's. Passed to the broker, whose group of that id is
+        the fleet's lock, an engine member's commit or heartbeat would be answered
+        UNKNOWN_MEMBER_ID, and the client would drop its partitions and rejoin under a new
+        member id while the next coordinator loads it with the old one; answered this way, it
+        keeps them until it reaches the next coordinator (its sidecar's connections close
+        when the drain ends)."""
+        return (self.stepping_down and group_id in self._stepped_down and bool(member_id)
+                and not issued_by_a_broker(member_id) and not self.claims(group_id))
 
     def _handing_off(self, group_id: str, member_id: str) -> bool:
         """While handing off, or if ``member_id`` is a member of a group whose lease was cut
@@ -1190,11 +1221,33 @@ class CoordinatorService:
     def _remember_issued(self, group_id: str, member_id: str) -> None:
         self._issued_ids[(group_id, member_id)] = True
 
+    def _note_short_classic_session(self, group_id: str, session_ms: int) -> None:
+        """A classic member brings its own session (``session.timeout.ms``); with a fleet, one
+        shorter than a failover of the coordinating sidecar may take (docs/operations.md,
+        "How long a request can wait") is accepted as Kafka accepts it, and logged once per
+        group: a client that times its own session (librdkafka) gives its partitions up when
+        the holder dies and rejoins. The engine does not fence it for the failover (a loaded
+        member gets a full session from the load)."""
+        if self.config.fleet_listen is None:
+            return
+        needed = shortest_classic_fleet_session_ms(self.config.broker_session_timeout_ms)
+        if session_ms >= needed or group_id in self._short_sessions_noted:
+            return
+        self._short_sessions_noted[group_id] = True
+        log.warning("group %s: a classic member joined with session.timeout.ms=%d, shorter than "
+                    "a failover of the coordinating sidecar may leave it unanswered (its "
+                    "heartbeat interval + broker-session-timeout-ms + the takeover + the wait "
+                    "at its own sidecar: at least %d ms plus its heartbeat interval): when the "
+                    "holder dies, a client that times its own session (librdkafka) gives its "
+                    "partitions up and rejoins; raise the client's session.timeout.ms",
+                    group_id, session_ms, needed)
+
     async def join_group(self, request: JoinGroupRequest) -> JoinGroupResponse:
         """A classic JoinGroup the engine takes (:meth:`takes_join`); waits while held."""
         classic = self.classic
         assert classic is not None
         group_id = request.group_id
+        self._note_short_classic_session(group_id, request.session_timeout_ms)
         if request.member_id:  # a member that may own partitions
             await self._until_decided(group_id)
         if self._handing_off(group_id, request.member_id):

@@ -259,14 +259,17 @@ class NeverToldToLetGo(AssertionError):
 def test_coordinator_cut_off_from_the_broker_its_members_let_go_before_others_take_over(
         tmp_path: Path) -> None:
     """The coordinating sidecar's pod cut off from the broker (not from the other pods) for
-    20 s. Its lease runs out 0.8 of a broker session after the send time of its last answered
-    heartbeat (log line ``no heartbeat answered within``); its members' requests wait from
-    then on, and a whole session after it (``lost the broker's group: no answer``) it tells
-    every member it had to let go: each hears UNKNOWN_MEMBER_ID (a waiting request at once,
-    a commit relayed by another sidecar too) and gives its partitions up before any other
-    member is given them. Another sidecar takes the group over and gives the cut-off members'
-    partitions to others, which read records meanwhile; nobody reads a partition it does not
-    own; once the pod is reconnected its members rejoin and every record is consumed.
+    35 s: the new holder gives the cut-off members' partitions away one member session (19 s,
+    what a fleet accepts with 1 s heartbeats) after it loaded the group, about a broker
+    session after the cut. Its lease runs out 0.8 of a broker session after the send time of
+    its last answered heartbeat (log line ``no heartbeat answered within``); its members'
+    requests wait from then on, and a whole session after it (``lost the broker's group: no
+    answer``) it tells every member it had to let go: each hears UNKNOWN_MEMBER_ID (a waiting
+    request at once, a commit relayed by another sidecar too) and gives its partitions up
+    before any other member is given them. Another sidecar takes the group over and gives the
+    cut-off members' partitions to others, which read records meanwhile; nobody reads a
+    partition it does not own; once the pod is reconnected its members rejoin and every
+    record is consumed.
 
     The holder is the pod whose member asked first, often pod3 with seed 33, whose only
     member is kafka-python: a classic client without a session timer of its own, which used
@@ -278,9 +281,9 @@ def test_coordinator_cut_off_from_the_broker_its_members_let_go_before_others_ta
     heartbeats back until the pod was reconnected. Still open (the expected failure): a
     member behind the holder whose own commit went to the broker on its connection just
     before the cut (the librdkafka members commit after every record) waits behind it."""
-    fault_s = 20.0
+    fault_s = 35.0
     result = soak.Soak(soak.Settings(
-        duration_s=55.0, seed=33, pods=3, groups=("cooperative",), fault_s=fault_s,
+        duration_s=70.0, seed=33, pods=3, groups=("cooperative",), fault_s=fault_s,
         initial=(*FOUR_MEMBERS, "cooperative:kafka-python/classic/async@3"),
         script=("20:coordinator-cutoff:cooperative",)), tmp_path).run()
     (tmp_path / "result.json").write_text(json.dumps(result, indent=1, default=str))
@@ -504,7 +507,7 @@ def test_failover_keeps_the_offsets_of_a_topic_nobody_commits_to(tmp_path: Path)
                 broker.bootstrap if broker else "", workdir / f"groupgate-{incarnation[0]}-"
                 f"{pod.name}.log", listen=soak.SIDECAR, wrapper=pod.command([]), timeout=60,
                 args=["--group-heartbeat-interval-ms", "1000", "--group-session-timeout-ms",
-                      "9000", "--group-metadata-refresh-ms", "1000",
+                      str(soak.FLEET_SESSION_MS), "--group-metadata-refresh-ms", "1000",
                       "--fleet-listen", f"{pod.ip}:{soak.FLEET_PORT}"])
 
         for pod in pod_list:

@@ -29,8 +29,9 @@ pytestmark = pytest.mark.broker
 
 SESSION_MS = 6000
 """The old sidecar's session in the broker's group."""
-MEMBER_SESSION_MS = 9000
-"""Members' sessions: a fleet needs the heartbeat interval plus 8 s (docs/operations.md)."""
+MEMBER_SESSION_MS = 18000
+"""Members' sessions: a fleet needs the heartbeat interval (0.5 s) + broker-session-timeout-ms
+(6 s) + 11 s (docs/operations.md, "How long a request can wait")."""
 PROXY_FLAGS = ("--group-heartbeat-interval-ms", "500", "--group-session-timeout-ms",
                str(MEMBER_SESSION_MS), "--group-metadata-refresh-ms", "1000",
                "--fleet-listen", "127.0.0.1:0", "--fleet-address", "127.0.0.1:1",

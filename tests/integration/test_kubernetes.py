@@ -252,7 +252,8 @@ def _values(events: Path, **changes: Any) -> dict[str, Any]:
     image, _, tag = kubernetes.GROUPGATE_IMAGE.rpartition(":")
     values: dict[str, Any] = {
         "image": {"repository": image, "tag": tag, "pullPolicy": "Never"},
-        "settings": {"group-session-timeout-ms": 10000, "group-heartbeat-interval-ms": 1000},
+        # a fleet's sessions cover a failover: 1 s + broker-session-timeout-ms (6 s) + 11 s
+        "settings": {"group-session-timeout-ms": 18000, "group-heartbeat-interval-ms": 1000},
         "shutdownGrace": 10,
         "resources": {"requests": {"cpu": "20m", "memory": "64Mi"}},
         "workload": {
@@ -554,7 +555,7 @@ def test_a_consumer_deployment_through_restart_scaling_forced_delete_eviction_an
         chart_yaml["version"] = first_version + "-changed"
         (changed / "Chart.yaml").write_text(yaml.safe_dump(chart_yaml))
         upgraded = _values(deployment.events, upstream=broker.bootstrap,
-                           settings={"group-session-timeout-ms": 12000,
+                           settings={"group-session-timeout-ms": 19000,
                                      "group-heartbeat-interval-ms": 1500})
         cluster.helm("upgrade", RELEASE, str(changed), "-f",
                      str(deployment.helm_values("upgraded.yaml", upgraded)), "--wait",

@@ -45,9 +45,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="how long coordinator-freeze, join-coordinator-freeze, "
                              "coordinator-cutoff and slow-link last")
     parser.add_argument("--partitions", type=int, default=6)
-    parser.add_argument("--session-timeout-ms", type=int, default=soak.Settings.session_timeout_ms,
+    parser.add_argument("--session-timeout-ms", type=int, default=0,
                         help="members' sessions (new-protocol members' from the proxy, classic "
-                             "members' own); with --pods at least the heartbeat interval + 8 s")
+                             "members' own); default 9 s, with --pods "
+                             f"{soak.FLEET_SESSION_MS} ms: with --pods at least the heartbeat "
+                             "interval + the broker session (6 s) + 11 s (docs/operations.md)")
     parser.add_argument("--heartbeat-interval-ms", type=int,
                         default=soak.Settings.heartbeat_interval_ms,
                         help="handed to new-protocol members by the proxy")
@@ -66,7 +68,6 @@ def run(args: argparse.Namespace) -> int:
                              initial=tuple(args.member), script=tuple(args.script),
                              partitions=args.partitions, fault_s=args.fault_seconds,
                              session_timeout_ms=args.session_timeout_ms,
-                             max_poll_interval_ms=2 * args.session_timeout_ms,
                              heartbeat_interval_ms=args.heartbeat_interval_ms)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="groupgate-soak-"))
     result = soak.Soak(settings, workdir).run()

@@ -111,6 +111,14 @@ GROUPS: dict[str, tuple[Kind, ...]] = {
 }
 
 
+FLEET_SESSION_MS = 19_000
+"""Members' sessions with pods (a fleet): the shortest whole second the fleet's rule accepts
+for every member here (docs/operations.md, "How long a request can wait"; groupgate refuses
+less with fleet-listen set): group-heartbeat-interval-ms (1 s) + broker-session-timeout-ms
+(6 s) + 11 s = 18 s for new-protocol members; the classic members here heartbeat every tenth
+of their own session, which therefore needs S >= S/10 + 17 s, 18.9 s."""
+
+
 @dataclass
 class Settings:
     duration_s: float = 120.0
@@ -120,10 +128,11 @@ class Settings:
     min_event_gap_s: float = 5.0
     max_event_gap_s: float = 10.0
     max_members: int = 4
-    session_timeout_ms: int = 9000
-    """A fleet needs at least the heartbeat interval plus 8 s (docs/operations.md, "How long a
-    request can wait"; groupgate refuses less with fleet-listen set)."""
-    max_poll_interval_ms: int = 18000
+    session_timeout_ms: int = 0
+    """Members' sessions (new-protocol members' from the proxy, classic members' own); 0: 9 s
+    with one proxy, :data:`FLEET_SESSION_MS` with pods."""
+    max_poll_interval_ms: int = 0
+    """0: twice the session."""
     heartbeat_interval_ms: int = 1000
     """Handed to new-protocol members by the proxy."""
     events: tuple[str, ...] = EVENT_KINDS
@@ -172,6 +181,12 @@ class Settings:
     client_config: tuple[str, ...] = ()
     """``KEY=VALUE`` settings for every confluent-kafka member (e.g. a short
     ``connections.max.idle.ms``: the client closes its idle connections itself)."""
+
+    def __post_init__(self) -> None:
+        if not self.session_timeout_ms:
+            self.session_timeout_ms = FLEET_SESSION_MS if self.pods else 9000
+        if not self.max_poll_interval_ms:
+            self.max_poll_interval_ms = 2 * self.session_timeout_ms
 
 
 class Member:

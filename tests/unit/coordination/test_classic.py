@@ -266,3 +266,70 @@ async def test_classic_commit_is_checked_against_the_member_epoch() -> None:
     # written under the proxy's own membership in the broker's group
     assert ok.sent["member_id"] == membership.member_id
     assert ok.sent["generation_id_or_member_epoch"] == membership.generation
+
+
+async def test_a_classic_session_a_failover_outlasts_is_logged_with_a_fleet(
+        autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture) -> None:
+    """A classic member brings its own session: with a fleet, one shorter than
+    broker-session-timeout-ms + the takeover + the follower wait (+ margin: 17 s with the
+    6 s default) is accepted as Kafka accepts it and logged once for the group, naming the
+    client's session.timeout.ms; a long enough one, or no fleet, is not."""
+    caplog.set_level("WARNING", logger="groupgate.coordination")
+    for fleet, session_ms, logged in ((("10.0.0.5", 9191), 10_000, True),
+                                      (("10.0.0.5", 9191), 17_000, False),
+                                      (None, 10_000, False)):
+        caplog.clear()
+        service = make_service(classic_translation=True, fleet_listen=fleet)
+        coordinate(service, "g")
+        async with trio.open_nursery() as nursery:
+            await nursery.start(lambda task_status, s=service: s.run(
+                watch_topics=False, task_status=task_status))
+            for _ in range(2):
+                first = await service.join_group(JoinGroupRequest(
+                    group_id="g", member_id="", protocol_type="consumer",
+                    protocols=[ClassicProtocol("range", ClassicSubscription(1, [TOPIC]))],
+                    session_timeout_ms=session_ms, rebalance_timeout_ms=10_000,
+                    api_version=5))
+                assert first.error_code == MEMBER_ID_REQUIRED  # accepted, as Kafka would
+            nursery.cancel_scope.cancel()
+        notes = [r.getMessage() for r in caplog.records
+                 if "session.timeout.ms=" in r.getMessage()]
+        assert len(notes) == (1 if logged else 0), (fleet, session_ms, notes)
+        if logged:
+            assert "session.timeout.ms=10000" in notes[0] and "17000 ms" in notes[0]
+
+
+async def test_a_failed_takeover_nobody_waits_for_is_dropped(
+        autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A takeover lost to another sidecar after whoever started it stopped waiting (a
+    heartbeat waits half an interval, a client may close its connection): the failed
+    membership used to stay until the group's next join, claiming the group, so that every
+    classic heartbeat and commit of it was answered COORDINATOR_NOT_AVAILABLE here instead of
+    being looked up and relayed to the holder (a librdkafka member gave its partitions up
+    after 19 s of that in a soak run). Dropped when it fails, the group is looked up again."""
+    from proxy.coordination import service as service_module
+    from proxy.coordination.membership import BrokerMembership
+
+    class LostLater(BrokerMembership):
+        async def run(self) -> None:
+            await trio.sleep(1)
+            self.failure = "another sidecar holds the broker's group g"
+            self.failure_kind = "lost-election"
+            self.settled.set()
+
+    monkeypatch.setattr(service_module, "BrokerMembership", LostLater)
+    service = make_service(classic_translation=True)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lambda task_status: service.run(watch_topics=False,
+                                                            task_status=task_status))
+        service.directory._views["g"] = Holder("free")
+        with trio.move_on_after(0.5):
+            await service._take_over("g", [TOPIC])
+        assert service.claims("g")  # being taken over
+        await trio.sleep(1)
+        assert not service.claims("g") and "g" not in service.memberships
+        assert service.directory.view("g") is None  # looked up again on the next request
+        heartbeat = {"group_id": "g", "generation_id": 3, "member_id": "m",
+                     "group_instance_id": None}
+        assert await _action(service, _wire(12, 3, heartbeat)) == "forward"
+        nursery.cancel_scope.cancel()
