@@ -7,9 +7,10 @@ sidecar, in front of a Kafka 3.9 broker on the host (reached at the node's bridg
 While a producer on the host writes continuously, the Deployment goes through
 ``kubectl rollout restart``, a scale from 3 to 5 and back to 3, a forced delete of the pod whose
 sidecar coordinates the group, an eviction refused by the chart's PodDisruptionBudget and a
-``helm upgrade`` from the chart's version to a changed one. Throughout: no partition owned by
-two members at once (on the members' own callback timelines), every record consumed, committed
-offsets (polled from the broker) never moving backwards, and after every step the group served
+``helm upgrade`` from the chart as first committed to today's, with changed settings.
+Throughout: no partition owned by two members at once (on the members' own callback
+timelines), every record consumed, committed offsets (polled from the broker) never moving
+backwards, and after every step the group served
 again by exactly one coordinating sidecar (by every sidecar's ``groupgate_groups_held`` and by
 the broker, whose group has that sidecar's pod as its only member), each member owning
 partitions, and the records produced after the step consumed.
@@ -23,8 +24,11 @@ Slow (minutes; ``--run-slow``): the cluster is built on first use (about 8 minut
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import shutil
+import subprocess
+import tarfile
 import threading
 import time
 import urllib.request
@@ -45,6 +49,20 @@ pytestmark = [pytest.mark.slow, pytest.mark.broker]
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "groupgate"
+FIRST_CHART_COMMIT = "290367b"
+"""The commit that added the chart: the test installs the chart as it was first committed and
+upgrades it to today's."""
+
+
+def first_chart(tmp_path: Path) -> Path:
+    """The chart as it was first committed, extracted from the repository's history."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", FIRST_CHART_COMMIT,
+                              "deploy/helm/groupgate"], capture_output=True, check=True)
+    dest = tmp_path / "first-chart"
+    dest.mkdir()
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest / "deploy" / "helm" / "groupgate"
 MEMBER = ROOT / "tests" / "benchmarks" / "soak" / "member.py"
 RELEASE = "orders"
 TOPIC = GROUP = "orders"
@@ -514,8 +532,9 @@ def test_a_consumer_deployment_through_restart_scaling_forced_delete_eviction_an
     producer.start()
     poller.start()
     try:
-        cluster.helm("install", RELEASE, str(CHART), "-f", str(deployment.work / "values.yaml"),
-                     "--wait", "--timeout", "5m")
+        # installed as the chart was first committed; upgraded to today's at the end
+        cluster.helm("install", RELEASE, str(first_chart(tmp_path)), "-f",
+                     str(deployment.work / "values.yaml"), "--wait", "--timeout", "5m")
         deployment.wait_settled("install", 3)
         deployment.wait_consuming("install")
 
@@ -547,7 +566,7 @@ def test_a_consumer_deployment_through_restart_scaling_forced_delete_eviction_an
         deployment.wait_consuming("eviction")
         assert second in deployment.ready_pods()  # the refused eviction left it alone
 
-        # helm upgrade from the chart's version to a changed one
+        # helm upgrade from the chart's first version to today's, with changed settings
         changed = tmp_path / "chart"
         shutil.copytree(CHART, changed)
         chart_yaml = yaml.safe_load((changed / "Chart.yaml").read_text())
@@ -570,7 +589,7 @@ def test_a_consumer_deployment_through_restart_scaling_forced_delete_eviction_an
         for pod in deployment.pods():
             (sidecar,) = pod["spec"]["initContainers"]
             env = {e["name"]: e.get("value") for e in sidecar["env"]}
-            assert env["GROUPGATE_GROUP_SESSION_TIMEOUT_MS"] == "12000"
+            assert env["GROUPGATE_GROUP_SESSION_TIMEOUT_MS"] == "19000"
     finally:
         producer.stop()
     # every record consumed, and committed

@@ -28,32 +28,36 @@ are printed. Waits are bounded only to stop a hang; nothing asserts a duration.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from proxy.process import ProxyProcess
 from tests.integration.conftest import StartProxy
-from tests.integration.test_classic_translation import CLASSIC, CONSUMER, FLAGS
-from tests.integration.test_new_protocol import Member, coordinator_of, wait_until
-from tests.integration.test_online_upgrade import (
+from tests.integration.members import (
     HEARTBEAT_MS,
-    MEMBER,
-    PARTITIONS,
-    Classic,
-    Commits,
-    Producer,
+    ConfluentMember,
+    Member,
+    Production,
     consumed,
-    engine_members,
-    longest_unconsumed,
     owned_exactly_once,
     ownership_overlaps,
+    wait_until,
+)
+from tests.integration.test_classic_translation import CLASSIC, CONSUMER, FLAGS
+from tests.integration.test_new_protocol import coordinator_of
+from tests.integration.test_online_upgrade import (
+    PARTITIONS,
+    RATE,
+    Commits,
+    classic,
+    engine_members,
+    longest_unconsumed,
 )
 from tests.testbed.broker import KafkaBroker
 
@@ -62,17 +66,10 @@ WAIT = 60.0
 RELEASE_FLAGS = ("--migration-policy", "downgrade")
 
 
-class Kip848(Classic):
-    """One librdkafka consumer with ``group.protocol=consumer`` (the same event script)."""
-
-    def __init__(self, name: str, bootstrap: str, topic: str, group: str) -> None:
-        Member.__init__(self)
-        self.name = name
-        self.events: list[dict[str, Any]] = []
-        config = {"bootstrap.servers": bootstrap, "group.id": group,
-                  "group.protocol": "consumer", "client.id": name,
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False}
-        self._spawn([sys.executable, "-c", MEMBER, json.dumps(config), topic])
+def kip848(name: str, bootstrap: str, topic: str, group: str) -> ConfluentMember:
+    """One librdkafka consumer with ``group.protocol=consumer``, its client id ``name``."""
+    return ConfluentMember(bootstrap, [topic], group, name=name, poll=0.1,
+                           tolerate_commit_failures=True, extra={"client.id": name})
 
 
 def described_at_broker(bootstrap: str, group: str) -> dict[str, Any]:
@@ -86,49 +83,44 @@ def described_at_broker(bootstrap: str, group: str) -> dict[str, Any]:
     return entry
 
 
-def given_up_first(member: Classic, since: float, owned_before: set[int]) -> bool:
+def given_up_first(member: Member, since: float, owned_before: set[int]) -> bool:
     """Whether the member's first callback after ``since`` gave up everything it owned."""
     callbacks = member.callbacks_after(since)
     if not callbacks:
         return False
     first = callbacks[0]
-    return first["name"] in ("revoked", "lost") and set(first["partitions"]) == owned_before
-
-
-@pytest.fixture
-def running() -> Iterator[list[Classic]]:
-    started: list[Classic] = []
-    yield started
-    for m in started:
-        m.stop()
+    return (first["name"] in ("partitions_revoked", "partitions_lost")
+            and {p for _, p in first["partitions"]} == owned_before)
 
 
 @pytest.mark.parametrize("assignor", ["cooperative-sticky", "range"])
 def test_released_the_group_is_the_brokers_classic_group_with_every_member(
         kafka39: KafkaBroker, start_proxy: StartProxy, topic: Callable[..., str],
-        running: list[Classic], assignor: str) -> None:
+        members: list[Member], assignor: str) -> None:
+    running = members  # every member started (the fixture stops them)
     proxy: ProxyProcess = start_proxy(kafka39, *FLAGS, *RELEASE_FLAGS)
     name = topic(kafka39, partitions=PARTITIONS)
+    everything = {(name, p) for p in range(PARTITIONS)}
     group = f"release-{assignor}-{uuid.uuid4().hex[:8]}"
-    producer = Producer(kafka39.bootstrap, name)
+    producer = Production(kafka39.bootstrap, name, PARTITIONS, RATE)
     commits = Commits(kafka39.bootstrap, group, name)
-    members: list[Classic] = [
-        Classic("classic-0", proxy.bootstrap, name, group, assignor),
-        Classic("classic-1", proxy.bootstrap, name, group, assignor),
-        Kip848("kip848-0", proxy.bootstrap, name, group),
-        Kip848("kip848-1", proxy.bootstrap, name, group)]
-    running.extend(members)
+    live: list[Member] = [
+        classic("classic-0", proxy.bootstrap, name, group, assignor),
+        classic("classic-1", proxy.bootstrap, name, group, assignor),
+        kip848("kip848-0", proxy.bootstrap, name, group),
+        kip848("kip848-1", proxy.bootstrap, name, group)]
+    running.extend(live)
     try:
-        wait_until(lambda: owned_exactly_once(members), "4 members owning all", WAIT)
+        wait_until(lambda: owned_exactly_once(live, everything), "4 members owning all", WAIT)
         wait_until(lambda: engine_members(proxy.bootstrap, group) == sorted(
             [CLASSIC, CLASSIC, CONSUMER, CONSUMER]), "the engine to coordinate the group",
             WAIT)
         entry = described_at_broker(kafka39.bootstrap, group)
         assert entry["protocol_data"] == "groupgate-coordinated", entry  # the lock
-        marks = {m.name: len(m.consumed_records()) for m in members}
-        wait_until(lambda: all(len(m.consumed_records()) > marks[m.name] for m in members),
+        marks = {m.name: len(m.records) for m in live}
+        wait_until(lambda: all(len(m.records) > marks[m.name] for m in live),
                    "every member to consume through the engine", WAIT)
-        owned_before = {m.name: {p for _, p in m.owned()} for m in members}
+        owned_before = {m.name: {p for _, p in m.owned()} for m in live}
 
         released_at = time.time()
         command = subprocess.run(
@@ -144,10 +136,10 @@ def test_released_the_group_is_the_brokers_classic_group_with_every_member(
                     and entry["protocol_data"] == assignor and len(entry["members"]) == 4)
 
         wait_until(at_broker, "the broker's classic group with the four members", WAIT)
-        wait_until(lambda: owned_exactly_once(members), "the 4 members to own all again",
+        wait_until(lambda: owned_exactly_once(live, everything), "the 4 members to own all again",
                    WAIT)
-        marks = {m.name: len(m.consumed_records()) for m in members}
-        wait_until(lambda: all(len(m.consumed_records()) > marks[m.name] for m in members),
+        marks = {m.name: len(m.records) for m in live}
+        wait_until(lambda: all(len(m.records) > marks[m.name] for m in live),
                    "every member to consume after the hand-back", WAIT)
         settled = time.time()
 
@@ -157,10 +149,10 @@ def test_released_the_group_is_the_brokers_classic_group_with_every_member(
         bridged = [c for c in clients if c.split("|")[2] != "-"]
         assert len(bridged) == 2, clients  # the KIP-848 members, carried over
         assert sorted(c.rsplit("|", 1)[1] for c in clients) == sorted(
-            m.name for m in members), clients
+            m.name for m in live), clients
         assert engine_members(proxy.bootstrap, group) is None  # the engine let it go
 
-        for m in members:
+        for m in live:
             print(f"{m.name}: callbacks after the command: "
                   f"{[(e['name'], e['partitions']) for e in m.callbacks_after(released_at)]}")
             assert given_up_first(m, released_at, owned_before[m.name]), (
@@ -171,11 +163,11 @@ def test_released_the_group_is_the_brokers_classic_group_with_every_member(
         # (a KIP-848 one as a classic consumer: Kafka 3.9 has no KIP-848 coordinator)
         for step, slot in enumerate((0, 2), start=1):
             start = time.time()
-            members[slot].stop()
-            members[slot] = Classic(f"{members[slot].name}-direct", kafka39.bootstrap, name,
-                                    group, assignor)
-            running.append(members[slot])
-            wait_until(lambda: owned_exactly_once(members),
+            live[slot].stop()
+            live[slot] = classic(f"{live[slot].name}-direct", kafka39.bootstrap, name,
+                                 group, assignor)
+            running.append(live[slot])
+            wait_until(lambda: owned_exactly_once(live, everything),
                        f"the group to settle after pod {slot} left its sidecar", WAIT)
             entry = described_at_broker(kafka39.bootstrap, group)
             clients = [m["client_id"] for m in entry["members"]]
@@ -183,7 +175,7 @@ def test_released_the_group_is_the_brokers_classic_group_with_every_member(
                 clients
             print(f"pod {slot} straight at the broker: longest unconsumed "
                   f"{longest_unconsumed(running, start, time.time()):.2f} s; callbacks "
-                  f"{[(m.name, len(m.callbacks_after(start))) for m in members]}")
+                  f"{[(m.name, len(m.callbacks_after(start))) for m in live]}")
         for m in running:
             refused = [e for e in m.errors if "INCONSISTENT_GROUP_PROTOCOL" in str(e)]
             assert refused == [] and not any(e.get("fatal") for e in m.errors), (m.name,
