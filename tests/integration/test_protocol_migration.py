@@ -157,18 +157,26 @@ def fetched(wire: Wire, group: str, member_id: str, epoch: int, topic: str,
                   for t in entry["topics"] for p in t["partitions"])
 
 
+def upgraded(wire: Wire, group: str, topic: str, static: bool
+             ) -> tuple[Classic, str, str | None]:
+    """Both cases' start: the classic member makes the group with every partition, and a
+    consumer-protocol member joins it (accepted: the group upgrades). (The classic member,
+    the consumer member's id, its instance id.)"""
+    member1 = Classic(wire, group, topic, "instance-id-1" if static else None)
+    assert member1.first_join([0, 1, 2]) == 1
+    settle_assignment_interval()
+    instance2 = "instance-id-2" if static else None
+    joined = consumer_heartbeat(wire, group, uuid.uuid4().hex[:22], 0, topic, instance2)
+    assert joined["error_code"] == NONE, joined
+    return member1, joined["member_id"], instance2
+
+
 def eager(bootstrap: str, topic: str, static: bool) -> None:
     """Kafka's ``testOnlineMigrationWithEagerAssignmentStrategy``, up to the downgrade."""
     group = f"migration-eager-{uuid.uuid4().hex[:8]}"
     wire = coordinator_of(bootstrap, group)
     try:
-        member1 = Classic(wire, group, topic, "instance-id-1" if static else None)
-        assert member1.first_join([0, 1, 2]) == 1
-        settle_assignment_interval()
-        instance2 = "instance-id-2" if static else None
-        joined = consumer_heartbeat(wire, group, uuid.uuid4().hex[:22], 0, topic, instance2)
-        assert joined["error_code"] == NONE, joined
-        member2 = joined["member_id"]
+        member1, member2, instance2 = upgraded(wire, group, topic, static)
 
         assert member1.heartbeat(2) == ILLEGAL_GENERATION
         assert member1.heartbeat(1, member_id="unknown-member-id") == UNKNOWN_MEMBER_ID
@@ -212,13 +220,7 @@ def cooperative(bootstrap: str, topic: str, static: bool) -> None:
     group = f"migration-coop-{uuid.uuid4().hex[:8]}"
     wire = coordinator_of(bootstrap, group)
     try:
-        member1 = Classic(wire, group, topic, "instance-id-1" if static else None)
-        assert member1.first_join([0, 1, 2]) == 1
-        settle_assignment_interval()
-        instance2 = "instance-id-2" if static else None
-        joined = consumer_heartbeat(wire, group, uuid.uuid4().hex[:22], 0, topic, instance2)
-        assert joined["error_code"] == NONE, joined
-        member2 = joined["member_id"]
+        member1, member2, instance2 = upgraded(wire, group, topic, static)
 
         assert member1.heartbeat(1) == REBALANCE_IN_PROGRESS
         assert commit(wire, group, member1.member_id, 1, topic, None, 180) == [NONE] * 3
