@@ -115,6 +115,20 @@ class Commits:
 # ---- what the members' events say -------------------------------------------------------------
 
 
+def all_consumed_nothing_twice_nothing_back(producer: Production, commits: Commits,
+                                            members: list[Member]) -> None:
+    """After production stopped: every acknowledged record is consumed (waited for), no
+    partition was owned twice, and no committed offset moved back (the sampler is stopped)."""
+    try:
+        wait_until(lambda: producer.acked <= consumed(members), "every acknowledged record "
+                   "to be consumed", WAIT)
+    finally:
+        commits.stop()
+    assert producer.acked and producer.failed == 0
+    assert ownership_overlaps(members) == []
+    assert commits.reads > 0 and commits.backwards == [], commits.backwards
+
+
 def longest_unconsumed(members: list[Member], start: float, end: float) -> float:
     """The longest time within [start, end] that some partition had records waiting and none
     was consumed (approximated by the gaps between consumed records of each partition)."""
@@ -216,14 +230,7 @@ def test_rolled_onto_sidecars_the_group_moves_to_the_engine_without_a_callback(
             assert "says it converted the group" in follower.log()
     finally:
         producer.stop()
-    try:
-        wait_until(lambda: producer.acked <= consumed(members), "every acknowledged record "
-                   "to be consumed", WAIT)
-    finally:
-        commits.stop()
-    assert producer.acked and producer.failed == 0
-    assert ownership_overlaps(members) == []
-    assert commits.reads > 0 and commits.backwards == [], commits.backwards
+    all_consumed_nothing_twice_nothing_back(producer, commits, members)
     assert min(commits.last.values(), default=-1) > 0
     print(f"\n{assignor}, {sidecars} sidecar(s): converted {converted - settled:.1f} s after "
           "the last step settled")

@@ -44,9 +44,7 @@ from tests.integration.members import (
     ConfluentMember,
     Member,
     Production,
-    consumed,
     owned_exactly_once,
-    ownership_overlaps,
     wait_until,
 )
 from tests.integration.test_classic_translation import CLASSIC, CONSUMER, FLAGS
@@ -55,6 +53,7 @@ from tests.integration.test_online_upgrade import (
     PARTITIONS,
     RATE,
     Commits,
+    all_consumed_nothing_twice_nothing_back,
     classic,
     engine_members,
     longest_unconsumed,
@@ -182,14 +181,7 @@ def test_released_the_group_is_the_brokers_classic_group_with_every_member(
                                                                                m.errors)
     finally:
         producer.stop()
-    try:
-        wait_until(lambda: producer.acked <= consumed(running), "every acknowledged record "
-                   "to be consumed", WAIT)
-    finally:
-        commits.stop()
-    assert producer.acked and producer.failed == 0
-    assert ownership_overlaps(running) == []
-    assert commits.reads > 0 and commits.backwards == [], commits.backwards
+    all_consumed_nothing_twice_nothing_back(producer, commits, running)
     longest = longest_unconsumed(running, released_at, settled)
     print(f"{assignor}: hand-back: longest unconsumed {longest:.2f} s; heartbeat interval of "
           f"the classic members {HEARTBEAT_MS} ms")
