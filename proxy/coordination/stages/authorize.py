@@ -48,43 +48,33 @@ class Authorize(Stage):
     def request(self, passage: Passage) -> Decision | None:
         if passage.authorized:
             return None
-        chain = passage.chain
-        groups = passage.groups() if chain.fleet is not None else ()
-        checked = self._authorize(passage, groups)
-        if not isinstance(checked, GroupRequest):
-            return checked
-        passage.request = checked
+        chain, handler, request = passage.chain, passage.handler, passage.request
+        route = passage.route
+        fleet = chain.fleet
+        if fleet is not None and route is None:
+            route = fleet.routes.route(passage.groups())
+        policy = self.policy
+        if policy.applies(request, route is not None and route.kind != LOCAL):
+            authorizer = self.authorizer
+            if authorizer is not None and authorizer.due():
+                return Prepare(self._after_authorizer_check(chain, handler, passage.info,
+                                                            route))
+            if authorizer is None or authorizer.in_force:
+                needs = policy.missing(request)
+                if needs:  # the broker is asked first
+                    return Prepare(self._after_asking(chain, handler, passage.info, needs,
+                                                      route, request.client_id))
+                checked = _authorized(chain, handler, request,
+                                      policy.decide(handler, request, policy.known()))
+                if not isinstance(checked, GroupRequest):
+                    return checked
+                passage.request = checked
         passage.authorized = True
         return None
 
     def answer(self, request: GroupRequest, value: Value) -> Value:
         completion = request.completion
         return value if completion is None else completion.merge(value)
-
-    def _authorize(self, passage: Passage, groups: tuple[str, ...]) -> GroupRequest | Decision:
-        """The request to go on with (what the client may do of it), or the decision
-        answering it; a :class:`Prepare` when the broker must be asked first."""
-        chain, handler, request = passage.chain, passage.handler, passage.request
-        route = passage.route
-        fleet = chain.fleet
-        if fleet is not None and route is None:
-            route = fleet.routes.route(groups)
-        policy = self.policy
-        if not policy.applies(request, route is not None and route.kind != LOCAL):
-            return request
-        authorizer = self.authorizer
-        if authorizer is not None:
-            if authorizer.due():
-                return Prepare(self._after_authorizer_check(chain, handler, passage.info,
-                                                            route))
-            if not authorizer.in_force:
-                return request
-        needs = policy.missing(request)
-        if needs:
-            return Prepare(self._after_asking(chain, handler, passage.info, needs, route,
-                                              request.client_id))
-        return _authorized(chain, handler, request, policy.decide(handler, request,
-                                                                  policy.known()))
 
     async def _after_authorizer_check(self, chain: Chain, handler: ApiHandler,
                                       info: RequestInfo, route: Route | None
@@ -123,7 +113,7 @@ class Authorize(Stage):
             return checked
         passage.request = checked
         passage.authorized = True
-        decision = chain.run(passage)
+        decision = chain.decide(handler, info, passage=passage)
         del passage, request, checked  # not kept while a lookup is waited for
         return await settled(decision)
 

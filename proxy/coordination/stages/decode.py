@@ -40,8 +40,12 @@ def _decoded(request: RequestInfo) -> tuple[RequestHeader, Value]:
         header = parse_request_header(frame)
         value, _ = messages.decode_request(key, version, frame, header.header_length)
     except CodecError as exc:
-        raise RejectRequest(f"malformed request (api key {key} v{version}): {exc}") from exc
+        raise RejectRequest(_malformed(key, version, exc)) from exc
     return header, value
+
+
+def _malformed(key: int, version: int, exc: CodecError) -> str:
+    return f"malformed request (api key {key} v{version}): {exc}"
 
 
 class ClientDecoder(Decoder):
@@ -64,8 +68,14 @@ class ClientDecoder(Decoder):
         goes on with the epoch the client was last given; dropped when it is answered."""
 
     def decode(self, handler: ApiHandler, request: RequestInfo) -> GroupRequest:
-        header, value = _decoded(request)
-        if request.api_key == _HEARTBEAT:
+        key, version = request.api_key, request.api_version
+        frame = request.frame
+        try:
+            header = parse_request_header(frame)
+            value, _ = messages.decode_request(key, version, frame, header.header_length)
+        except CodecError as exc:
+            raise RejectRequest(_malformed(key, version, exc)) from exc
+        if key == _HEARTBEAT:
             given = self.answers.catch_up(value)
             if given is not None:
                 log.debug("member %s carries epoch %d whose answer it has not read: it goes "
@@ -73,10 +83,9 @@ class ClientDecoder(Decoder):
                           given)
                 self._caught_up[request.correlation_id] = value["member_epoch"]
                 value = dict(value, member_epoch=given)
-        return GroupRequest(handler.api_key, request.api_version, request.correlation_id,
-                            header.client_id, self._client_host, self._node_id,
-                            bytes(request.frame[:header.header_length]), value,
-                            self._session.principal)
+        return GroupRequest(handler.api_key, version, request.correlation_id, header.client_id,
+                            self._client_host, self._node_id,
+                            bytes(frame[:header.header_length]), value, self._session.principal)
 
     def answer(self, request: GroupRequest, value: Value) -> Value:
         carried = self._caught_up.pop(request.correlation_id,

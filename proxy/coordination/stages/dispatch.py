@@ -23,7 +23,7 @@ import trio
 from proxy import apiversions
 from proxy.codec import messages
 from proxy.connection import FORWARD, Decision, Local, Rewrite
-from proxy.coordination.handler import ApiHandler, GroupRequest, Outcome, Pass, Upstream, Value
+from proxy.coordination.handler import ApiHandler, GroupRequest, Pass, Upstream, Value
 from proxy.coordination.inside import held_while_inside
 from proxy.coordination.stages.authorize import recheck
 from proxy.coordination.stages.stage import Chain, Passage, RouterCalls, Stage, ready
@@ -46,26 +46,24 @@ class Dispatch(Stage):
     def request(self, passage: Passage) -> Decision | None:
         chain, handler, request = passage.chain, passage.handler, passage.request
         outcome = handler.decide(request)
-        return held_while_inside(chain.service, request,
-                                 self.decision(chain, handler, request, outcome))
-
-    def decision(self, chain: Chain, handler: ApiHandler, request: GroupRequest,
-                 outcome: Outcome) -> Decision:
+        decision: Decision
         if isinstance(outcome, Pass):
-            return self.passed(chain, handler, request)
-        if isinstance(outcome, Upstream):
-            return self.upstream(chain, handler, request, outcome)
-        answer = outcome.value
-        completion = request.completion
-        rechecked = (completion is not None and completion.recheck is not None
-                     and completion.recheck_here)
-        if isinstance(answer, dict):
-            if rechecked:  # asks the broker: nothing may pass it meanwhile
-                return Local(self._later(chain, handler, request, ready(answer)),
-                             holds_later=True)
-            return Local(chain.encode(handler, request, answer))
-        return Local(self._later(chain, handler, request, answer),
-                     holds_later=handler.answers_upstream_later or rechecked)
+            decision = self.passed(chain, handler, request)
+        elif isinstance(outcome, Upstream):
+            decision = self.upstream(chain, handler, request, outcome)
+        else:
+            answer = outcome.value
+            completion = request.completion
+            rechecked = (completion is not None and completion.recheck is not None
+                         and completion.recheck_here)
+            if isinstance(answer, dict):
+                decision = (  # a recheck asks the broker: nothing may pass it meanwhile
+                    Local(self._later(chain, handler, request, ready(answer)), holds_later=True)
+                    if rechecked else Local(chain.encode(handler, request, answer)))
+            else:
+                decision = Local(self._later(chain, handler, request, answer),
+                                 holds_later=handler.answers_upstream_later or rechecked)
+        return held_while_inside(chain.service, request, decision)
 
     def passed(self, chain: Chain, handler: ApiHandler, request: GroupRequest) -> Decision:
         """The handler passes the request: forwarded as the client sent it (counted while

@@ -151,7 +151,7 @@ class Passage:
 class Chain:
     """One connection's stage list and what its stages share of the connection."""
 
-    __slots__ = ("_by_key", "broker_version", "claims", "decoder", "fleet", "handlers",
+    __slots__ = ("_hooks", "_stages", "broker_version", "claims", "decoder", "fleet", "handlers",
                  "service", "session", "software", "stages")
 
     def __init__(self, decoder: Decoder, stages: Sequence[Stage], *,
@@ -171,63 +171,71 @@ class Chain:
         self.software = software
         self.broker_version = broker_version
         """The version to send a request as to this connection's broker."""
-        self._by_key: dict[int, tuple[tuple[Stage, ...], tuple[AnswerHook, ...]]] = {}
+        self._stages: dict[int, tuple[Stage, ...]] = {}
+        """Per API key: the stages that see it, in order (filled as keys are first seen)."""
+        self._hooks: dict[int, tuple[AnswerHook, ...]] = {}
+        """Per API key: the answer hooks its answers pass, the last stage's first."""
 
     def with_stage_first(self, stage: Stage | None, kind: type[Stage]) -> None:
         """Put ``stage`` first in the list in place of any of ``kind`` (None: only remove)."""
         kept = [s for s in self.stages if not isinstance(s, kind)]
         self.stages = tuple([stage, *kept] if stage is not None else kept)
-        self._by_key.clear()
+        self._stages.clear()
+        self._hooks.clear()
 
     def for_api(self, key: int) -> tuple[tuple[Stage, ...], tuple[AnswerHook, ...]]:
         """The stages that see ``key`` and the answer hooks its answers pass, in order."""
-        found = self._by_key.get(key)
-        if found is None:
-            seeing = [s for s in self.stages if s.apis is None or key in s.apis]
-            hooks = [s.answer for s in reversed([self.decoder, *seeing])
-                     if type(s).answer is not Stage.answer
-                     and (s.apis is None or key in s.apis)]
-            found = self._by_key[key] = (tuple(seeing), tuple(hooks))
-        return found
+        seeing = [s for s in self.stages if s.apis is None or key in s.apis]
+        hooks = [s.answer for s in reversed([self.decoder, *seeing])
+                 if type(s).answer is not Stage.answer and (s.apis is None or key in s.apis)]
+        self._stages[key], self._hooks[key] = stages, answer_hooks = tuple(seeing), tuple(hooks)
+        return stages, answer_hooks
 
     # -- requests --------------------------------------------------------------------------
 
-    def decide(self, handler: ApiHandler, info: RequestInfo, route: Route | None = None
-               ) -> Decision:
-        """Decode ``info`` and pass it through the chain (``route``: where its groups go, when
-        a lookup found out)."""
-        return self.run(self.passage(handler, info, route))
-
-    def passage(self, handler: ApiHandler, info: RequestInfo, route: Route | None = None
-                ) -> Passage:
-        return Passage(self, handler, info, self.decoder.decode(handler, info), route)
-
-    def run(self, passage: Passage) -> Decision:
-        """``passage`` through every stage that sees its API, until one decides. Whatever
-        goes wrong in a stage is answered with the API's failure (UNKNOWN_SERVER_ERROR) and a
-        log line; it never reaches the connection."""
-        handler = passage.handler
+    def decide(self, handler: ApiHandler, info: RequestInfo, route: Route | None = None,
+               passage: Passage | None = None) -> Decision:
+        """Decode ``info`` and pass it through every stage that sees its API, until one
+        decides (``route``: where its groups go, when a lookup found out; ``passage``: one
+        decoded and taken through some stages already, :meth:`passage`). Whatever goes wrong
+        in a stage is answered with the API's failure (UNKNOWN_SERVER_ERROR) and a log line;
+        it never reaches the connection."""
+        if passage is None:
+            passage = Passage(self, handler, info, self.decoder.decode(handler, info), route)
+        key = handler.api_key
         try:
-            for stage in self.for_api(handler.api_key)[0]:
+            try:
+                stages = self._stages[key]
+            except KeyError:
+                stages = self.for_api(key)[0]
+            for stage in stages:
                 decision = stage.request(passage)
                 if decision is not None:
                     return decision
-            raise AssertionError(f"no stage decided api key {handler.api_key}")
+            raise AssertionError(f"no stage decided api key {key}")
         except Exception:
-            info = passage.info
             log.exception("deciding api key %d v%d failed", info.api_key, info.api_version)
             request = passage.request
             return Local(self.encode(handler, request,
                                      handler.failure(request, UNKNOWN_SERVER_ERROR)))
+
+    def passage(self, handler: ApiHandler, info: RequestInfo, route: Route | None = None
+                ) -> Passage:
+        """``info`` decoded, to be taken through some stages before :meth:`decide`."""
+        return Passage(self, handler, info, self.decoder.decode(handler, info), route)
 
     # -- answers ---------------------------------------------------------------------------
 
     def encode(self, handler: ApiHandler, request: GroupRequest, value: Value) -> bytes:
         """The response payload for ``value``, after every answer hook, or the API's failure
         if it cannot be encoded (e.g. a value too long for the client's version)."""
-        for hook in self.for_api(request.api_key)[1]:
-            value = hook(request, value)
         key, version = request.api_key, request.version
+        try:
+            hooks = self._hooks[key]
+        except KeyError:
+            hooks = self.for_api(key)[1]
+        for hook in hooks:
+            value = hook(request, value)
         header = response_header_for(key, version, request.correlation_id)
         try:
             return header + messages.encode_response(key, version, value)

@@ -13,6 +13,7 @@ from proxy.coordination.authorization import AuthorizationStage
 from proxy.coordination.offsets.retries import StaleRetries
 from proxy.coordination.peers import ConnectionLinks, FleetSide
 from proxy.coordination.routing import CoordinatingRouter, handler_table
+from proxy.coordination.service import CoordinatorService
 from proxy.coordination.stages.authorize import Authorize
 from proxy.coordination.stages.conversion import ConversionHold
 from proxy.coordination.stages.decode import ClientDecoder, RelayedDecoder
@@ -22,7 +23,6 @@ from proxy.coordination.stages.held_here import HeldHere
 from proxy.coordination.stages.liveness import PodLiveness
 from proxy.coordination.stages.relay import Relay
 from proxy.coordination.stages.stepped_down import SteppedDown
-from proxy.coordination.service import CoordinatorService
 from proxy.metrics import RequestCounters
 from proxy.rewrite import DictAddressMap
 from proxy.router import parse_table
