@@ -106,7 +106,7 @@ def served_versions(handlers: dict[int, ApiHandler]) -> dict[int, tuple[int, int
 
 CONVERSION_HOLD = ConversionHold()
 FLEET_ROUTE = FleetRoute()
-RELAY_STAGE = Relay(ticketed=(ticketed.COMMITS,))
+RELAY_STAGE = Relay(sent_here=(ticketed.commit_ticket,))
 HELD_HERE = HeldHere()
 STEPPED_DOWN = SteppedDown()
 DISPATCH = Dispatch()

@@ -2,7 +2,7 @@
 there and sent here, on the client's own connection (:mod:`proxy.coordination.tickets` has the
 messages, the holder's book and the reports).
 
-* At the follower (:data:`COMMITS`, a ticketed way of the relay stage,
+* At the follower (:func:`commit_ticket`, a way of the relay stage,
   :mod:`proxy.coordination.stages.relay`): OffsetCommit and TxnOffsetCommit to a holder of fleet
   protocol 3 or later ask it for a ticket, then are stamped with the ticket's membership and
   sent upstream, where the broker authorizes them as the client's; the broker's answer is
@@ -33,7 +33,7 @@ from proxy.coordination.offsets.handlers import OffsetCommitHandler, check_membe
 from proxy.coordination.offsets.retries import refusal
 from proxy.coordination.peers import Route
 from proxy.coordination.stages.dispatch import rewrite
-from proxy.coordination.stages.relay import MOVED, mark
+from proxy.coordination.stages.relay import MOVED, mark, relay
 from proxy.coordination.stages.stage import Chain, RouterCalls
 from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode
@@ -45,81 +45,77 @@ UNKNOWN_MEMBER_ID = int(ErrorCode.UNKNOWN_MEMBER_ID)
 UNKNOWN_SERVER_ERROR = int(ErrorCode.UNKNOWN_SERVER_ERROR)
 
 
-class CommitTickets:
-    """The relay stage's ticketed way for commits (see the module docstring)."""
+def commit_ticket(chain: Chain, handler: ApiHandler, request: GroupRequest,
+                  groups: tuple[str, ...], route: Route) -> Awaitable[bytes | Rewrite] | None:
+    """The relay stage's way for commits (see the module docstring); None: not a commit, or a
+    holder of a fleet protocol without tickets (relay it)."""
+    if isinstance(handler, OffsetCommitHandler) and route.protocol >= tickets.TICKET_PROTOCOL:
+        return _ticketed(chain, handler, request, groups, route)
+    return None
 
-    __slots__ = ()
 
-    def takes(self, handler: ApiHandler, route: Route) -> bool:
-        return (isinstance(handler, OffsetCommitHandler)
-                and route.protocol >= tickets.TICKET_PROTOCOL)
-
-    async def send(self, chain: Chain, handler: ApiHandler, request: GroupRequest,
-                   groups: tuple[str, ...], route: Route) -> bytes | Rewrite | None:
-        """A commit of a group another sidecar holds: validated there, which answers a
-        ticket, then stamped and sent here, on the client's own connection, so that the
-        broker authorizes it as the client's; None: the holder takes no tickets."""
-        fleet = chain.fleet
-        assert fleet is not None and route.address is not None
-        address = route.address
-        value = request.value
-        asked = dict(value, topics=[  # the holder validates partitions, not their metadata
-            dict(t, partitions=[dict(p, committed_metadata=None) for p in t["partitions"]])
-            for t in value["topics"]])
-        body = tickets.ask_body(request.api_key, request.version, mark(chain, request, route),
-                                messages.encode_request(request.api_key, request.version,
-                                                        asked))
-        del asked
-        try:
-            reply = tickets.read_reply(await fleet.links.control(
-                address, FLEET_CONTROL, FLEET_CONTROL_VERSION, body))
-        except (UpstreamError, ValueError) as exc:
-            log.info("asking %s:%d for a commit ticket for %s failed: %s", *address,
-                     ",".join(groups), exc)
+async def _ticketed(chain: Chain, handler: OffsetCommitHandler, request: GroupRequest,
+                    groups: tuple[str, ...], route: Route) -> bytes | Rewrite:
+    """A commit of a group another sidecar holds: validated there, which answers a ticket,
+    then stamped and sent here, on the client's own connection, so that the broker authorizes
+    it as the client's."""
+    fleet = chain.fleet
+    assert fleet is not None and route.address is not None
+    address = route.address
+    value = request.value
+    asked = dict(value, topics=[  # the holder validates partitions, not their metadata
+        dict(t, partitions=[dict(p, committed_metadata=None) for p in t["partitions"]])
+        for t in value["topics"]])
+    body = tickets.ask_body(request.api_key, request.version, mark(chain, request, route),
+                            messages.encode_request(request.api_key, request.version, asked))
+    del asked
+    try:
+        reply = tickets.read_reply(await fleet.links.control(
+            address, FLEET_CONTROL, FLEET_CONTROL_VERSION, body))
+    except (UpstreamError, ValueError) as exc:
+        log.info("asking %s:%d for a commit ticket for %s failed: %s", *address,
+                 ",".join(groups), exc)
+        fleet.routes.forget(groups)
+        metrics.FLEET_RELAYS.labels("failed").inc()
+        return chain.encode(handler, request, handler.failure(request, NOT_COORDINATOR))
+    if reply is None:  # a holder without tickets: it commits as the proxy
+        metrics.COMMIT_TICKETS.labels("relayed").inc()
+        return await relay(chain, handler, request, groups, route)
+    metrics.FLEET_RELAYS.labels("answered").inc()
+    ticket = reply.ticket
+    if ticket is None:
+        if reply.error in MOVED:
             fleet.routes.forget(groups)
-            metrics.FLEET_RELAYS.labels("failed").inc()
-            return chain.encode(handler, request, handler.failure(request, NOT_COORDINATOR))
-        if reply is None:  # a holder without tickets: it commits as the proxy
-            metrics.COMMIT_TICKETS.labels("relayed").inc()
-            return None
-        metrics.FLEET_RELAYS.labels("answered").inc()
-        ticket = reply.ticket
-        if ticket is None:
-            if reply.error in MOVED:
-                fleet.routes.forget(groups)
-            metrics.COMMIT_TICKETS.labels("refused").inc()
-            return chain.encode(handler, request, handler.failure(request, reply.error))
-        group_id = value["group_id"]
-        service = chain.service
-        if (request.node_id is not None and ticket.coordinator is not None
-                and request.node_id != ticket.coordinator):
-            # the client sent it to a broker that does not coordinate the group: as Kafka
-            if ticket.member_id is not None:
-                service.tickets.report(address, group_id, ticket.ticket_id, [])
-            return chain.encode(handler, request, handler.failure(request, NOT_COORDINATOR))
-        reported = ticket.member_id is None  # nothing stamped: nothing to report
+        metrics.COMMIT_TICKETS.labels("refused").inc()
+        return chain.encode(handler, request, handler.failure(request, reply.error))
+    group_id = value["group_id"]
+    service = chain.service
+    if (request.node_id is not None and ticket.coordinator is not None
+            and request.node_id != ticket.coordinator):
+        # the client sent it to a broker that does not coordinate the group: as Kafka
+        if ticket.member_id is not None:
+            service.tickets.report(address, group_id, ticket.ticket_id, [])
+        return chain.encode(handler, request, handler.failure(request, NOT_COORDINATOR))
+    reported = ticket.member_id is None  # nothing stamped: nothing to report
 
-        def report(errors: list[int]) -> None:
-            nonlocal reported
-            if not reported:
-                reported = True
-                service.tickets.report(address, group_id, ticket.ticket_id, errors)
+    def report(errors: list[int]) -> None:
+        nonlocal reported
+        if not reported:
+            reported = True
+            service.tickets.report(address, group_id, ticket.ticket_id, errors)
 
-        def on_response(response: Value) -> Value:
-            errors = [p["error_code"] for t in response["topics"] for p in t["partitions"]]
-            report(errors)
-            for t in response["topics"]:
-                for p in t["partitions"]:
-                    if p["error_code"] in MEMBERSHIP_LOST:
-                        # the holder's membership moved on: it rejoins, the client retries
-                        p["error_code"] = int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
-            return response
+    def on_response(response: Value) -> Value:
+        errors = [p["error_code"] for t in response["topics"] for p in t["partitions"]]
+        report(errors)
+        for t in response["topics"]:
+            for p in t["partitions"]:
+                if p["error_code"] in MEMBERSHIP_LOST:
+                    # the holder's membership moved on: it rejoins, the client retries
+                    p["error_code"] = int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        return response
 
-        return rewrite(chain, handler, request, Upstream(
-            ticket.stamped(value), on_response, lambda: report([]), ticket.version))
-
-
-COMMITS = CommitTickets()
+    return rewrite(chain, handler, request, Upstream(
+        ticket.stamped(value), on_response, lambda: report([]), ticket.version))
 
 
 # -- at the holder --------------------------------------------------------------------------

@@ -3,10 +3,11 @@
 A request whose groups another sidecar holds (``passage.route`` is RELAY) is relayed to that
 sidecar's fleet listener on this connection's own link to it (:class:`~..peers.ConnectionLinks`),
 marked with the application's client id, address, listener, software and principal
-(:func:`~..fleet.mark_forwarded`); no later request of the connection passes it. An API with a
-ticketed way (:class:`Ticketed`: OffsetCommit and TxnOffsetCommit, :mod:`..offsets.ticketed`) is
-instead validated by the holder and sent here on the client's own connection, when the holder
-speaks a fleet protocol that has tickets. A request whose groups cannot be followed (REFUSE) is
+(:func:`~..fleet.mark_forwarded`); no later request of the connection passes it. A request with
+a way to reach the broker as the client's own (:class:`SentHere`: commit tickets for
+OffsetCommit and TxnOffsetCommit, :mod:`..offsets.ticketed`) is instead decided by the holder
+and sent here on the client's own connection, when the holder speaks a fleet protocol that
+has it. A request whose groups cannot be followed (REFUSE) is
 answered COORDINATOR_NOT_AVAILABLE, or UNKNOWN_MEMBER_ID for a member that must also let go.
 Requests of groups decided here (LOCAL) go on.
 """
@@ -14,7 +15,7 @@ Requests of groups decided here (LOCAL) go on.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Protocol
 
 from proxy import metrics
@@ -37,28 +38,26 @@ MOVED = frozenset({NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE})
 """A holder's answers that say the group is no longer there: the view of it is dropped."""
 
 
-class Ticketed(Protocol):
-    """An API whose requests of a group another sidecar holds are not relayed: the holder
-    decides them, and this sidecar carries them out on the client's own connection."""
+class SentHere(Protocol):
+    """A way for requests of a group another sidecar holds to reach the broker as the client's
+    own: the holder decides what is the engine's (a commit ticket), and this sidecar sends
+    the rest on the client's own connection."""
 
-    def takes(self, handler: ApiHandler, route: Route) -> bool:
-        """Whether ``handler``'s requests go this way to the holder ``route`` leads to."""
-        ...
-
-    async def send(self, chain: Chain, handler: ApiHandler, request: GroupRequest,
-                   groups: tuple[str, ...], route: Route) -> bytes | Rewrite | None:
-        """The answer, or the request to send upstream; None: the holder does not take this
-        way (relay the request instead)."""
+    def __call__(self, chain: Chain, handler: ApiHandler, request: GroupRequest,
+                 groups: tuple[str, ...], route: Route) -> Awaitable[bytes | Rewrite] | None:
+        """The answer to ``request`` (or the request to send upstream) when it goes this way
+        to the holder ``route`` leads to; None: relay it."""
         ...
 
 
 class Relay(Stage):
-    """Relays, sends ticketed, or refuses a request another sidecar decides."""
+    """Relays, sends on the client's connection, or refuses a request another sidecar
+    decides."""
 
-    __slots__ = ("_ticketed",)
+    __slots__ = ("_ways",)
 
-    def __init__(self, ticketed: Sequence[Ticketed] = ()) -> None:
-        self._ticketed = tuple(ticketed)
+    def __init__(self, sent_here: Sequence[SentHere] = ()) -> None:
+        self._ways = tuple(sent_here)
 
     def request(self, passage: Passage) -> Decision | None:
         route = passage.route
@@ -68,24 +67,16 @@ class Relay(Stage):
         chain, handler, request = passage.chain, passage.handler, passage.request
         groups = passage.groups()
         if route.kind == RELAY:
-            for way in self._ticketed:
-                if way.takes(handler, route):
-                    return Local(_ticketed(way, chain, handler, request, groups, route),
-                                 holds_later=True)
+            for way in self._ways:
+                answer = way(chain, handler, request, groups, route)
+                if answer is not None:
+                    return Local(answer, holds_later=True)
             return Local(relay(chain, handler, request, groups, route), holds_later=True)
         assert chain.fleet is not None
         chain.fleet.routes.note_refused(groups, route.reason)
         error = (UNKNOWN_MEMBER_ID if route.let_go and not _is_join(request)
                  else COORDINATOR_NOT_AVAILABLE)
         return Local(chain.encode(handler, request, handler.failure(request, error)))
-
-
-async def _ticketed(way: Ticketed, chain: Chain, handler: ApiHandler, request: GroupRequest,
-                    groups: tuple[str, ...], route: Route) -> bytes | Rewrite:
-    answer = await way.send(chain, handler, request, groups, route)
-    if answer is None:  # a holder without tickets
-        return await relay(chain, handler, request, groups, route)
-    return answer
 
 
 async def relay(chain: Chain, handler: ApiHandler, request: GroupRequest,

@@ -14,7 +14,8 @@ A stage that must first learn something (the client's rights, where a group is c
 end of a conversion) returns a :class:`~proxy.connection.Prepare`. Its awaitable runs the chain
 again from decoding (:meth:`Chain.decide`) with what it learnt: the decoded request is not kept
 while the connection waits, and the stages before it decide again from what they keep. Stages
-start no tasks; whatever they wait for is awaited in the connection's own task.
+start no background tasks: whatever they wait for is awaited in the connection's own task (a
+task a wait needs lives in a nursery of that call, over when it returns).
 
 Like a Kroxylicious filter chain, a stage sees requests on the way in and answers on the way
 out; unlike one, it names the APIs it sees (:attr:`Stage.apis`), and a connection's
