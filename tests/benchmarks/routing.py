@@ -14,14 +14,18 @@ sidecar holds (relayed: the fleet route and the relay's start, not the peer's an
 arriving from another sidecar on the fleet listener, and the construction of a router (once per
 client connection). Prints microseconds per call, wall-clock and CPU time of this process,
 median of ``--repeat`` runs; ``--json`` writes them with the machine and its load average.
+``--calls`` also counts each case's Python function calls (cProfile), which the load of a shared
+machine does not move.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import itertools
 import json
 import os
+import pstats
 import statistics
 import time
 from collections.abc import Callable
@@ -59,6 +63,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--number", type=int, default=20_000)
     parser.add_argument("--json", metavar="FILE", type=Path)
+    parser.add_argument("--calls", action="store_true",
+                        help="also count the Python function calls of each case (cProfile, "
+                             "100 calls): a figure the machine's load does not move")
 
 
 def cases() -> dict[str, Callable[[], object]]:
@@ -159,12 +166,30 @@ def run(args: argparse.Namespace) -> int:
     # trio's clock stands still (a MockClock at rate 0): the fleet's views of who holds a
     # group never expire while the cases are timed
     wall, cpu = trio.run(_measure, args, clock=trio.testing.MockClock())
+    out: dict[str, Any] = {"benchmark": "routing", "machine": machine.machine_info(),
+                           "us_per_call": wall, "cpu_us_per_call": cpu, "number": args.number,
+                           "repeat": args.repeat, "load_average": os.getloadavg()}
+    if args.calls:
+        out["python_calls_per_call"] = trio.run(_count_calls, clock=trio.testing.MockClock())
     if args.json:
-        args.json.write_text(json.dumps({"benchmark": "routing", "machine": machine.machine_info(),
-                                         "us_per_call": wall, "cpu_us_per_call": cpu,
-                                         "number": args.number, "repeat": args.repeat,
-                                         "load_average": os.getloadavg()}, indent=2) + "\n")
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
     return 0
+
+
+async def _count_calls() -> dict[str, float]:
+    """Python function calls (and calls of C functions) per call of each case, as cProfile
+    counts them."""
+    counts: dict[str, float] = {}
+    for name, call in cases().items():
+        call()
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(100):
+            call()
+        profile.disable()
+        counts[name] = pstats.Stats(profile).total_calls / 100
+        print(f"{name:<66} {counts[name]:8.1f} calls")
+    return counts
 
 
 async def _measure(args: argparse.Namespace) -> tuple[dict[str, float], dict[str, float]]:
