@@ -193,6 +193,9 @@ def convert_classic_group(
                 names,
                 subscription.version,
                 state=ClassicMemberState.STABLE,
+                # the generation its client was given: a quiet advance moves the member
+                # epoch, never this (else the client's next heartbeat is ILLEGAL_GENERATION)
+                generation=generation,
             )
         assigned: dict[TopicId, frozenset[int]] = {}
         if m.assignment is not None:
