@@ -161,7 +161,11 @@ SAFETY_NET_ERRORS = frozenset({int(ErrorCode.UNKNOWN_MEMBER_ID),
                                int(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)})
 """Broker answers to a forwarded request that a conversion may have caused (0018's safety
 net): counted (``groupgate_group_conversion_late_answers_total``) when one comes back for a
-group converted or being converted here."""
+group converted or being converted here, and never passed to the client before the group was
+looked at again (:meth:`Upgrades.safety_net`)."""
+SAFETY_NET_SECONDS = 10.0
+"""After a member's late answer was turned back, its next one within this long is the
+broker's own answer (the group was looked at again, and the broker still coordinates it)."""
 
 
 # ---- member marks ----------------------------------------------------------------------------
@@ -180,6 +184,20 @@ class MemberMark:
 
 def _unchanged(response: Value) -> Value:
     return response
+
+
+def answer_error(response: Value) -> int | None:
+    """The error of a group API's answer: its top-level error code, or (OffsetCommit) the one
+    error every partition has; None: no error, or partitions with different ones."""
+    code = response.get("error_code")
+    if isinstance(code, int):
+        return code or None
+    codes = {p.get("error_code") for t in response.get("topics") or ()
+             for p in t.get("partitions") or ()}
+    if len(codes) == 1:
+        only = codes.pop()
+        return only if isinstance(only, int) and only else None
+    return None
 
 
 def member_mark(address: str, client_id: str | None, kip848_member_id: str | None = None
@@ -354,10 +372,14 @@ class Upgrades:
         self.converted: TTLCache[str, int] = TTLCache(
             maxsize=CANDIDATES_MAX, ttl=CANDIDATE_SECONDS, timer=trio.current_time)
         """Groups converted here recently, with the generation they were converted at."""
+        self._turned_back: TTLCache[tuple[str, str], bool] = TTLCache(
+            maxsize=JOINS_MAX, ttl=SAFETY_NET_SECONDS, timer=trio.current_time)
+        """Members whose late broker answer was turned back (:meth:`safety_net`), by group."""
 
     # -- step 1: marks ---------------------------------------------------------------------
 
-    def forward_join(self, request: GroupRequest, *, member_id: str | None = None) -> Outcome:
+    def forward_join(self, request: GroupRequest, *, member_id: str | None = None,
+                     failure: Callable[[int], Value] | None = None) -> Outcome:
         """A classic JoinGroup the engine does not take: forwarded with the member mark, its
         answer noted (:meth:`observe_join`) and passed back unchanged. ``member_id``: sent
         instead of the request's (a member of a group handed back, whose id is the
@@ -379,6 +401,11 @@ class Upgrades:
         def on_response(response: Value) -> Value:
             if release is not None:
                 release()
+            if failure is not None:
+                instead = self.safety_net(group_id, value.get("member_id") or "", response,
+                                          failure)
+                if instead is not None:
+                    return instead
             try:
                 self.observe_join(group_id, request, response)
             except (KeyError, TypeError, ValueError, convert.ShapeError):
@@ -442,9 +469,12 @@ class Upgrades:
 
         return release
 
-    def tracked(self, request: GroupRequest, group_ids: Sequence[str]) -> Upstream | None:
+    def tracked(self, request: GroupRequest, group_ids: Sequence[str],
+                failure: Callable[[int], Value] | None = None) -> Upstream | None:
         """A forwarded (untouched) request of a candidate group, counted while it is at the
-        broker so that a conversion can wait for it; None: forward it as it is."""
+        broker so that a conversion can wait for it, its answer through the safety net
+        (:meth:`safety_net`, with ``failure``: the request's response failing it with an
+        error); None: forward it as it is."""
         if len(group_ids) != 1 or (group_ids[0] not in self.candidates
                                    and group_ids[0] not in self.forwarding):
             return None
@@ -453,18 +483,57 @@ class Upgrades:
         if release is None:
             return None
         done = release
+        member_id = str(request.value.get("member_id") or "")
 
         def on_response(response: Value) -> Value:
             done()
-            if (self._late(group_id)
-                    and response.get("error_code") in SAFETY_NET_ERRORS):
+            if failure is not None:
+                instead = self.safety_net(group_id, member_id, response, failure)
+                if instead is not None:
+                    return instead
+            elif self._late(group_id) and answer_error(response) in SAFETY_NET_ERRORS:
                 metrics.GROUP_CONVERSION_LATE_ANSWERS.inc()
             return response
 
         return Upstream(request.value, on_response, release)
 
     def _late(self, group_id: str) -> bool:
-        return group_id in self._holds or group_id in self.converted
+        return (group_id in self._holds or group_id in self.converted
+                or group_id in self._ended)
+
+    def safety_net(self, group_id: str, member_id: str, response: Value,
+                   failure: Callable[[int], Value]) -> Value | None:
+        """What the client gets instead of the broker's answer to its forwarded request of
+        ``group_id`` (None: the broker's answer; decision record 0018, the safety net).
+
+        An answer UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION or INCONSISTENT_GROUP_PROTOCOL (and
+        REBALANCE_IN_PROGRESS around a conversion this sidecar heard of: in the broker
+        phase that one is how every rebalance starts) may come from a group the broker no
+        longer coordinates: the lock holds it and the engine has the member, at the
+        generation it had. So it is not passed on: the client is answered NOT_COORDINATOR
+        (it finds the coordinator, this sidecar, again and sends the request again), and
+        who holds the group is looked up again (the route is forgotten), so that the request
+        sent again is relayed to the holder, or answered by this sidecar's engine, or, if the
+        broker still coordinates the group, forwarded again; the broker's answer to that one
+        (within :data:`SAFETY_NET_SECONDS`) reaches the client as it is."""
+        code = answer_error(response)
+        if code not in SAFETY_NET_ERRORS:
+            return None
+        late = self._late(group_id)
+        if late:
+            metrics.GROUP_CONVERSION_LATE_ANSWERS.inc()
+        if code == ErrorCode.REBALANCE_IN_PROGRESS and not late:
+            return None
+        key = (group_id, member_id)
+        if key in self._turned_back:
+            return None  # looked at again since: the broker's answer stands
+        self._turned_back[key] = True
+        self._forget_route(group_id)
+        metrics.GROUP_CONVERSION_TURNED_BACK.inc()
+        log.info("group %s: the broker answered member %s %s; not passed on: the group is "
+                 "looked up again and the client sends the request again", group_id,
+                 member_id or "(none)", ErrorCode(code).name)
+        return failure(int(ErrorCode.NOT_COORDINATOR))
 
     @property
     def converting(self) -> bool:

@@ -503,3 +503,86 @@ async def test_a_bridged_member_is_adopted_under_its_clients_member_id(
             assert group.group_epoch == GENERATION  # nothing moved
     finally:
         del OWNED[KIP848]
+
+
+# ---- the safety net (0018): late broker answers are not passed on ----------------------------
+
+
+def _beat(member: str = A) -> Any:
+    return request(12, 4, {"group_id": GROUP, "generation_id": GENERATION, "member_id": member,
+                           "group_instance_id": None})
+
+
+def _broker_says(code: int) -> Any:
+    def answer(key: int, version: int, sent: dict[str, Any]) -> dict[str, Any]:
+        if key == 8:
+            return {"throttle_time_ms": 0, "topics": [
+                {"name": t["name"], "partitions": [
+                    {"partition_index": p["partition_index"], "error_code": code}
+                    for p in t["partitions"]]} for t in sent["topics"]]}
+        return {"throttle_time_ms": 0, "error_code": code}
+    return answer
+
+
+async def test_a_late_answer_is_turned_back_and_the_group_looked_up_again(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A forwarded heartbeat the broker answers UNKNOWN_MEMBER_ID (a group the lock may hold
+    now) reaches the client as NOT_COORDINATOR, and who holds the group is looked up again;
+    the same member's next such answer is the broker's (it was looked at again)."""
+    service = _service()
+    await _forward_join(service, A, B, [A, B])  # a marked member: the group is forwarded
+    forgotten: list[list[str]] = []
+    service.routes.forget = forgotten.append
+    service.upgrades.control_handlers(service)
+    got = await exchange(router(service), _beat(), _broker_says(25))
+    assert got.response is not None and got.response["error_code"] == ErrorCode.NOT_COORDINATOR
+    assert forgotten == [[GROUP]]
+    again = await exchange(router(service), _beat(), _broker_says(25))
+    assert again.response is not None
+    assert again.response["error_code"] == ErrorCode.UNKNOWN_MEMBER_ID
+    # another member's, and a commit whose every partition has the error, are turned back too
+    other = await exchange(router(service), _beat(B), _broker_says(22))
+    assert other.response is not None
+    assert other.response["error_code"] == ErrorCode.NOT_COORDINATOR
+    commit = request(8, 8, {
+        "group_id": GROUP, "generation_id_or_member_epoch": GENERATION,
+        "member_id": "commit-member", "group_instance_id": None, "topics": [
+            {"name": TOPIC, "partitions": [
+                {"partition_index": 0, "committed_offset": 5, "committed_leader_epoch": -1,
+                 "committed_metadata": ""}]}]})
+    committed = await exchange(router(service), commit, _broker_says(25))
+    assert committed.response is not None
+    assert [p["error_code"] for t in committed.response["topics"] for p in t["partitions"]] \
+        == [ErrorCode.NOT_COORDINATOR]
+    # a JoinGroup the broker answers UNKNOWN_MEMBER_ID (its member removed by a LeaveGroup)
+    joined = await exchange(router(service), request(11, 5, _join("gone-member")),
+                            _broker_says(25))
+    assert joined.response is not None
+    assert joined.response["error_code"] == ErrorCode.NOT_COORDINATOR
+    assert len(forgotten) == 4
+
+
+async def test_a_rebalance_answer_is_the_brokers_unless_a_conversion_was_heard_of(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """REBALANCE_IN_PROGRESS is how every rebalance of the broker phase starts: passed on,
+    unless this sidecar heard of a conversion of the group (held, converted, or a hold that
+    ran out) and then turned back like the others."""
+    service = _service()
+    await _forward_join(service, A, B, [A, B])
+    service.upgrades.control_handlers(service)
+    service.routes.forget = lambda groups: None
+    got = await exchange(router(service), _beat(), _broker_says(27))
+    assert got.response is not None
+    assert got.response["error_code"] == ErrorCode.REBALANCE_IN_PROGRESS
+    service.upgrades._ended[GROUP] = "10.0.0.9:9095"  # a hold that ran out without word
+    late = await exchange(router(service), _beat(), _broker_says(27))
+    assert late.response is not None
+    assert late.response["error_code"] == ErrorCode.NOT_COORDINATOR
+    fine = await exchange(router(service), _beat(B), _broker_says(0))
+    assert fine.response is not None and fine.response["error_code"] == ErrorCode.NONE
+
+
+def test_what_the_safety_net_remembers_is_bounded_and_expires() -> None:
+    upgrades = upgrade.Upgrades(upgrade.MigrationPolicy.UPGRADE, "127.0.0.1:9092")
+    assert upgrades._turned_back.maxsize == upgrade.JOINS_MAX
+    assert upgrades._turned_back.ttl == upgrade.SAFETY_NET_SECONDS
