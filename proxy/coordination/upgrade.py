@@ -506,24 +506,24 @@ class Upgrades:
         """What the client gets instead of the broker's answer to its forwarded request of
         ``group_id`` (None: the broker's answer; decision record 0018, the safety net).
 
-        An answer UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION or INCONSISTENT_GROUP_PROTOCOL (and
-        REBALANCE_IN_PROGRESS around a conversion this sidecar heard of: in the broker
-        phase that one is how every rebalance starts) may come from a group the broker no
-        longer coordinates: the lock holds it and the engine has the member, at the
-        generation it had. So it is not passed on: the client is answered NOT_COORDINATOR
+        Around a conversion of the group this sidecar heard of (being converted or held
+        here, converted here, or a hold that ended in the last :data:`ENDED_SECONDS`), an
+        answer UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS or
+        INCONSISTENT_GROUP_PROTOCOL may come from a group the broker no longer coordinates:
+        the lock holds it and the engine has the member, at the generation it had. So it is
+        not passed on: the client is answered NOT_COORDINATOR
         (it finds the coordinator, this sidecar, again and sends the request again), and
         who holds the group is looked up again (the route is forgotten), so that the request
         sent again is relayed to the holder, or answered by this sidecar's engine, or, if the
         broker still coordinates the group, forwarded again; the broker's answer to that one
-        (within :data:`SAFETY_NET_SECONDS`) reaches the client as it is."""
+        (within :data:`SAFETY_NET_SECONDS`) reaches the client as it is. Outside a
+        conversion these answers are the broker phase's own (a cooperative member's stale
+        generation, a member whose session ran out) and pass untouched: turning them back
+        there delays every rebalance (the migration roll showed it)."""
         code = answer_error(response)
-        if code not in SAFETY_NET_ERRORS:
+        if code not in SAFETY_NET_ERRORS or not self._late(group_id):
             return None
-        late = self._late(group_id)
-        if late:
-            metrics.GROUP_CONVERSION_LATE_ANSWERS.inc()
-        if code == ErrorCode.REBALANCE_IN_PROGRESS and not late:
-            return None
+        metrics.GROUP_CONVERSION_LATE_ANSWERS.inc()
         key = (group_id, member_id)
         if key in self._turned_back:
             return None  # looked at again since: the broker's answer stands

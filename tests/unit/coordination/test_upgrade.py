@@ -526,14 +526,20 @@ def _broker_says(code: int) -> Any:
 
 async def test_a_late_answer_is_turned_back_and_the_group_looked_up_again(
         autojump_clock: trio.testing.MockClock) -> None:
-    """A forwarded heartbeat the broker answers UNKNOWN_MEMBER_ID (a group the lock may hold
-    now) reaches the client as NOT_COORDINATOR, and who holds the group is looked up again;
-    the same member's next such answer is the broker's (it was looked at again)."""
+    """Around a conversion (here: a hold that ran out without word), a forwarded heartbeat the
+    broker answers UNKNOWN_MEMBER_ID (a group the lock may hold now) reaches the client as
+    NOT_COORDINATOR, and who holds the group is looked up again; the same member's next such
+    answer is the broker's (it was looked at again)."""
     service = _service()
     await _forward_join(service, A, B, [A, B])  # a marked member: the group is forwarded
     forgotten: list[list[str]] = []
     service.routes.forget = forgotten.append
     service.upgrades.control_handlers(service)
+    # outside a conversion the broker phase's own answers pass untouched
+    plain = await exchange(router(service), _beat(), _broker_says(22))
+    assert plain.response is not None
+    assert plain.response["error_code"] == ErrorCode.ILLEGAL_GENERATION and forgotten == []
+    service.upgrades._ended[GROUP] = "10.0.0.9:9095"
     got = await exchange(router(service), _beat(), _broker_says(25))
     assert got.response is not None and got.response["error_code"] == ErrorCode.NOT_COORDINATOR
     assert forgotten == [[GROUP]]
@@ -566,7 +572,7 @@ async def test_a_rebalance_answer_is_the_brokers_unless_a_conversion_was_heard_o
         autojump_clock: trio.testing.MockClock) -> None:
     """REBALANCE_IN_PROGRESS is how every rebalance of the broker phase starts: passed on,
     unless this sidecar heard of a conversion of the group (held, converted, or a hold that
-    ran out) and then turned back like the others."""
+    ran out), and then turned back."""
     service = _service()
     await _forward_join(service, A, B, [A, B])
     service.upgrades.control_handlers(service)
