@@ -243,6 +243,9 @@ class JoinSeen:
     group_instance_id: str | None
     client_id: str
     client_host: str
+    regex: str | None = None
+    """A bridged member's KIP-848 ``subscribed_topic_regex`` (its join names what it resolved
+    to)."""
 
 
 @dataclass(slots=True)
@@ -324,6 +327,7 @@ def snapshot_of(group_id: str, generation: int, described: Value,
             session_timeout_ms=seen.session_timeout_ms if seen else default_session_ms,
             rebalance_timeout_ms=seen.rebalance_timeout_ms if seen else default_session_ms,
             kip848_member_id=mark.kip848_member_id if mark is not None else None,
+            subscribed_topic_regex=seen.regex if seen is not None else None,
         ))
     return ClassicGroupSnapshot(group_id, generation, CONSUMER_PROTOCOL_TYPE, protocol_name,
                                 members)
@@ -754,12 +758,17 @@ class Upgrades:
         members = (answer or {}).get("members")
         if not isinstance(members, dict):
             return
+        regexes = (answer or {}).get("regexes")
+        if not isinstance(regexes, dict):
+            regexes = {}
         for member_id, timeouts in members.items():
             if (member_id in candidate.member_ids and isinstance(timeouts, list)
                     and len(timeouts) == 2 and all(isinstance(t, int) and t > 0
                                                    for t in timeouts)):
-                self.joins[(group_id, member_id)] = JoinSeen((), timeouts[0], timeouts[1],
-                                                             None, "", "")
+                regex = regexes.get(member_id)
+                self.joins[(group_id, member_id)] = JoinSeen(
+                    (), timeouts[0], timeouts[1], None, "", "",
+                    regex if isinstance(regex, str) and regex else None)
 
     async def _tell_all(self, service: CoordinatorService, addresses: list[Address],
                         body: fleet_control.Body) -> None:
@@ -833,11 +842,17 @@ class Upgrades:
         members = {member_id: [seen.session_timeout_ms, seen.rebalance_timeout_ms]
                    for (group, member_id), seen in list(self.joins.items())
                    if group == group_id and (announced is None or member_id in announced)}
+        regexes: dict[str, str] = {}
         if bridges is not None:
             members.update(bridges.timeouts(group_id))
+            regexes = bridges.regexes(group_id)
         log.info("group %s: %s converts it at generation %d; holding its requests here",
                  group_id, source, generation)
-        return ErrorCode.NONE, {"members": dict(list(members.items())[:ANSWER_MEMBERS_MAX])}
+        answer: fleet_control.Body = {
+            "members": dict(list(members.items())[:ANSWER_MEMBERS_MAX])}
+        if regexes:  # bridged members subscribing by regex: adopted with it
+            answer["regexes"] = dict(list(regexes.items())[:ANSWER_MEMBERS_MAX])
+        return ErrorCode.NONE, answer
 
     def on_ended(self, body: fleet_control.Body, source: str) -> ErrorCode:
         """``GroupConverted`` or ``ConversionAborted`` from the converter it names: the group's
@@ -889,9 +904,10 @@ class Upgrades:
             unconvertible = bridges.unconvertible(group_id, candidate.generation)
             if unconvertible is not None:
                 return unconvertible
+        regexes = bridges.regexes(group_id)
         for member_id, (session_ms, rebalance_ms) in bridges.timeouts(group_id).items():
             self.joins[(group_id, member_id)] = JoinSeen((), session_ms, rebalance_ms, None,
-                                                         "", "")
+                                                         "", "", regexes.get(member_id))
         if self.candidates.get(group_id) is not candidate:
             return "the broker's group rebalanced meanwhile"
         described = await self._describe(service, group_id)
