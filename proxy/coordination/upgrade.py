@@ -145,6 +145,13 @@ lock's JoinGroup waits the broker's initial rebalance delay, which operators rai
 :data:`SWEEP_SECONDS`; held by the lock, the conversion happened; Stable in its old protocol,
 it did not; otherwise it waits, up to this long in all, then lets its members go on."""
 SWEEP_SECONDS = 0.5
+HOLD_SESSION_SHARE = 0.5
+"""A peer's hold lasts at most this share of the shortest broker session of its members of the
+group (forwarded members' own ``session.timeout.ms``, bridged members'
+``broker-session-timeout-ms``): their heartbeats wait meanwhile, and a hold that outlived a
+session would have the broker remove them (and form a generation without them while their
+clients still consume). With Kafka's 45 s default that leaves the 6 s and 20 s above; with
+6 s sessions, 3 s."""
 ENDED_SECONDS = 60.0
 """How long an ended hold is remembered, so that a late ``GroupConverted`` still ends the
 bridged members the conversion adopted."""
@@ -271,6 +278,9 @@ class PeerHold:
     """trio time at which the sidecar looks at the broker's group itself (the converter has
     not said how the conversion ended by then)."""
     started: float = 0.0
+    longest: float = PEER_HOLD_MAX_SECONDS
+    """Longest the hold is kept in all (seconds): :data:`PEER_HOLD_MAX_SECONDS`, or less when
+    a member's broker session is shorter (:meth:`Upgrades.hold_bound`)."""
 
 
 def parse_address(address: str) -> Address | None:
@@ -364,6 +374,13 @@ class Upgrades:
         self._ended: TTLCache[str, str] = TTLCache(maxsize=PEER_HOLDS_MAX, ttl=ENDED_SECONDS,
                                                    timer=trio.current_time)
         """Groups whose peer hold ended without word from the converter, by its address."""
+        self._unsettled: TTLCache[str, bool] = TTLCache(maxsize=PEER_HOLDS_MAX,
+                                                        ttl=ENDED_SECONDS,
+                                                        timer=trio.current_time)
+        """Groups whose peer hold ended converted, or without anybody able to tell, in the
+        last :data:`ENDED_SECONDS`: the broker may not coordinate them any more (the safety
+        net, :meth:`safety_net`). A hold the broker's group said was not converted is not
+        here: that group is the broker's."""
         self._forget_route: Callable[[str], None] = lambda _group_id: None
         self._bridges: Bridges | None = None
         """This sidecar's bridged members (set with the FleetControl handlers)."""
@@ -503,7 +520,7 @@ class Upgrades:
 
     def _late(self, group_id: str) -> bool:
         return (group_id in self._holds or group_id in self.converted
-                or group_id in self._ended)
+                or group_id in self._unsettled)
 
     def safety_net(self, group_id: str, member_id: str, response: Value,
                    failure: Callable[[int], Value]) -> Value | None:
@@ -511,8 +528,8 @@ class Upgrades:
         ``group_id`` (None: the broker's answer; decision record 0018, the safety net).
 
         Around a conversion of the group this sidecar heard of (being converted or held
-        here, converted here, or a hold that ended in the last :data:`ENDED_SECONDS`), an
-        answer UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS or
+        here, converted here, or a hold that ended converted or undecided in the last
+        :data:`ENDED_SECONDS`), an answer UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION or
         INCONSISTENT_GROUP_PROTOCOL may come from a group the broker no longer coordinates:
         the lock holds it and the engine has the member, at the generation it had. So it is
         not passed on: the client is answered NOT_COORDINATOR
@@ -528,6 +545,10 @@ class Upgrades:
         if code not in SAFETY_NET_ERRORS or not self._late(group_id):
             return None
         metrics.GROUP_CONVERSION_LATE_ANSWERS.inc()
+        if code == ErrorCode.REBALANCE_IN_PROGRESS:
+            # the broker's group rebalances: a group the lock took answers a removed member
+            # UNKNOWN_MEMBER_ID first, so this one is the broker's own (counted only)
+            return None
         key = (group_id, member_id)
         if key in self._turned_back:
             return None  # looked at again since: the broker's answer stands
@@ -597,13 +618,15 @@ class Upgrades:
                 outcome = await self._outcome(service, group_id)
                 if self._peer_holds.get(group_id) is not peer:
                     continue  # told meanwhile
-                if outcome is None and now - peer.started < PEER_HOLD_MAX_SECONDS:
+                if outcome is None and now - peer.started < peer.longest:
                     continue
                 said = ("nothing yet: its members go on as they were" if outcome is None
                         else "converted" if outcome else "not converted")
                 log.warning("group %s: the sidecar at %s did not say how its conversion ended; "
                             "the broker's group says %s", group_id, peer.converter, said)
                 self._ended[group_id] = peer.converter
+                if outcome is not False:  # the lock holds it, or nobody can tell: late
+                    self._unsettled[group_id] = True
                 self._end_peer_hold(group_id, converted=bool(outcome))
 
     async def _outcome(self, service: CoordinatorService, group_id: str) -> bool | None:
@@ -821,8 +844,10 @@ class Upgrades:
         self._ended.pop(group_id, None)
         now = trio.current_time()
         self._holds[group_id] = trio.Event()
-        self._peer_holds[group_id] = PeerHold(converter, generation, now + PEER_HOLD_SECONDS,
-                                              now)
+        bound = self.hold_bound(group_id)
+        self._peer_holds[group_id] = PeerHold(converter, generation,
+                                              now + min(PEER_HOLD_SECONDS, bound), now,
+                                              min(PEER_HOLD_MAX_SECONDS, bound))
         requests = self._in_flight.get(group_id)
         bridges = self._bridges
         deadline = now + PEER_DRAIN_SECONDS
@@ -854,6 +879,18 @@ class Upgrades:
             answer["regexes"] = dict(list(regexes.items())[:ANSWER_MEMBERS_MAX])
         return ErrorCode.NONE, answer
 
+    def hold_bound(self, group_id: str) -> float:
+        """Longest a hold of ``group_id`` may last here (seconds): :data:`HOLD_SESSION_SHARE`
+        of the shortest broker session of this sidecar's members of the group."""
+        sessions = [seen.session_timeout_ms for (group, _m), seen in list(self.joins.items())
+                    if group == group_id and seen.session_timeout_ms > 0]
+        bridges = self._bridges
+        if bridges is not None and bridges.has_group(group_id):
+            sessions.append(bridges.settings.session_timeout_ms)
+        if not sessions:
+            return PEER_HOLD_MAX_SECONDS
+        return HOLD_SESSION_SHARE * min(sessions) / 1000
+
     def on_ended(self, body: fleet_control.Body, source: str) -> ErrorCode:
         """``GroupConverted`` or ``ConversionAborted`` from the converter it names: the group's
         held requests are decided again, after a fresh look at who holds it."""
@@ -877,6 +914,8 @@ class Upgrades:
         log.info("group %s: %s says %s", group_id, source,
                  "it converted the group" if converted
                  else f"its conversion was aborted ({str(body.get('reason'))[:300]})")
+        if converted:
+            self._unsettled[group_id] = True
         self._end_peer_hold(group_id, converted=converted)
         return ErrorCode.NONE
 

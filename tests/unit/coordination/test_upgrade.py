@@ -9,6 +9,7 @@ next Heartbeat, SyncGroup and commit are answered by the engine at the generatio
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -409,6 +410,9 @@ async def test_a_sidecar_told_of_a_conversion_holds_the_groups_requests_until_it
         autojump_clock: trio.testing.MockClock) -> None:
     service = _service()
     await _forward_join(service, A, B, [A, B])  # its member A; the leader is elsewhere
+    # a member session long enough not to bound the hold (test_a_hold_is_bounded_by_...)
+    seen = service.upgrades.joins[(GROUP, A)]
+    service.upgrades.joins[(GROUP, A)] = dataclasses.replace(seen, session_timeout_ms=60_000)
     forgotten: list[list[str]] = []
     service.routes.forget = forgotten.append
     beat = request(12, 4, {"group_id": GROUP, "generation_id": GENERATION, "member_id": A,
@@ -418,7 +422,7 @@ async def test_a_sidecar_told_of_a_conversion_holds_the_groups_requests_until_it
     converted = {"type": "GroupConverted", "group": GROUP, "converter": "10.0.0.9:9095"}
     assert not await _held(service, beat)
     error, body = await _control(service, converting)
-    assert error == ErrorCode.NONE and body == {"members": {A: [10_000, 20_000]}}
+    assert error == ErrorCode.NONE and body == {"members": {A: [60_000, 20_000]}}
     assert await _held(service, beat)
     # only the sidecar that announced it ends it
     assert _control(service, dict(converted, converter="10.0.0.8:9095")) == \
@@ -539,7 +543,7 @@ async def test_a_late_answer_is_turned_back_and_the_group_looked_up_again(
     plain = await exchange(router(service), _beat(), _broker_says(22))
     assert plain.response is not None
     assert plain.response["error_code"] == ErrorCode.ILLEGAL_GENERATION and forgotten == []
-    service.upgrades._ended[GROUP] = "10.0.0.9:9095"
+    service.upgrades._unsettled[GROUP] = True  # a hold that ended undecided
     got = await exchange(router(service), _beat(), _broker_says(25))
     assert got.response is not None and got.response["error_code"] == ErrorCode.NOT_COORDINATOR
     assert forgotten == [[GROUP]]
@@ -568,24 +572,67 @@ async def test_a_late_answer_is_turned_back_and_the_group_looked_up_again(
     assert len(forgotten) == 4
 
 
-async def test_a_rebalance_answer_is_the_brokers_unless_a_conversion_was_heard_of(
+async def test_a_rebalance_answer_and_a_group_said_not_converted_are_the_brokers(
         autojump_clock: trio.testing.MockClock) -> None:
-    """REBALANCE_IN_PROGRESS is how every rebalance of the broker phase starts: passed on,
-    unless this sidecar heard of a conversion of the group (held, converted, or a hold that
-    ran out), and then turned back."""
+    """REBALANCE_IN_PROGRESS is the broker's own (a group the lock took answers a removed
+    member UNKNOWN_MEMBER_ID first): passed on, around a conversion too. A hold the broker's
+    group said was not converted leaves the group the broker's: its answers pass."""
     service = _service()
     await _forward_join(service, A, B, [A, B])
     service.upgrades.control_handlers(service)
-    service.routes.forget = lambda groups: None
+    forgotten: list[list[str]] = []
+    service.routes.forget = forgotten.append
+    service.upgrades._unsettled[GROUP] = True
     got = await exchange(router(service), _beat(), _broker_says(27))
     assert got.response is not None
-    assert got.response["error_code"] == ErrorCode.REBALANCE_IN_PROGRESS
-    service.upgrades._ended[GROUP] = "10.0.0.9:9095"  # a hold that ran out without word
-    late = await exchange(router(service), _beat(), _broker_says(27))
-    assert late.response is not None
-    assert late.response["error_code"] == ErrorCode.NOT_COORDINATOR
-    fine = await exchange(router(service), _beat(B), _broker_says(0))
-    assert fine.response is not None and fine.response["error_code"] == ErrorCode.NONE
+    assert got.response["error_code"] == ErrorCode.REBALANCE_IN_PROGRESS and not forgotten
+    del service.upgrades._unsettled[GROUP]
+    outcome: list[bool | None] = [False]  # the broker's group: Stable in its own protocol
+
+    async def broker_says(_service: Any, _group_id: str) -> bool | None:
+        return outcome[0]
+
+    service.upgrades._outcome = broker_says
+    converting = {"type": "GroupConverting", "group": GROUP, "generation": GENERATION,
+                  "converter": "10.0.0.9:9095", "members": [A, B]}
+    assert (await _control(service, converting))[0] == ErrorCode.NONE
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(service.upgrades.sweep, service)
+        await trio.sleep(upgrade.PEER_HOLD_SECONDS + 1)
+        nursery.cancel_scope.cancel()
+    assert not service.upgrades.converting and GROUP not in service.upgrades._unsettled
+    forgotten.clear()
+    plain = await exchange(router(service), _beat(), _broker_says(25))
+    assert plain.response is not None
+    assert plain.response["error_code"] == ErrorCode.UNKNOWN_MEMBER_ID and not forgotten
+
+
+async def test_a_hold_is_bounded_by_half_the_shortest_member_session(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A hold that outlived a member's broker session would have the broker remove the held
+    member (and form a generation without it while its client still consumes): with 10 s
+    sessions a converter that never says how it ended is given up on after 5 s, even with
+    the broker's group between owners."""
+    service = _service()
+    await _forward_join(service, A, B, [A, B])  # A's session: 10 s
+    service.routes.forget = lambda groups: None
+    assert service.upgrades.hold_bound(GROUP) == 5.0
+
+    async def between_owners(_service: Any, _group_id: str) -> bool | None:
+        return None
+
+    service.upgrades._outcome = between_owners
+    converting = {"type": "GroupConverting", "group": GROUP, "generation": GENERATION,
+                  "converter": "10.0.0.9:9095", "members": [A, B]}
+    assert (await _control(service, converting))[0] == ErrorCode.NONE
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(service.upgrades.sweep, service)
+        await trio.sleep(4.5)
+        assert await _held(service, _beat())
+        await trio.sleep(1.0)
+        assert not await _held(service, _beat())
+        nursery.cancel_scope.cancel()
+    assert GROUP in service.upgrades._unsettled  # undecided: its late answers are turned back
 
 
 def test_what_the_safety_net_remembers_is_bounded_and_expires() -> None:
