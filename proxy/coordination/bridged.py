@@ -743,7 +743,9 @@ class Bridges:
             names = self._regex_names(bridge, request)
         except GroupError as exc:  # an invalid new regex: the member stays as it was
             return _error(exc.code, exc.message, bridge.member_id)
-        if names is None:
+        if names is None and bridge.regex is None:
+            # (a regex member's names are its regex's: the empty list its client sends
+            # beside the regex says nothing)
             names = request.subscribed_topic_names
         if names is not None:
             await bridge.learn_topics(names)

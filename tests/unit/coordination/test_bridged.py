@@ -413,7 +413,9 @@ def regex_hb(member: str, epoch: int, regex: str | None, owned: list[int] | None
              rights: Any = None) -> ConsumerGroupHeartbeatRequest:
     value: dict[str, Any] = {"group_id": GROUP, "member_id": member, "member_epoch": epoch,
                              "rebalance_timeout_ms": 10_000 if epoch == 0 else -1,
-                             "subscribed_topic_names": None, "subscribed_topic_regex": regex,
+                             # librdkafka sends an empty list of names beside its regex
+                             "subscribed_topic_names": [] if regex else None,
+                             "subscribed_topic_regex": regex,
                              "topic_partitions": [] if epoch == 0 else None}
     if owned is not None:
         value["topic_partitions"] = [{"topic_id": TOPIC_ID, "partitions": owned}]
