@@ -739,6 +739,7 @@ class Bridges:
         bridge.client_epoch = request.member_epoch
         owned = (None if request.topic_partitions is None
                  else bridge.partitions_by_name(request.topic_partitions))
+        names: Sequence[str] | None
         try:
             names = self._regex_names(bridge, request)
         except GroupError as exc:  # an invalid new regex: the member stays as it was
