@@ -162,6 +162,8 @@ def test_a_kip848_member_gets_its_share_while_direct_members_hold_the_group(
         offsets.stop()
 
 
+@pytest.mark.slow  # about a minute; the default run has the bridged regex member in
+# tests/unit/coordination/test_bridged.py
 def test_a_regex_subscriber_is_bridged_and_follows_a_new_matching_topic(
         kafka39: KafkaBroker, start_proxy: StartProxy, topic: Callable[..., str],
         members: list[Member]) -> None:
