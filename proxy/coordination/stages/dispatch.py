@@ -67,8 +67,10 @@ class Dispatch(Stage):
 
     def passed(self, chain: Chain, handler: ApiHandler, request: GroupRequest) -> Decision:
         """The handler passes the request: forwarded as the client sent it (counted while
-        at the broker if its group is a conversion candidate, :mod:`..upgrade`)."""
-        tracked = chain.service.upgrades.tracked(request, handler.group_ids(request))
+        at the broker if its group is a conversion candidate, and its answer through the
+        conversion's safety net, :mod:`..upgrade`)."""
+        tracked = chain.service.upgrades.tracked(  # its answer through the safety net
+            request, handler.group_ids(request), lambda code: handler.failure(request, code))
         return FORWARD if tracked is None else rewrite(chain, handler, request, tracked)
 
     def upstream(self, chain: Chain, handler: ApiHandler, request: GroupRequest,
