@@ -135,6 +135,7 @@ from proxy.fleet_core.events import (
 )
 from proxy.fleet_core.lease import LEASE_FRACTION, Lease, LeaseState
 from translation.errors import ErrorCode
+from translation.write_barrier import WriteBarrier
 
 INF = float("inf")
 
@@ -270,10 +271,9 @@ class GroupCore:
         self._view_until = INF
         self._let_go_until = INF
         self._held: dict[int, _Held] = {}
-        self._waiting: dict[int, tuple[int, bool]] = {}
-        """rid -> (unit its answer waits for, inbound)."""
-        self._submitted = 0
-        self._acknowledged = 0
+        self.barrier: WriteBarrier[tuple[int, bool]] = WriteBarrier()
+        """The write barrier (:mod:`translation.write_barrier`): units submitted and
+        acknowledged, and the answers waiting for them as (rid, inbound)."""
         self._told: set[str] = set()
         self._running: dict[int, bool] = {}
         """rid -> inbound, for requests given to the engine and not reported back yet."""
@@ -320,7 +320,7 @@ class GroupCore:
             self._written(event, now, out)
         elif isinstance(event, WriteFailed):
             if self.role in (Role.COORDINATING, Role.INTERRUPTED) \
-                    and event.unit > self._acknowledged:
+                    and event.unit > self.barrier.acknowledged:
                 self._give_up(Why.WRITE_FAILED, now, out)
         elif isinstance(event, RelayDone):
             self._relay_done(event, now, out)
@@ -382,7 +382,7 @@ class GroupCore:
         if after in (Role.ABSENT, Role.LETTING_GO, Role.STEPPING_DOWN, Role.FOLLOWING,
                      Role.LOOKING, Role.BROKER):
             self.membership = "none" if after is not Role.LETTING_GO else self.membership
-            self._submitted = self._acknowledged = 0
+            self.barrier.reset()
 
     def _time(self, now: float, out: list[Action]) -> None:
         """Everything the passing of time decides, before any event is handled."""
@@ -461,10 +461,9 @@ class GroupCore:
         self._held.clear()
 
     def _fail_waiting(self, out: list[Action]) -> None:
-        for rid, (_, inbound) in self._waiting.items():
+        for rid, inbound in self.barrier.drop():
             out.append(Fail(rid, ErrorCode.NOT_COORDINATOR if inbound
                             else ErrorCode.COORDINATOR_NOT_AVAILABLE))
-        self._waiting.clear()
 
     # -- looking and following ---------------------------------------------------------------
 
@@ -694,34 +693,26 @@ class GroupCore:
     def _engine_done(self, event: EngineDone, now: float, out: list[Action]) -> None:
         inbound = self._running.pop(event.rid, False)
         if event.wrote:
-            self._submitted += 1
-            out.append(Write(self._submitted))
+            out.append(Write(self.barrier.submit()))
         if self.role is not Role.COORDINATING:
             out.append(Fail(event.rid, ErrorCode.COORDINATOR_NOT_AVAILABLE))
             return
-        if self._acknowledged >= self._submitted:
+        if self.barrier.hold((event.rid, inbound)):
             out.append(Respond(event.rid))
-        else:
-            self._waiting[event.rid] = (self._submitted, inbound)
 
     def engine_ticked(self, wrote: bool, now: float) -> list[Action]:
         """The driver fired the engine's timers (only while :meth:`acting`)."""
         out: list[Action] = []
         self._time(now, out)
         if wrote:
-            self._submitted += 1
-            out.append(Write(self._submitted))
+            out.append(Write(self.barrier.submit()))
         return out
 
     def _written(self, event: Written, now: float, out: list[Action]) -> None:
-        if event.unit <= self._acknowledged or self.role not in HOLDING:
+        if self.role not in HOLDING:
             return
-        self._acknowledged = event.unit
-        if self.role is not Role.COORDINATING:
-            return
-        ready = [rid for rid, (unit, _) in self._waiting.items() if unit <= event.unit]
-        for rid in ready:
-            _, inbound = self._waiting.pop(rid)
+        ready = self.barrier.acknowledge(event.unit)  # none waits unless coordinating
+        for rid, inbound in ready:
             if self.acting(now):
                 out.append(Respond(rid))
             else:
