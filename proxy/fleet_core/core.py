@@ -43,7 +43,7 @@ interrupted     session-passed    letting-go      Forget
 interrupted     refused           letting-go      Forget
 interrupted     lost-election     letting-go      Forget; SendLeave
 interrupted     write-failed      absent          Forget; SendLeave
-letting-go      let-go            absent          -
+letting-go      let-go            absent          - (every member at the loss told, or a session)
 following       relay-failed      looking         Lookup
 following       view-expired      absent          -
 broker          view-expired      absent          -
@@ -61,8 +61,11 @@ lookup and holds it; ``looking``, ``electing`` and ``loading`` hold it (bounded 
 ``hold_ms`` and ``max_held``; an inbound request, relayed here by a follower, is answered
 NOT_COORDINATOR unless this sidecar is ``loading``); ``following`` relays it; ``coordinating``
 runs the engine (RunEngine) after checking the lease; ``interrupted`` answers
-COORDINATOR_NOT_AVAILABLE; ``letting-go`` answers each member's first request
-UNKNOWN_MEMBER_ID (it drops its partitions and rejoins), then COORDINATOR_NOT_AVAILABLE;
+COORDINATOR_NOT_AVAILABLE; ``letting-go`` answers the first request of each member the
+engine's group had at the loss (the driver names them with :class:`Forgotten` when it forgets
+the group) UNKNOWN_MEMBER_ID (it drops its partitions and rejoins), and everything else
+COORDINATOR_NOT_AVAILABLE (a member that joined elsewhere since holds nothing of this
+sidecar's); it ends (``let-go``) once every one of them was told or ``let_go_ms`` passed;
 ``broker`` and ``stepping-down`` answer COORDINATOR_NOT_AVAILABLE. Inbound requests are never
 relayed again.
 
@@ -93,7 +96,7 @@ Calls to the broker carry an attempt number; an answer to an attempt the core ha
 (an older join, a heartbeat of an older generation) is ignored. Everything the core keeps is
 bounded: held requests (``max_held``, each for ``hold_ms``), answers waiting for writes (one per
 request the engine ran), heartbeat send times (those of the last session), and the members
-told to let go (``max_held``).
+still to tell to let go (the engine group's members at the loss).
 """
 
 from __future__ import annotations
@@ -109,6 +112,7 @@ from proxy.fleet_core.events import (
     Event,
     Fail,
     Forget,
+    Forgotten,
     HeartbeatAnswered,
     JoinAnswered,
     Load,
@@ -274,7 +278,9 @@ class GroupCore:
         self.barrier: WriteBarrier[tuple[int, bool]] = WriteBarrier()
         """The write barrier (:mod:`translation.write_barrier`): units submitted and
         acknowledged, and the answers waiting for them as (rid, inbound)."""
-        self._told: set[str] = set()
+        self._to_tell: set[str] = set()
+        """Members of the group at the loss not told yet to let go (``letting-go``; bounded by
+        the engine group's members)."""
         self._running: dict[int, bool] = {}
         """rid -> inbound, for requests given to the engine and not reported back yet."""
 
@@ -324,6 +330,9 @@ class GroupCore:
                 self._give_up(Why.WRITE_FAILED, now, out)
         elif isinstance(event, RelayDone):
             self._relay_done(event, now, out)
+        elif isinstance(event, Forgotten):
+            if self.role is Role.LETTING_GO:
+                self._to_tell = set(event.members)
         elif isinstance(event, Stop) and self.role is not Role.STEPPING_DOWN:
             if self.role in HOLDING or self.role is Role.LETTING_GO:
                 out.append(Forget("the proxy stops"))
@@ -368,6 +377,7 @@ class GroupCore:
             self._view_until = INF
         if after is not Role.LETTING_GO:
             self._let_go_until = INF
+            self._to_tell.clear()
         if after not in HOLDING:
             self._next_heartbeat = INF
             self._heartbeats.clear()
@@ -401,7 +411,6 @@ class GroupCore:
             self._move(Why.SESSION_PASSED, now, out)
             self._let_go_until = now + self.config.let_go_ms
         if self.role is Role.LETTING_GO and now >= self._let_go_until:
-            self._told.clear()
             self._move(Why.LET_GO, now, out)
         if self.role in (Role.FOLLOWING, Role.BROKER) and now >= self._view_until:
             self._move(Why.VIEW_EXPIRED, now, out)
@@ -447,11 +456,13 @@ class GroupCore:
             if role is Role.ABSENT:
                 self._move(Why.REQUEST, now, out)
                 self._lookup(now, out)
-        elif role is Role.LETTING_GO and not request.starts_group and request.member_id \
-                and request.member_id not in self._told \
-                and len(self._told) < self.config.max_held:
-            self._told.add(request.member_id)
-            out.append(Fail(rid, ErrorCode.UNKNOWN_MEMBER_ID))
+        elif role is Role.LETTING_GO and request.member_id in self._to_tell:
+            self._to_tell.discard(request.member_id)
+            # (a member rejoining with epoch 0 has let go already: told either way)
+            out.append(Fail(rid, ErrorCode.COORDINATOR_NOT_AVAILABLE if request.starts_group
+                            else ErrorCode.UNKNOWN_MEMBER_ID))
+            if not self._to_tell:
+                self._move(Why.LET_GO, now, out)
         else:
             out.append(Fail(rid, ErrorCode.COORDINATOR_NOT_AVAILABLE))
 

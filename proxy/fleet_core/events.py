@@ -120,12 +120,20 @@ class RelayDone:
 
 
 @dataclass(frozen=True)
+class Forgotten:
+    """The driver forgot the engine's group (:class:`Forget`); ``members``: the member ids the
+    group had then. In ``letting-go`` these, and only these, are told to let go."""
+
+    members: frozenset[str]
+
+
+@dataclass(frozen=True)
 class Stop:
     """The proxy stops: step down."""
 
 
 Event = (Request | LookedUp | JoinAnswered | SyncAnswered | HeartbeatAnswered | CallFailed
-         | LoadDone | EngineDone | Written | WriteFailed | RelayDone | Stop)
+         | LoadDone | EngineDone | Written | WriteFailed | RelayDone | Forgotten | Stop)
 
 
 # -- actions (out) -----------------------------------------------------------------------------
@@ -216,7 +224,8 @@ class Resume:
 
 @dataclass(frozen=True)
 class Forget:
-    """The engine forgets the group; its writer is closed."""
+    """The engine forgets the group; its writer is closed. The driver answers with
+    :class:`Forgotten` (the members the group had)."""
 
     reason: str
 

@@ -650,10 +650,13 @@ class FleetSimulation:
                     sc.engine.resume(GROUP, self.local(sc))
                     self._drain(sc)
             elif isinstance(action, ev.Forget):
+                group = sc.engine.groups.get(GROUP) if sc.engine is not None else None
+                members = frozenset(group.members) if group is not None else frozenset()
                 sc.engine = None
                 sc.writer = 0
                 sc.unwritten = []
                 self.note(f"{sc.name} forgets: {action.reason}")
+                work[:0] = sc.core.handle(ev.Forgotten(members), self.local(sc))
 
     def _at_broker(self, sc: Sidecar, incarnation: int, call: ev.Action) -> None:
         """The broker receives ``call`` from ``sc``; its answer goes back on the link."""
@@ -799,6 +802,8 @@ class FleetSimulation:
             assert response is not None
         else:
             response = ConsumerGroupHeartbeatResponse(error_code=error)
+            if error == ErrorCode.UNKNOWN_MEMBER_ID and sc.core.role is Role.LETTING_GO:
+                self.stats["told-to-let-go"] += 1
         if pending.origin is not None:
             origin = pending.origin
             self.fleet((sc.name, origin.name, pending.connection), self.on, origin,

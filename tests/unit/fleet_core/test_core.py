@@ -105,6 +105,7 @@ def test_a_session_without_an_answer_lets_the_members_go_once() -> None:
     assert _role(core) is Role.INTERRUPTED
     out = core.tick(3_000)
     assert _role(core) is Role.LETTING_GO and _of(out, ev.Forget) and _of(out, ev.SendLeave)
+    core.handle(ev.Forgotten(frozenset({"a", "b"})), 3_000)
     assert core.handle(ev.Request(5, "a"), 3_100) == [ev.Fail(5, ErrorCode.UNKNOWN_MEMBER_ID)]
     assert core.handle(ev.Request(6, "a"), 3_200) == [
         ev.Fail(6, ErrorCode.COORDINATOR_NOT_AVAILABLE)]
@@ -224,3 +225,20 @@ def test_a_stop_leaves_the_lock_and_answers_nothing_more() -> None:
     assert core.handle(ev.Request(7, "a"), 110) == [
         ev.Fail(7, ErrorCode.COORDINATOR_NOT_AVAILABLE)]
     assert not core.acting(110)
+
+
+def test_letting_go_tells_the_members_at_the_loss_once_and_nobody_else() -> None:
+    core = _coordinating()
+    core.tick(2_400)
+    out = core.tick(3_000)
+    assert _role(core) is Role.LETTING_GO and _of(out, ev.Forget)
+    assert core.handle(ev.Forgotten(frozenset({"a", "b"})), 3_000) == []
+    # a member that joined elsewhere meanwhile holds nothing of this sidecar's
+    assert core.handle(ev.Request(5, "c"), 3_100) == [
+        ev.Fail(5, ErrorCode.COORDINATOR_NOT_AVAILABLE)]
+    assert core.handle(ev.Request(6, "a"), 3_100) == [ev.Fail(6, ErrorCode.UNKNOWN_MEMBER_ID)]
+    assert core.handle(ev.Request(7, "a"), 3_200) == [
+        ev.Fail(7, ErrorCode.COORDINATOR_NOT_AVAILABLE)]
+    # the last one told ends it before the bound
+    assert core.handle(ev.Request(8, "b"), 3_300) == [ev.Fail(8, ErrorCode.UNKNOWN_MEMBER_ID)]
+    assert _role(core) is Role.ABSENT
