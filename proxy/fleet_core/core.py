@@ -30,6 +30,7 @@ electing        lost-election     looking         SendLeave if joined; Lookup
 electing        election-failed   absent          SendLeave if joined; COORDINATOR_NOT_AVAILABLE
 electing        elected           loading         Load; heartbeat every third of a session
 loading         loaded            coordinating    RunEngine for every held request
+loading         loaded-nothing    coordinating    as loaded; joins wait takeover-wait-ms
 loading         load-failed       absent          Forget; SendLeave
 loading         lease-passed      absent          Forget; SendLeave
 loading         rebalance         absent          Forget; SendLeave
@@ -60,7 +61,9 @@ What a member's request gets in each role (:meth:`GroupCore._request`): ``absent
 lookup and holds it; ``looking``, ``electing`` and ``loading`` hold it (bounded by
 ``hold_ms`` and ``max_held``; an inbound request, relayed here by a follower, is answered
 NOT_COORDINATOR unless this sidecar is ``loading``); ``following`` relays it; ``coordinating``
-runs the engine (RunEngine) after checking the lease; ``interrupted`` answers
+runs the engine (RunEngine) after checking the lease (within ``takeover_wait_ms`` of a
+``loaded-nothing``, a request that may start the group is answered
+COORDINATOR_LOAD_IN_PROGRESS instead); ``interrupted`` answers
 COORDINATOR_NOT_AVAILABLE; ``letting-go`` answers the first request of each member the
 engine's group had at the loss (the driver names them with :class:`Forgotten` when it forgets
 the group) UNKNOWN_MEMBER_ID (it drops its partitions and rejoins), and everything else
@@ -172,6 +175,7 @@ class Why(enum.Enum):
     ELECTION_FAILED = "election-failed"
     ELECTED = "elected"
     LOADED = "loaded"
+    LOADED_NOTHING = "loaded-nothing"
     LOAD_FAILED = "load-failed"
     LEASE_PASSED = "lease-passed"
     REBALANCE = "rebalance"
@@ -227,6 +231,12 @@ class CoreConfig:
     """How long a lost group's members are told to let go (a member session)."""
     retry_ms: int = 500
     """Between a failed rejoin call and the next."""
+    takeover_wait_ms: int = 0
+    """After a takeover that loaded nothing (or not all) of a group another coordinator held
+    before (its broker generation before this sidecar's join was above 0), joins are answered
+    COORDINATOR_LOAD_IN_PROGRESS for this long (``takeover-wait-ms``): members of the earlier
+    coordinator may still consume what it assigned, and hear UNKNOWN_MEMBER_ID from the
+    engine meanwhile."""
 
     @property
     def call_ms(self) -> int:
@@ -274,6 +284,12 @@ class GroupCore:
         self._retry_at = INF
         self._view_until = INF
         self._let_go_until = INF
+        self._assign_from = -INF
+        """Before this time joins are answered COORDINATOR_LOAD_IN_PROGRESS
+        (``loaded-nothing``)."""
+        self._elected_generation = -1
+        """The broker generation of the join that won the election (1: nobody held the
+        group before)."""
         self._held: dict[int, _Held] = {}
         self.barrier: WriteBarrier[tuple[int, bool]] = WriteBarrier()
         """The write barrier (:mod:`translation.write_barrier`): units submitted and
@@ -381,6 +397,7 @@ class GroupCore:
         if after not in HOLDING:
             self._next_heartbeat = INF
             self._heartbeats.clear()
+            self._assign_from = -INF
         if after not in (Role.ELECTING, Role.LOOKING) and not (
                 after is Role.INTERRUPTED and self.membership in ("joining", "syncing")):
             self._call = None
@@ -440,6 +457,9 @@ class GroupCore:
         role = self.role
         rid = request.rid
         if role is Role.COORDINATING:
+            if request.starts_group and now < self._assign_from:
+                out.append(Fail(rid, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS))
+                return
             self._running[rid] = request.inbound
             out.append(RunEngine(rid))
         elif role is Role.FOLLOWING:
@@ -623,6 +643,7 @@ class GroupCore:
         self.membership = "stable"
         self._next_heartbeat = now + self.config.session_ms / 3
         if self.role is Role.ELECTING:
+            self._elected_generation = self.generation
             self._move(Why.ELECTED, now, out)
             out.append(Load())
         elif self.role is Role.INTERRUPTED and self.lease.state(now) is LeaseState.HELD:
@@ -695,9 +716,17 @@ class GroupCore:
             self._leave(out)
             self._move(Why.LOAD_FAILED, now, out)
             return
-        self._move(Why.LOADED, now, out)
+        if not event.complete and self._elected_generation > 1 \
+                and self.config.takeover_wait_ms > 0:
+            self._move(Why.LOADED_NOTHING, now, out)
+            self._assign_from = now + self.config.takeover_wait_ms
+        else:
+            self._move(Why.LOADED, now, out)
         held, self._held = self._held, {}
         for rid, h in held.items():
+            if h.starts_group and now < self._assign_from:
+                out.append(Fail(rid, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS))
+                continue
             self._running[rid] = h.inbound
             out.append(RunEngine(rid))
 

@@ -87,6 +87,10 @@ class CallFailed:
 @dataclass(frozen=True)
 class LoadDone:
     ok: bool
+    complete: bool = True
+    """The log held the group's state (or its deletion) whole. False: nothing, or not all of
+    it, could be loaded; if another coordinator held the group before, joins then wait
+    ``takeover_wait_ms`` so that members it assigned partitions to let go first."""
 
 
 @dataclass(frozen=True)

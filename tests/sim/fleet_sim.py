@@ -354,7 +354,8 @@ class FleetSimulation:
             durable_state=True, member_id_factory=self._member_id)
         self.core_config = CoreConfig(
             session_ms=k.lock_session_ms, lease_fraction=k.lease_fraction, hold_ms=3_000,
-            lookup_ms=1_000, view_ms=10_000, let_go_ms=k.member_session_ms, retry_ms=200)
+            lookup_ms=1_000, view_ms=10_000, let_go_ms=k.member_session_ms, retry_ms=200,
+            takeover_wait_ms=k.member_session_ms)
         self.sidecars = [Sidecar(f"s{i}", 1 + self.rng.uniform(-k.skew, k.skew))
                          for i in range(k.sidecars)]
         for sc in self.sidecars:
@@ -686,6 +687,7 @@ class FleetSimulation:
         if sc.core.role is not Role.LOADING:
             return
         ok = self.rng.random() >= self.knobs.load_fail or self.chaos_over
+        complete = bool(self.log.log)
         if ok:
             engine = GroupCoordinator(self.engine_config, self.image)
             engine.load(list(self.log.log), self.local(sc), WALL_MS + self.now)
@@ -693,7 +695,9 @@ class FleetSimulation:
             sc.engine = engine
             self.check_clients_known(engine)
         self.note(f"{sc.name} loaded ok={ok}")
-        self._handle(sc, ev.LoadDone(ok))
+        if ok and not complete:
+            self.stats["loads-of-nothing"] += 1
+        self._handle(sc, ev.LoadDone(ok, complete))
 
     def _write(self, sc: Sidecar, unit: int) -> None:
         records = sc.unwritten.pop(0) if sc.unwritten else []

@@ -63,7 +63,7 @@ def test_the_documented_table_is_the_code_and_every_role_is_in_it() -> None:
     assert {r for r, _ in TRANSITIONS} | set(TRANSITIONS.values()) == set(Role)
     rows = [line for line in (core_module.__doc__ or "").splitlines()
             if line.split() and line.split()[0] in {r.value for r in Role} | {"any"}]
-    assert len(rows) == 29
+    assert len(rows) == 30
 
 
 def test_a_move_outside_the_table_raises() -> None:
@@ -242,3 +242,30 @@ def test_letting_go_tells_the_members_at_the_loss_once_and_nobody_else() -> None
     # the last one told ends it before the bound
     assert core.handle(ev.Request(8, "b"), 3_300) == [ev.Fail(8, ErrorCode.UNKNOWN_MEMBER_ID)]
     assert _role(core) is Role.ABSENT
+
+
+def test_a_takeover_that_loads_nothing_of_a_group_held_before_lets_joins_wait() -> None:
+    config = CoreConfig(session_ms=60_000, takeover_wait_ms=5_000)  # (no heartbeat due)
+    core = GroupCore("g", "s0", config)
+    (lookup,) = _of(core.handle(ev.Request(1, "", starts_group=True), 0), ev.Lookup)
+    (join,) = _of(core.handle(ev.LookedUp(lookup.attempt, ev.Shape.FREE), 0), ev.SendJoin)
+    out = core.handle(ev.JoinAnswered(join.attempt, ErrorCode.MEMBER_ID_REQUIRED, "m1"), 0)
+    (check,) = _of(out, ev.Lookup)
+    (join,) = _of(core.handle(ev.LookedUp(check.attempt, ev.Shape.FREE), 0), ev.SendJoin)
+    # generation 4: someone held the broker's group before
+    out = core.handle(ev.JoinAnswered(join.attempt, ErrorCode.NONE, "m1", 4, "m1"), 0)
+    (sync,) = _of(out, ev.SendSync)
+    core.handle(ev.SyncAnswered(sync.attempt, ErrorCode.NONE), 0)
+    core.handle(ev.Request(2, "old-member"), 10)
+    out = core.handle(ev.LoadDone(True, complete=False), 20)
+    assert _role(core) is Role.COORDINATING
+    assert ev.Fail(1, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS) in out
+    assert ev.RunEngine(2) in out  # the engine tells an earlier member it is unknown
+    assert core.handle(ev.Request(3, "", starts_group=True), 1_000) == [
+        ev.Fail(3, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)]
+    assert core.handle(ev.Request(4, "", starts_group=True), 5_020) == [ev.RunEngine(4)]
+
+
+def test_a_complete_load_or_a_group_nobody_held_does_not_wait() -> None:
+    core = _coordinating()  # generation 1: nobody held the group before
+    assert _of(core.handle(ev.Request(2, "", starts_group=True), 10), ev.RunEngine)
