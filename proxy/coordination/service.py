@@ -34,6 +34,9 @@ network:
   whatever engine call completes it, and bounded by the client's rebalance timeout. A held
   SyncGroup (the member waits for partitions others still own) waits the same way for its
   ``SyncCompleted``; the engine's own hold timer answers it first;
+* the request funnel (:mod:`.funnel`): every group API's request is admitted (lease decided,
+  members told to let go, this sidecar holding the group, a member's group loaded) and
+  answered (the write barrier, the lease checked again) by the same two calls;
 * effects: every engine call's effects go through :meth:`CoordinatorService.apply`: timers
   wake the timer task, ``JoinCompleted`` / ``SyncCompleted`` resolve held requests, a group
   that expired (empty past ``group-empty-expiry-ms``) or was handed back to the broker leaves

@@ -269,3 +269,18 @@ def test_a_takeover_that_loads_nothing_of_a_group_held_before_lets_joins_wait() 
 def test_a_complete_load_or_a_group_nobody_held_does_not_wait() -> None:
     core = _coordinating()  # generation 1: nobody held the group before
     assert _of(core.handle(ev.Request(2, "", starts_group=True), 10), ev.RunEngine)
+
+
+def test_the_table_in_the_architecture_document_is_the_codes() -> None:
+    import pathlib
+
+    text = (pathlib.Path(core_module.__file__).parents[2] / "docs" / "architecture.md"
+            ).read_text()
+    section = text.split("The core's transitions as built")[1].split("\n\n")[1]
+    documented = set()
+    for line in section.splitlines()[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        froms = ([r for r in Role if r is not Role.STEPPING_DOWN] if cells[0] == "any"
+                 else [Role(cells[0])])
+        documented |= {(role, Why(cells[1]), Role(cells[2])) for role in froms}
+    assert documented == {(a, why, b) for (a, why), b in TRANSITIONS.items()}
