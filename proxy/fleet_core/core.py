@@ -48,7 +48,7 @@ letting-go      let-go            absent          - (every member at the loss to
 following       relay-failed      looking         Lookup
 following       view-expired      absent          -
 broker          view-expired      absent          -
-any             stop              stepping-down   Forget and SendLeave if it held the group
+any             stop              stepping-down   held: Forget, SendLeave after the writes/hand-off
 ==============  ================  ==============  ================================================
 
 ``free`` is what a lookup says when this sidecar may try the election: the broker's group is
@@ -69,7 +69,8 @@ engine's group had at the loss (the driver names them with :class:`Forgotten` wh
 the group) UNKNOWN_MEMBER_ID (it drops its partitions and rejoins), and everything else
 COORDINATOR_NOT_AVAILABLE (a member that joined elsewhere since holds nothing of this
 sidecar's); it ends (``let-go``) once every one of them was told or ``let_go_ms`` passed;
-``broker`` and ``stepping-down`` answer COORDINATOR_NOT_AVAILABLE. Inbound requests are never
+``broker`` and ``stepping-down`` answer COORDINATOR_NOT_AVAILABLE (handing off, each
+member's first request UNKNOWN_MEMBER_ID, as in ``letting-go``). Inbound requests are never
 relayed again.
 
 The lease. Every answered heartbeat (and the SyncGroup that completed a join) sent at time *s*
@@ -94,6 +95,15 @@ waiting answers fail, the engine forgets it, the lock is left, and the group is 
 again from what the log holds. A sidecar taking over opens the group's writer before it reads
 (:class:`Load`), which fences every earlier writer: a write of a holder that lost the group
 while frozen fails instead of landing behind the new holder's load.
+
+Stepping down (:class:`Stop`) from a group this sidecar holds: nothing more is answered (held
+requests and waiting answers fail with COORDINATOR_NOT_AVAILABLE, the engine's timers do not
+fire). With the state log, the lock is left once every unit submitted is acknowledged (the
+engine forgets the group then), so that the next holder loads all of it at once and no member
+is disturbed; without it (``hand_off``), the engine forgets the group at once, each member it
+had is told to let go on its next request, and the lock is left once all were told. Either
+wait is bounded by ``step_down_ms``; :attr:`GroupCore.stepped_down` tells the driver it may
+exit.
 
 Calls to the broker carry an attempt number; an answer to an attempt the core has moved past
 (an older join, a heartbeat of an older generation) is ignored. Everything the core keeps is
@@ -231,6 +241,9 @@ class CoreConfig:
     """How long a lost group's members are told to let go (a member session)."""
     retry_ms: int = 500
     """Between a failed rejoin call and the next."""
+    step_down_ms: int = 5_000
+    """Longest a sidecar that stops waits, before it leaves the lock, for its pending writes
+    (with the state log) or for every member to be told to let go (handing off)."""
     takeover_wait_ms: int = 0
     """After a takeover that loaded nothing (or not all) of a group another coordinator held
     before (its broker generation before this sidecar's join was above 0), joins are answered
@@ -294,6 +307,11 @@ class GroupCore:
         self.barrier: WriteBarrier[tuple[int, bool]] = WriteBarrier()
         """The write barrier (:mod:`translation.write_barrier`): units submitted and
         acknowledged, and the answers waiting for them as (rid, inbound)."""
+        self._stepping = ""
+        """Stepping down from a group it held: ``writes`` (waiting for every unit to be
+        acknowledged), ``members`` (waiting for every member to be told to let go), or ``""``
+        (nothing to wait for: the lock is left, or was never held)."""
+        self._step_down_until = INF
         self._to_tell: set[str] = set()
         """Members of the group at the loss not told yet to let go (``letting-go``; bounded by
         the engine group's members)."""
@@ -344,16 +362,17 @@ class GroupCore:
             if self.role in (Role.COORDINATING, Role.INTERRUPTED) \
                     and event.unit > self.barrier.acknowledged:
                 self._give_up(Why.WRITE_FAILED, now, out)
+            elif self._stepping == "writes":
+                self._stepped_down(out)  # what was not written, the next holder never hears of
         elif isinstance(event, RelayDone):
             self._relay_done(event, now, out)
         elif isinstance(event, Forgotten):
-            if self.role is Role.LETTING_GO:
+            if self.role is Role.LETTING_GO or self._stepping == "members":
                 self._to_tell = set(event.members)
+                if self._stepping == "members" and not self._to_tell:
+                    self._stepped_down(out)
         elif isinstance(event, Stop) and self.role is not Role.STEPPING_DOWN:
-            if self.role in HOLDING or self.role is Role.LETTING_GO:
-                out.append(Forget("the proxy stops"))
-            self._leave(out)
-            self._move(Why.STOP, now, out)
+            self._step_down(event, now, out)
         return out
 
     def tick(self, now: float) -> list[Action]:
@@ -365,7 +384,7 @@ class GroupCore:
     def next_deadline(self) -> float:
         """When :meth:`tick` has something to do (``inf``: nothing until the next event)."""
         times = [self._next_heartbeat, self._call_until, self._retry_at, self._view_until,
-                 self._let_go_until]
+                 self._let_go_until, self._step_down_until]
         if self.role in (Role.LOADING, Role.COORDINATING):
             times.append(self.lease_deadline)
         if self.role is Role.INTERRUPTED:
@@ -406,8 +425,7 @@ class GroupCore:
             self._fail_waiting(out)
         if after in (Role.ABSENT, Role.LETTING_GO, Role.STEPPING_DOWN, Role.BROKER):
             self._fail_held(out, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        if after in (Role.ABSENT, Role.LETTING_GO, Role.STEPPING_DOWN, Role.FOLLOWING,
-                     Role.LOOKING, Role.BROKER):
+        if after in (Role.ABSENT, Role.LETTING_GO, Role.FOLLOWING, Role.LOOKING, Role.BROKER):
             self.membership = "none" if after is not Role.LETTING_GO else self.membership
             self.barrier.reset()
 
@@ -431,6 +449,8 @@ class GroupCore:
             self._move(Why.LET_GO, now, out)
         if self.role in (Role.FOLLOWING, Role.BROKER) and now >= self._view_until:
             self._move(Why.VIEW_EXPIRED, now, out)
+        if self._stepping and now >= self._step_down_until:
+            self._stepped_down(out)
         if now >= self._call_until:
             self._call_timed_out(now, out)
         if now >= self._retry_at:
@@ -476,13 +496,17 @@ class GroupCore:
             if role is Role.ABSENT:
                 self._move(Why.REQUEST, now, out)
                 self._lookup(now, out)
-        elif role is Role.LETTING_GO and request.member_id in self._to_tell:
+        elif role in (Role.LETTING_GO, Role.STEPPING_DOWN) \
+                and request.member_id in self._to_tell:
             self._to_tell.discard(request.member_id)
             # (a member rejoining with epoch 0 has let go already: told either way)
             out.append(Fail(rid, ErrorCode.COORDINATOR_NOT_AVAILABLE if request.starts_group
                             else ErrorCode.UNKNOWN_MEMBER_ID))
             if not self._to_tell:
-                self._move(Why.LET_GO, now, out)
+                if role is Role.LETTING_GO:
+                    self._move(Why.LET_GO, now, out)
+                else:
+                    self._stepped_down(out)
         else:
             out.append(Fail(rid, ErrorCode.COORDINATOR_NOT_AVAILABLE))
 
@@ -749,6 +773,11 @@ class GroupCore:
         return out
 
     def _written(self, event: Written, now: float, out: list[Action]) -> None:
+        if self._stepping == "writes":
+            self.barrier.acknowledge(event.unit)  # (every answer failed at the stop)
+            if self.barrier.settled():
+                self._stepped_down(out)
+            return
         if self.role not in HOLDING:
             return
         ready = self.barrier.acknowledge(event.unit)  # none waits unless coordinating
@@ -758,6 +787,43 @@ class GroupCore:
             else:
                 out.append(Fail(rid, ErrorCode.NOT_COORDINATOR if inbound
                                 else ErrorCode.COORDINATOR_NOT_AVAILABLE))
+
+    # -- stepping down ------------------------------------------------------------------------
+
+    def _step_down(self, event: Stop, now: float, out: list[Action]) -> None:
+        held = self.role in HOLDING
+        if self.role is Role.LETTING_GO:
+            out.append(Forget("the proxy stops"))
+        pending = held and not event.hand_off and not self.barrier.settled()
+        self._move(Why.STOP, now, out)  # held requests and waiting answers fail
+        if not held:
+            self._leave(out)
+            self.barrier.reset()
+            return
+        if event.hand_off:  # the driver names the members with Forgotten
+            out.append(Forget("the proxy stops: its members let go first"))
+        self._stepping = "writes" if pending else "members" if event.hand_off else ""
+        if self._stepping:
+            self._step_down_until = now + self.config.step_down_ms
+        else:
+            self._stepped_down(out)
+
+    def _stepped_down(self, out: list[Action]) -> None:
+        """Stepping down is done (or its bound passed): the engine forgets the group (unless
+        it did already, handing off) and the lock is left at once, so that the next holder
+        need not wait for the broker's session."""
+        if self._stepping != "members":
+            out.append(Forget("the proxy stops"))
+        self._stepping = ""
+        self._step_down_until = INF
+        self._to_tell.clear()
+        self._leave(out)
+        self.barrier.reset()
+
+    @property
+    def stepped_down(self) -> bool:
+        """Stepping down and nothing left to wait for (the driver may exit)."""
+        return self.role is Role.STEPPING_DOWN and not self._stepping
 
     def _give_up(self, why: Why, now: float, out: list[Action]) -> None:
         out.append(Forget(f"group given up: {why.value}"))

@@ -133,7 +133,12 @@ class Forgotten:
 
 @dataclass(frozen=True)
 class Stop:
-    """The proxy stops: step down."""
+    """The proxy stops: step down. With the state log (``hand_off`` False) nothing more is
+    answered, what is pending is written, and the lock is left, so that the next holder loads
+    everything and nobody is disturbed; without it (``hand_off``) the members are told to let
+    go first (each one's next request is answered UNKNOWN_MEMBER_ID), then the lock is left."""
+
+    hand_off: bool = False
 
 
 Event = (Request | LookedUp | JoinAnswered | SyncAnswered | HeartbeatAnswered | CallFailed

@@ -473,8 +473,14 @@ class FleetSimulation:
         self.note(f"fault {kind} {sc.name}")
         self.at(self.now + int(self.rng.expovariate(1 / k.fault_every_ms)) + 1, self.ev_fault)
 
-    def ev_exit(self, sc: Sidecar, incarnation: int) -> None:
+    def ev_exit(self, sc: Sidecar, incarnation: int, waited: int = 0) -> None:
         if sc.incarnation != incarnation or not sc.alive:
+            return
+        if not sc.core.stepped_down and waited < self.core_config.step_down_ms \
+                and self.now >= sc.frozen_until:
+            # the process exits once its core stepped down (its writes acknowledged, the
+            # lock left), as the proxy's drain waits, at most the bound
+            self.at(self.now + 50, self.ev_exit, sc, incarnation, waited + 50)
             return
         sc.alive = False
         sc.incarnation += 1

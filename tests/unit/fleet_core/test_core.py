@@ -284,3 +284,42 @@ def test_the_table_in_the_architecture_document_is_the_codes() -> None:
                  else [Role(cells[0])])
         documented |= {(role, Why(cells[1]), Role(cells[2])) for role in froms}
     assert documented == {(a, why, b) for (a, why), b in TRANSITIONS.items()}
+
+
+def test_stepping_down_with_the_log_leaves_the_lock_once_the_pending_writes_landed() -> None:
+    core = _coordinating()
+    core.handle(ev.Request(2, "a"), 10)
+    assert core.handle(ev.EngineDone(2, wrote=True), 10) == [ev.Write(1)]
+    out = core.handle(ev.Stop(), 20)
+    assert _role(core) is Role.STEPPING_DOWN and not core.stepped_down
+    assert out == [ev.Fail(2, ErrorCode.COORDINATOR_NOT_AVAILABLE)]  # nothing more answered
+    assert core.handle(ev.Request(3, "a"), 30) == [
+        ev.Fail(3, ErrorCode.COORDINATOR_NOT_AVAILABLE)]
+    out = core.handle(ev.Written(1), 40)
+    assert core.stepped_down and _of(out, ev.Forget) and ev.SendLeave("m1") in out
+
+
+def test_stepping_down_leaves_at_once_with_nothing_pending_and_at_its_bound_otherwise() -> None:
+    core = _coordinating()
+    out = core.handle(ev.Stop(), 20)
+    assert core.stepped_down and _of(out, ev.Forget) and ev.SendLeave("m1") in out
+    core = _coordinating()
+    core.handle(ev.Request(2, "a"), 10)
+    core.handle(ev.EngineDone(2, wrote=True), 10)
+    core.handle(ev.Stop(), 20)
+    assert core.next_deadline() <= 20 + CONFIG.step_down_ms
+    out = core.tick(20 + CONFIG.step_down_ms)
+    assert core.stepped_down and ev.SendLeave("m1") in out
+
+
+def test_handing_off_tells_every_member_to_let_go_before_the_lock_is_left() -> None:
+    core = _coordinating()
+    out = core.handle(ev.Stop(hand_off=True), 20)
+    assert _of(out, ev.Forget) and not _of(out, ev.SendLeave)
+    core.handle(ev.Forgotten(frozenset({"a", "b"})), 20)
+    assert core.handle(ev.Request(3, "a"), 30) == [ev.Fail(3, ErrorCode.UNKNOWN_MEMBER_ID)]
+    assert core.handle(ev.Request(4, "x"), 30) == [
+        ev.Fail(4, ErrorCode.COORDINATOR_NOT_AVAILABLE)]
+    out = core.handle(ev.Request(5, "b"), 40)
+    assert ev.Fail(5, ErrorCode.UNKNOWN_MEMBER_ID) in out and ev.SendLeave("m1") in out
+    assert core.stepped_down and not _of(out, ev.Forget)  # forgotten at the stop already
