@@ -29,6 +29,7 @@ looking         unreachable       absent          held requests: COORDINATOR_NOT
 electing        lost-election     looking         SendLeave if joined; Lookup
 electing        election-failed   absent          SendLeave if joined; COORDINATOR_NOT_AVAILABLE
 electing        elected           loading         Load; heartbeat every third of a session
+electing        direct            broker          INCONSISTENT_GROUP_PROTOCOL: the broker phase
 loading         loaded            coordinating    RunEngine for every held request
 loading         loaded-nothing    coordinating    as loaded; joins wait takeover-wait-ms
 loading         load-failed       absent          Forget; SendLeave
@@ -221,6 +222,12 @@ HOLDING = frozenset({Role.LOADING, Role.COORDINATING, Role.INTERRUPTED})
 """Roles in which this sidecar's lock member may lead the broker's group."""
 LOST = frozenset({ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION,
                   ErrorCode.FENCED_INSTANCE_ID})
+RETRY_JOIN = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                        ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR,
+                        ErrorCode.REBALANCE_IN_PROGRESS})
+"""Answers to the election's JoinGroup that are tried again (the coordinator moving, a
+rebalance under way), at most :data:`MAX_JOIN_TRIES` times, as the broker membership does."""
+MAX_JOIN_TRIES = 10
 """Broker answers that mean the lock member is gone (the broker forgot it)."""
 
 
@@ -295,6 +302,8 @@ class GroupCore:
         self._heartbeats: dict[int, tuple[float, int]] = {}
         """Attempt -> (send time, generation) of heartbeats sent in the last session."""
         self._retry_at = INF
+        self._join_tries = 0
+        """Joins of the election answered with a retriable error so far."""
         self._view_until = INF
         self._let_go_until = INF
         self._assign_from = -INF
@@ -455,7 +464,7 @@ class GroupCore:
             self._call_timed_out(now, out)
         if now >= self._retry_at:
             self._retry_at = INF
-            if self.role is Role.INTERRUPTED and self.membership == "joining":
+            if self.role in (Role.INTERRUPTED, Role.ELECTING) and self.membership == "joining":
                 self._send_join(now, out)
         if self.role in HOLDING and self.membership == "stable" and now >= self._next_heartbeat:
             self._attempt += 1
@@ -557,6 +566,7 @@ class GroupCore:
               or any(h.starts_group for h in self._held.values())):  # a restart, or a start
             self.membership = "joining"
             self.member_id = ""
+            self._join_tries = 0
             self._move(Why.FREE, now, out)
             self._send_join(now, out)
         else:
@@ -612,6 +622,19 @@ class GroupCore:
                 self.member_id = event.member_id
                 self.membership = "checking"
                 self._lookup(now, out)
+                return
+            if event.error in RETRY_JOIN and self._join_tries < MAX_JOIN_TRIES:
+                # the broker's coordinator is moving, or the group rebalances: the same join
+                # again after a pause (the member id the broker gave stays pending)
+                self._join_tries += 1
+                self._call, self._call_until = None, INF
+                self._retry_at = now + self.config.retry_ms
+                return
+            if event.error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL:
+                # members of another protocol hold the broker's group: its broker phase
+                self._leave(out)
+                self._move(Why.DIRECT, now, out)
+                self._view_until = now + self.config.view_ms
                 return
             if event.error != ErrorCode.NONE:
                 self._leave(out)

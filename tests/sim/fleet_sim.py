@@ -82,6 +82,9 @@ class Knobs:
     load_fail: float = 0.05
     request_timeout_ms: int = 2_000
     relay_timeout_ms: int = 1_500
+    join_moved: float = 0.0
+    """Share of the broker's answers to a JoinGroup with a member id that are
+    NOT_COORDINATOR (its group coordinator moving), during the chaos."""
     per_connection_order: bool = True
     """A client's requests reach the holder in the order sent, and a request dies with the
     connection the client closed when it timed out (as the proxy's links per client connection
@@ -163,6 +166,12 @@ class Broker:
             new = f"{owner}-m{self._ids}"
             self.pending_ids.add(new)
             reply(ev.JoinAnswered(attempt, ErrorCode.MEMBER_ID_REQUIRED, new))
+            return
+        sim = self.sim
+        if sim.knobs.join_moved and not sim.chaos_over \
+                and sim.rng.random() < sim.knobs.join_moved:
+            sim.stats["joins-coordinator-moved"] += 1
+            reply(ev.JoinAnswered(attempt, ErrorCode.NOT_COORDINATOR))
             return
         member = self.members.get(member_id)
         if member is None:

@@ -164,3 +164,12 @@ def test_requests_that_outlive_their_connection_strand_partitions() -> None:
     reordered = run_fleet_seed(
         seed, dataclasses.replace(knobs_for_seed(seed), per_connection_order=False))
     assert not reordered.ok and "partitions unowned" in reordered.violation
+
+
+def test_elections_meeting_a_moving_coordinator_retry_and_settle() -> None:
+    """Joins answered NOT_COORDINATOR (the broker's group coordinator moving) are tried again
+    with the member id the broker gave; the fleet still settles, nothing owned twice."""
+    results = [run_fleet_seed(seed, dataclasses.replace(knobs_for_seed(seed), join_moved=0.2))
+               for seed in range(FIRST, FIRST + 40)]
+    assert [r.violation for r in results if not r.ok] == []
+    assert sum(r.stats["joins-coordinator-moved"] for r in results) > 20

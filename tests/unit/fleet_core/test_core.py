@@ -63,7 +63,7 @@ def test_the_documented_table_is_the_code_and_every_role_is_in_it() -> None:
     assert {r for r, _ in TRANSITIONS} | set(TRANSITIONS.values()) == set(Role)
     rows = [line for line in (core_module.__doc__ or "").splitlines()
             if line.split() and line.split()[0] in {r.value for r in Role} | {"any"}]
-    assert len(rows) == 30
+    assert len(rows) == 31
 
 
 def test_a_move_outside_the_table_raises() -> None:
@@ -323,3 +323,32 @@ def test_handing_off_tells_every_member_to_let_go_before_the_lock_is_left() -> N
     out = core.handle(ev.Request(5, "b"), 40)
     assert ev.Fail(5, ErrorCode.UNKNOWN_MEMBER_ID) in out and ev.SendLeave("m1") in out
     assert core.stepped_down and not _of(out, ev.Forget)  # forgotten at the stop already
+
+
+def _electing(core: GroupCore) -> ev.SendJoin:
+    (lookup,) = _of(core.handle(ev.Request(1, "", starts_group=True), 0), ev.Lookup)
+    (join,) = _of(core.handle(ev.LookedUp(lookup.attempt, ev.Shape.UNUSED), 0), ev.SendJoin)
+    out = core.handle(ev.JoinAnswered(join.attempt, ErrorCode.MEMBER_ID_REQUIRED, "m1"), 0)
+    (check,) = _of(out, ev.Lookup)
+    (join,) = _of(core.handle(ev.LookedUp(check.attempt, ev.Shape.UNUSED), 0), ev.SendJoin)
+    assert isinstance(join, ev.SendJoin)
+    return join
+
+
+def test_an_elections_join_is_tried_again_while_the_coordinator_moves() -> None:
+    core = GroupCore("g", "s0", CONFIG)
+    join = _electing(core)
+    out = core.handle(ev.JoinAnswered(join.attempt, ErrorCode.NOT_COORDINATOR), 10)
+    assert out == [] and _role(core) is Role.ELECTING
+    (again,) = _of(core.tick(10 + CONFIG.retry_ms), ev.SendJoin)
+    assert again.member_id == "m1"  # the pending member id
+    out = core.handle(ev.JoinAnswered(again.attempt, ErrorCode.NONE, "m1", 1, "m1"), 300)
+    assert _of(out, ev.SendSync)
+
+
+def test_members_of_another_protocol_put_the_group_in_the_broker_phase() -> None:
+    core = GroupCore("g", "s0", CONFIG)
+    join = _electing(core)
+    out = core.handle(ev.JoinAnswered(join.attempt, ErrorCode.INCONSISTENT_GROUP_PROTOCOL), 10)
+    assert _role(core) is Role.BROKER
+    assert ev.Fail(1, ErrorCode.COORDINATOR_NOT_AVAILABLE) in out
