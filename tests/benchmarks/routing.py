@@ -11,9 +11,12 @@ one round trip on the client's connection, measured by ``dev/bench passthrough``
 figures), an OffsetCommit of a coordinated group (validated by the engine, checked for stale
 retries, stamped, the broker's answer mapped back), a ConsumerGroupHeartbeat of a group another
 sidecar holds (relayed: the fleet route and the relay's start, not the peer's answer) and one
-arriving from another sidecar on the fleet listener, and the construction of a router (once per
-client connection). Prints microseconds per call, wall-clock and CPU time of this process,
-median of ``--repeat`` runs; ``--json`` writes them with the machine and its load average.
+arriving from another sidecar on the fleet listener, the construction of a router (once per
+client connection), and a member's steady ConsumerGroupHeartbeat answered by the coordinator
+service itself (its request funnel, the engine, the write barrier's and the lease's checks; no
+state log), which the router's cases leave out. Prints microseconds per call, wall-clock and
+CPU time of this process, median of ``--repeat`` runs; ``--json`` writes them with the machine
+and its load average.
 ``--calls`` also counts each case's Python function calls (cProfile), which the load of a shared
 machine does not move.
 """
@@ -28,7 +31,8 @@ import os
 import pstats
 import statistics
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +55,7 @@ from tests.unit.coordination.helpers import (
     TOPIC,
     consumer_heartbeat,
     coordinate,
+    joining_heartbeat,
     make_service,
     request,
     router,
@@ -176,11 +181,40 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _driven(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run a service call that never waits to its end, without the event loop."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    coro.close()
+    raise RuntimeError("the service call waited")
+
+
+async def service_case() -> Callable[[], object]:
+    """A member's steady heartbeat answered by the service (its request funnel, the engine and
+    the answer's checks): the part the router's cases leave out."""
+    service = make_service()
+    coordinate(service, "g")
+    member = str(uuid.uuid4())
+    joined = await service.heartbeat(joining_heartbeat(member, 0))
+    beat = joining_heartbeat(member, joined.member_epoch)
+    assert _driven(service.heartbeat(beat)).error_code == 0
+    return lambda: _driven(service.heartbeat(beat))
+
+
+async def _all_cases() -> dict[str, Callable[[], object]]:
+    timed = cases()
+    timed["ConsumerGroupHeartbeat answered by the service (funnel + engine)"] = (
+        await service_case())
+    return timed
+
+
 async def _count_calls() -> dict[str, float]:
     """Python function calls (and calls of C functions) per call of each case, as cProfile
     counts them."""
     counts: dict[str, float] = {}
-    for name, call in cases().items():
+    for name, call in (await _all_cases()).items():
         call()
         profile = cProfile.Profile()
         profile.enable()
@@ -199,7 +233,7 @@ async def _measure(args: argparse.Namespace) -> tuple[dict[str, float], dict[str
     shared machine took the core meanwhile)."""
     wall: dict[str, float] = {}
     cpu: dict[str, float] = {}
-    for name, call in cases().items():
+    for name, call in (await _all_cases()).items():
         call()
         runs = [_timed(call, args.number) for _ in range(args.repeat)]
         wall[name] = statistics.median(w for w, _ in runs) / args.number * 1e6
