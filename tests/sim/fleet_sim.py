@@ -136,6 +136,9 @@ class Knobs:
     offsets_retention_ms: int = 25_000
     """The broker's ``offsets.retention.minutes``, scaled: how long after its last commit a
     partition's offset is kept once no member subscribes to its topic (KIP-211)."""
+    join_moved: float = 0.0
+    """Share of the broker's answers to a JoinGroup with a member id that are
+    NOT_COORDINATOR (its group coordinator moving), during the faults."""
     start_together: bool = False
     """Every client starts at the same moment (a contested election for a new group)."""
     strict_gaps: bool = False
@@ -241,6 +244,12 @@ class Broker:
             new = f"{owner}-m{self._ids}"
             self.pending_ids[new] = now
             reply(ev.JoinAnswered(attempt, ErrorCode.MEMBER_ID_REQUIRED, new))
+            return
+        sim = self.sim
+        if sim.knobs.join_moved and not sim.chaos_over \
+                and sim.rng.random() < sim.knobs.join_moved:
+            sim.stats["joins-coordinator-moved"] += 1
+            reply(ev.JoinAnswered(attempt, ErrorCode.NOT_COORDINATOR))
             return
         member = self.members.get(member_id)
         if member is None:
@@ -530,6 +539,8 @@ class Sidecar:
         self.defects = NO_DEFECTS
         """The fixed defects this sidecar's build still has (``Knobs.defects``; the skewed
         sidecar's ``Knobs.skewed_defects``)."""
+        self.deciding_role = Role.ABSENT
+        """The core's role when it was handed the event whose actions are performed now."""
         self.protocol = 3
         """Its fleet protocol: 2 (0.2.0) takes no commit tickets: its followers' commits are
         relayed to it and it commits them, and as a follower it relays its members' commits."""
@@ -567,7 +578,8 @@ class FleetSimulation:
             durable_state=True, member_id_factory=self._member_id)
         self.core_config = CoreConfig(
             session_ms=k.lock_session_ms, lease_fraction=k.lease_fraction, hold_ms=5_000,
-            lookup_ms=3_000, view_ms=30_000, let_go_ms=k.member_session_ms, retry_ms=500)
+            lookup_ms=3_000, view_ms=30_000, let_go_ms=k.member_session_ms, retry_ms=500,
+            takeover_wait_ms=k.member_session_ms)
         self.sidecars = [Sidecar(f"s{i}", 1 + self.rng.uniform(-k.skew, k.skew))
                          for i in range(k.sidecars)]
         for i, sc in enumerate(self.sidecars):
@@ -732,8 +744,14 @@ class FleetSimulation:
             if self.pod[client.name] is sc and client.transport.conn:
                 self.at(self.now + 1, client.connection_reset, client.transport.conn)
 
-    def ev_exit(self, sc: Sidecar, incarnation: int) -> None:
+    def ev_exit(self, sc: Sidecar, incarnation: int, waited: int = 0) -> None:
         if sc.incarnation != incarnation or not sc.alive:
+            return
+        if not sc.core.stepped_down and waited < self.core_config.step_down_ms \
+                and self.now >= sc.frozen_until:
+            # the process exits once its core stepped down (its writes acknowledged, the
+            # lock left), as the proxy's drain waits, at most the bound
+            self.at(self.now + 50, self.ev_exit, sc, incarnation, waited + 50)
             return
         self._kill(sc)
         self.at(self.now + self.rng.randint(0, self.knobs.lock_session_ms), self.ev_restart, sc)
@@ -867,6 +885,7 @@ class FleetSimulation:
     def _handle(self, sc: Sidecar, event: ev.Event) -> None:
         before = sc.core.role
         actions = sc.core.handle(event, self.local(sc))
+        sc.deciding_role = before
         if self.verbose and sc.core.role is not before:
             self.note(f"{sc.name} {before.value} -> {sc.core.role.value} ({type(event).__name__})")
         self.perform(sc, actions)
@@ -922,10 +941,13 @@ class FleetSimulation:
                     self._effects(sc, sc.engine.resume(GROUP, self.local(sc)))
                     self._drain(sc)
             elif isinstance(action, ev.Forget):
+                group = sc.engine.groups.get(GROUP) if sc.engine is not None else None
+                members = frozenset(group.members) if group is not None else frozenset()
                 sc.engine = None
                 sc.writer = 0
                 sc.unwritten = []
                 self.note(f"{sc.name} forgets: {action.reason}")
+                work[:0] = sc.core.handle(ev.Forgotten(members), self.local(sc))
         self._bound_commits(sc)
 
     def _at_broker(self, sc: Sidecar, incarnation: int, call: ev.Action) -> None:
@@ -956,6 +978,7 @@ class FleetSimulation:
         if sc.core.role is not Role.LOADING:
             return
         ok = self.rng.random() >= self.knobs.load_fail or self.chaos_over
+        complete = bool(self.log.log)
         if ok:
             engine = GroupCoordinator(self.engine_config, self.image)
             took_over = bool(self.log.log)
@@ -967,7 +990,9 @@ class FleetSimulation:
                 sc.advertises = True
                 self._advertise(sc)
         self.note(f"{sc.name} loaded ok={ok}")
-        self._handle(sc, ev.LoadDone(ok))
+        if ok and not complete:
+            self.stats["loads-of-nothing"] += 1
+        self._handle(sc, ev.LoadDone(ok, complete))
 
     def _advertise(self, sc: Sidecar) -> None:
         """The lock member advertises the group's topics (the loaded group's after a
@@ -1442,6 +1467,8 @@ class FleetSimulation:
         if pending is None:
             return
         role = sc.core.role
+        if error is ErrorCode.UNKNOWN_MEMBER_ID and sc.deciding_role is Role.LETTING_GO:
+            role = Role.LETTING_GO  # (its last tell ended the letting go: it is absent now)
         if (sc.defects.stepping_down_passes_to_broker and role is Role.STEPPING_DOWN
                 and pending.is_commit and pending.origin is None):
             # Passed to the broker, whose group of that id is the lock: it knows no member.

@@ -24,6 +24,7 @@ fixed, each put back behind a switch with the seed that finds it, are in
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import Counter
 
@@ -33,7 +34,7 @@ from proxy.fleet_core import core as core_module
 from proxy.fleet_core import events as ev
 from proxy.fleet_core.core import TRANSITIONS, Role, Why
 from tests.sim.fleet_checks import KNOWN_GAPS
-from tests.sim.fleet_sim import FleetResult, run_fleet_seed
+from tests.sim.fleet_sim import FleetResult, knobs_for_seed, run_fleet_seed
 
 SEEDS = int(os.environ.get("GROUPGATE_SIM_FLEET_SEEDS", "150"))
 FIRST = int(os.environ.get("GROUPGATE_SIM_START", "0")) + 900_000
@@ -113,3 +114,12 @@ def test_a_seed_replays_exactly() -> None:
     first, second = run_fleet_seed(FIRST + 7), run_fleet_seed(FIRST + 7)
     assert first.ok and second.ok and first.events > 1_000
     assert (first.events, first.stats) == (second.events, second.stats)
+
+
+def test_elections_meeting_a_moving_coordinator_retry_and_settle() -> None:
+    """Joins answered NOT_COORDINATOR (the broker's group coordinator moving) are tried again
+    with the member id the broker gave; the fleet still settles, nothing owned twice."""
+    results = [run_fleet_seed(seed, dataclasses.replace(knobs_for_seed(seed), join_moved=0.2))
+               for seed in range(FIRST, FIRST + 15)]
+    assert [r.violation for r in results if not r.ok] == []
+    assert sum(r.stats["joins-coordinator-moved"] for r in results) > 10
