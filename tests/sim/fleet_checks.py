@@ -45,8 +45,9 @@ KNOWN_GAPS = {
         "takes the new epoch and never learns of the partitions, which nobody consumes"),
     "let-go-told-once": (
         "a sidecar letting go of a group it lost tells each member UNKNOWN_MEMBER_ID once, on "
-        "its first request (GroupCore._told); when that request is a commit (UNKNOWN_MEMBER_ID on "
-        "a commit makes a KIP-848 client heartbeat, not let go) or its answer does not reach "
+        "its first request (GroupCore._to_tell); when that request is a commit "
+        "(UNKNOWN_MEMBER_ID on a commit makes a KIP-848 client heartbeat, not let go) or its "
+        "answer does not reach "
         "the client (it closed the connection), the member's later requests only hear "
         "COORDINATOR_NOT_AVAILABLE: it keeps its partitions while the next holder gives them "
         "to others"),
