@@ -26,6 +26,7 @@ looking         free              electing        SendJoin without a member id
 looking         direct            broker          held requests: COORDINATOR_NOT_AVAILABLE
 looking         not-eligible      absent          held requests: UNKNOWN_MEMBER_ID (no JoinGroup)
 looking         unreachable       absent          held requests: COORDINATOR_NOT_AVAILABLE
+looking         legacy            absent          held requests: COORDINATOR_NOT_AVAILABLE
 electing        lost-election     looking         SendLeave if joined; Lookup
 electing        election-failed   absent          SendLeave if joined; COORDINATOR_NOT_AVAILABLE
 electing        elected           loading         Load; heartbeat every third of a session
@@ -56,7 +57,10 @@ any             stop              stepping-down   held: Forget, SendLeave after 
 Empty (used before: its state may be in the log), or unused and a held request may start the
 group (an epoch-0 heartbeat, a JoinGroup the engine takes), or led by this sidecar's own
 address (its member from before a restart: the JoinGroup waits until the broker drops it).
-An unused group and only requests of members that cannot exist is ``not-eligible``.
+An unused group and only requests of members that cannot exist is ``not-eligible``. A group
+held by nobody the fleet can name (``held`` without a holder: a groupgate without a card,
+0.1.0, leads it) is ``legacy``: nobody here acts next to it, and it is never taken for this
+sidecar's own member from before a restart.
 
 What a member's request gets in each role (:meth:`GroupCore._request`): ``absent`` starts a
 lookup and holds it; ``looking``, ``electing`` and ``loading`` hold it (bounded by
@@ -199,6 +203,7 @@ class Why(enum.Enum):
     LET_GO = "let-go"
     RELAY_FAILED = "relay-failed"
     VIEW_EXPIRED = "view-expired"
+    LEGACY = "legacy"
     STOP = "stop"
 
 
@@ -584,6 +589,12 @@ class GroupCore:
         elif event.shape is Shape.DIRECT:
             self._move(Why.DIRECT, now, out)
             self._view_until = now + self.config.view_ms
+        elif event.shape is Shape.HELD and event.holder is None:
+            # led by a groupgate without a card (0.1.0): not this sidecar's, nobody's to follow
+            held, self._held = self._held, {}
+            self._move(Why.LEGACY, now, out)
+            for rid in held:
+                out.append(Fail(rid, ErrorCode.COORDINATOR_NOT_AVAILABLE))
         elif event.shape is Shape.UNREACHABLE:
             self._move(Why.UNREACHABLE, now, out)
         elif (event.shape is Shape.FREE or event.shape is Shape.HELD  # this sidecar before

@@ -60,7 +60,8 @@ class LookedUp:
     attempt: int
     shape: Shape
     holder: str | None = None
-    """The holding sidecar's fleet address (``Shape.HELD``)."""
+    """The holding sidecar's fleet address (``Shape.HELD``); None with ``Shape.HELD``: the
+    broker's group is led by a groupgate without a card (0.1.0), which nobody follows."""
 
 
 @dataclass(frozen=True)

@@ -89,14 +89,15 @@ def test_sidecar_faults_keep_the_fleet_s_invariants(monkeypatch: pytest.MonkeyPa
                 "acts-timer", "request-timeouts", "connect-refused", "commit-retries"):
         assert total[key] > 0, (key, total)
     # Every move of the table happened, but for what is not simulated (direct members: the
-    # broker phase; made-up member ids) and what is rare enough to need more seeds (the core's
-    # unit tests walk those). A stop happens in many roles; each is a move of the ``any`` row.
+    # broker phase; made-up member ids; 0.1.0 groupgates) and what is rare enough to need more
+    # seeds (the core's unit tests walk those). A stop happens in many roles; each is a move of
+    # the ``any`` row.
     rare = {(Role.COORDINATING, Why.REFUSED), (Role.LOADING, Why.REFUSED),
             (Role.LOADING, Why.LEASE_PASSED), (Role.LOADING, Why.REBALANCE),
             (Role.INTERRUPTED, Why.WRITE_FAILED), (Role.INTERRUPTED, Why.LOST_ELECTION),
             (Role.INTERRUPTED, Why.REFUSED)}
     expected = {key for key in TRANSITIONS
-                if key[1] not in (Why.DIRECT, Why.STOP, Why.NOT_ELIGIBLE)
+                if key[1] not in (Why.DIRECT, Why.STOP, Why.NOT_ELIGIBLE, Why.LEGACY)
                 and key[0] is not Role.BROKER} - rare
     assert expected - seen == set()
     assert (Role.COORDINATING, Why.STOP) in seen and (Role.FOLLOWING, Why.STOP) in seen

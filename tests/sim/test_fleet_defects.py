@@ -15,6 +15,8 @@ for a trace of every answer.
 from __future__ import annotations
 
 import dataclasses
+import pathlib
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +81,24 @@ def test_every_switch_is_off_by_default_and_named_in_the_catalogue() -> None:
     not_expressed = {"heartbeats_held_whole_hold", "no_heartbeat_catch_up"}
     names = {f.name for f in dataclasses.fields(Defects)}
     assert names == {c.defect for c in CATALOGUE} | not_expressed
+
+
+def test_no_switch_is_reachable_outside_the_simulator_s_tests() -> None:
+    """Only the core (its default, :data:`NO_DEFECTS`) and the simulator's tests name the
+    switches: no module of the proxy, and no other test or tool, can turn one on."""
+    root = pathlib.Path(core_module.__file__).parents[2]
+    allowed = {pathlib.Path("proxy/fleet_core/defects.py"),
+               pathlib.Path("proxy/fleet_core/core.py")}
+    naming = set()
+    for folder in ("proxy", "translation", "tests", "dev"):
+        for path in (root / folder).rglob("*.py"):
+            relative = path.relative_to(root)
+            if relative.parts[:2] != ("tests", "sim") and relative not in allowed \
+                    and re.search(r"\bdefects\b|\bDefects\b", path.read_text()):
+                naming.add(str(relative))
+    assert naming == set()
+    core_source = (root / "proxy/fleet_core/core.py").read_text()
+    assert re.findall(r"defects: Defects = (\w+)", core_source) == ["NO_DEFECTS"]
 
 
 # -- what the fleet rests on, changed in the simulation itself --------------------------------
