@@ -72,18 +72,17 @@ from proxy.connection import (
     Rewrite,
 )
 from proxy.coordination import (
+    as_the_client,
     classic,
     commit_retries,
     consumer_group,
     listing,
     offsets,
     release,
-    tickets,
     upgrade,
 )
 from proxy.coordination.authorization import AuthorizationStage
 from proxy.coordination.fleet import mark_forwarded, unmark
-from proxy.coordination.fleet_control import FLEET_CONTROL, FLEET_CONTROL_VERSION
 from proxy.coordination.handler import (
     ApiHandler,
     GroupRequest,
@@ -94,7 +93,6 @@ from proxy.coordination.handler import (
 )
 from proxy.coordination.heartbeat_answers import HeartbeatAnswers
 from proxy.coordination.inside import held_while_inside
-from proxy.coordination.membership import MEMBERSHIP_LOST
 from proxy.coordination.peek import group_id_of
 from proxy.coordination.peers import LOCAL, LOOKUP, RELAY, FleetSide, Route
 from proxy.coordination.service import CoordinatorService
@@ -346,13 +344,12 @@ class CoordinatingRouter(ForwardingRouter):
                 else:
                     assert route is not None
                     if route.kind == RELAY:
-                        if (isinstance(handler, offsets.OffsetCommitHandler)
-                                and route.protocol >= tickets.TICKET_PROTOCOL):
-                            # the holder validates, this sidecar sends it on the client's
-                            # own connection (:mod:`.tickets`)
-                            return Local(self._ticketed(handler, group_request, groups, route),
-                                         holds_later=True)
-                        return Local(self._relay(handler, group_request, groups, route),
+                        # the holder decides what is the engine's, this sidecar sends the
+                        # rest on the client's own connection (:mod:`.as_the_client`)
+                        sent_here = as_the_client.on_client_connection(
+                            self, handler, group_request, groups, route)
+                        return Local(sent_here if sent_here is not None else
+                                     self._relay(handler, group_request, groups, route),
                                      holds_later=True)
                     if route.kind != LOCAL:
                         fleet.routes.note_refused(groups, route.reason)
@@ -518,140 +515,28 @@ class CoordinatingRouter(ForwardingRouter):
                               if self._software is not None else None,
                               request.principal, route.protocol)
 
-    async def _ticketed(self, handler: offsets.OffsetCommitHandler, request: GroupRequest,
-                        groups: tuple[str, ...], route: Route) -> bytes | Rewrite:
-        """A commit of a group another sidecar holds: validated there, which answers a
-        ticket (:mod:`.tickets`), then stamped and sent here, on the client's own connection,
-        so that the broker authorizes it as the client's."""
-        assert self._fleet is not None and route.address is not None
-        address = route.address
-        value = request.value
-        asked = dict(value, topics=[  # the holder validates partitions, not their metadata
-            dict(t, partitions=[dict(p, committed_metadata=None) for p in t["partitions"]])
-            for t in value["topics"]])
-        body = tickets.ask_body(request.api_key, request.version, self._mark(request, route),
-                                messages.encode_request(request.api_key, request.version,
-                                                        asked))
-        del asked
-        try:
-            reply = tickets.read_reply(await self._fleet.links.control(
-                address, FLEET_CONTROL, FLEET_CONTROL_VERSION, body))
-        except (UpstreamError, ValueError) as exc:
-            log.info("asking %s:%d for a commit ticket for %s failed: %s", *address,
-                     ",".join(groups), exc)
-            self._fleet.routes.forget(groups)
-            metrics.FLEET_RELAYS.labels("failed").inc()
-            return self._encode(handler, request, handler.failure(request, NOT_COORDINATOR))
-        if reply is None:  # a holder without tickets: it commits as the proxy
-            metrics.COMMIT_TICKETS.labels("relayed").inc()
-            return await self._relay(handler, request, groups, route)
-        metrics.FLEET_RELAYS.labels("answered").inc()
-        ticket = reply.ticket
-        if ticket is None:
-            if reply.error in _MOVED:
-                self._fleet.routes.forget(groups)
-            metrics.COMMIT_TICKETS.labels("refused").inc()
-            return self._encode(handler, request, handler.failure(request, reply.error))
-        group_id = value["group_id"]
-        service = handler.service
-        if (request.node_id is not None and ticket.coordinator is not None
-                and request.node_id != ticket.coordinator):
-            # the client sent it to a broker that does not coordinate the group: as Kafka
-            if ticket.member_id is not None:
-                service.tickets.report(address, group_id, ticket.ticket_id, [])
-            return self._encode(handler, request, handler.failure(request, NOT_COORDINATOR))
-        reported = ticket.member_id is None  # nothing stamped: nothing to report
-
-        def report(errors: list[int]) -> None:
-            nonlocal reported
-            if not reported:
-                reported = True
-                service.tickets.report(address, group_id, ticket.ticket_id, errors)
-
-        def on_response(response: Value) -> Value:
-            errors = [p["error_code"] for t in response["topics"] for p in t["partitions"]]
-            report(errors)
-            for t in response["topics"]:
-                for p in t["partitions"]:
-                    if p["error_code"] in MEMBERSHIP_LOST:
-                        # the holder's membership moved on: it rejoins, the client retries
-                        p["error_code"] = int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
-            return response
-
-        return self._rewrite(handler, request, Upstream(
-            ticket.stamped(value), on_response, lambda: report([]), ticket.version))
-
     def commit_tickets(self, body: dict[str, Any]) -> bytes | Awaitable[bytes]:
-        """At the holder, on the fleet listener: a follower's ``CommitTicket`` (decided
-        without being sent) or ``CommitDone`` (:mod:`.tickets`); the answer's body."""
-        service = self._handlers[ApiKey.OFFSET_COMMIT].service
-        if body.get("type") == tickets.COMMIT_DONE:
-            try:
-                group_id, ticket_id, errors = tickets.read_done(body)
-            except ValueError:
-                return tickets.reply_body(tickets.Reply(int(ErrorCode.INVALID_REQUEST)))
-            known = service.tickets.book.done(group_id, ticket_id, errors)
-            return tickets.reply_body(tickets.Reply(0 if known else UNKNOWN_MEMBER_ID))
-        return self._ticket_answer(service, body)
+        """At the holder, on the fleet listener: a follower's ``CommitTicket``,
+        ``CommitDone``, ``Remainder`` or ``Heartbeat`` (:mod:`.as_the_client`); the answer's
+        body."""
+        return as_the_client.answer(self, body)
 
-    async def _ticket_answer(self, service: CoordinatorService, body: dict[str, Any]
-                             ) -> bytes:
-        return tickets.reply_body(await self._ticket_reply(service, body))
-
-    async def _ticket_reply(self, service: CoordinatorService, body: dict[str, Any]
-                            ) -> tickets.Reply:
-        invalid = tickets.Reply(int(ErrorCode.INVALID_REQUEST))
-        try:
-            api_key, version, mark, payload = tickets.read_ask(body)
-            handler = self._handlers.get(api_key)
-            relayed = unmark(mark)
-            if (not isinstance(handler, offsets.OffsetCommitHandler) or relayed is None
-                    or not self._session.fleet_peer):
-                return invalid
-            value, _ = messages.decode_request(api_key, version, payload, 0)
-        except (ValueError, CodecError):
-            return invalid
-        request = GroupRequest(handler.api_key, version, 0, relayed.client_id,
-                               relayed.client_host, relayed.node_id, b"", value,
-                               relayed.principal)
-        if not all(self._claims(g) for g in handler.group_ids(request)):
-            return tickets.Reply(NOT_COORDINATOR)
-        try:
-            outcome = handler.decide(request)
-            if isinstance(outcome, Pass):
-                return tickets.Reply(NOT_COORDINATOR)
-            if isinstance(outcome, Upstream):
-                result: Value | Upstream = outcome
-            else:
-                answer = outcome.value
-                result = answer if isinstance(answer, dict) else await answer
-        except Exception:
-            log.exception("deciding a commit ticket (api key %d v%d) failed", api_key, version)
-            return tickets.Reply(UNKNOWN_SERVER_ERROR)
-        if not isinstance(result, Upstream):
-            metrics.COMMIT_TICKETS.labels("refused").inc()
-            return tickets.Reply(_refusal(result) or _first_error(result)
-                                 or UNKNOWN_SERVER_ERROR)
-        group_id = value["group_id"]
-        membership = service.membership(group_id)
-        coordinator = membership.coordinator_node if membership is not None else None
-        if result.release is None or membership is None:
-            # nothing stamped (a version without member fields): sent as the client sent it
-            return tickets.Reply(0, tickets.Ticket(0, None, -1, result.version, coordinator))
-        stamped = result.value
-        generation = stamped.get("generation_id_or_member_epoch", -1)
-
-        def on_errors(errors: set[int]) -> None:
-            offsets.check_membership(errors, membership, generation)
-
-        ticket_id = service.tickets.issue(group_id, result.release, on_errors)
-        if ticket_id is None:
-            metrics.COMMIT_TICKETS.labels("full").inc()
-            return tickets.Reply(int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS))
-        metrics.COMMIT_TICKETS.labels("issued").inc()
-        return tickets.Reply(0, tickets.Ticket(
-            ticket_id, stamped.get("member_id") or "", generation, result.version,
-            coordinator))
+    async def decide_relayed(self, handler: ApiHandler, request: GroupRequest) -> bytes:
+        """A relayed request that came inside ``FleetControl`` (:mod:`.as_the_client`),
+        decided as one relayed on this fleet-listener connection; its answer's body."""
+        info = RequestInfo(request.api_key, request.version, request.correlation_id,
+                           memoryview(b""))
+        decision = await self._settled(self._decide(handler, info, request, None))
+        payload: Any = decision.answer if isinstance(decision, Local) else None
+        if payload is not None and not isinstance(payload, bytes | bytearray | memoryview):
+            payload = await payload
+        if not isinstance(payload, bytes | bytearray | memoryview):  # never sent upstream
+            log.error("a relayed api key %d was not answered here", request.api_key)
+            payload = self._encode(handler, request, handler.failure(request,
+                                                                     UNKNOWN_SERVER_ERROR))
+        view = memoryview(payload)
+        return bytes(view[body_offset(view, messages.response_header_version(
+            request.api_key, request.version)):])
 
     async def _upstream_via_link(self, handler: ApiHandler, request: GroupRequest,
                                  upstream: Upstream) -> bytes:
@@ -843,7 +728,7 @@ class CoordinatingRouter(ForwardingRouter):
             log.debug("commit answer without partitions: %r", value)
         acknowledged = self._stale_acknowledged.pop(request.correlation_id, None)
         if acknowledged:
-            refused = _refusal(value)
+            refused = offsets.refusal(value)
             if refused:  # the coordinator refused the member: so are its stale partitions
                 acknowledged = [dict(t, partitions=[dict(p, error_code=refused)
                                                     for p in t["partitions"]])
@@ -872,31 +757,6 @@ class CoordinatingRouter(ForwardingRouter):
             failure = handler.failure(request, UNKNOWN_SERVER_ERROR)
             return header + messages.encode_response(key, version, failure)
 
-
-
-_REFUSALS = frozenset(int(e) for e in (
-    ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.STALE_MEMBER_EPOCH, ErrorCode.FENCED_MEMBER_EPOCH,
-    ErrorCode.ILLEGAL_GENERATION, ErrorCode.FENCED_INSTANCE_ID,
-    ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.GROUP_AUTHORIZATION_FAILED))
-"""Commit errors that refuse the member (or its epoch) rather than one partition."""
-
-
-def _refusal(value: Value) -> int:
-    """The member-refusing error a commit answer carries (0: none)."""
-    for topic in value.get("topics", ()):
-        for partition in topic.get("partitions", ()):
-            if partition.get("error_code") in _REFUSALS:
-                return int(partition["error_code"])
-    return 0
-
-
-def _first_error(value: Value) -> int:
-    """The first partition error of a commit answer (0: none)."""
-    for topic in value.get("topics", ()):
-        for partition in topic.get("partitions", ()):
-            if partition.get("error_code"):
-                return int(partition["error_code"])
-    return 0
 
 
 def _topic_names(topic: Value) -> dict[str, Any]:
