@@ -397,12 +397,16 @@ async def _heartbeat_answer(router: CoordinatingRouter, body: dict[str, Any]) ->
         return regex_rights.reply_body(0, regex_rights.Reply(INVALID_REQUEST))
     handler, request = decoded
     value = request.value
-    if rights is None and can_ask:
-        check = handler.service.engine.regex_topics_to_check(
-            value["group_id"], value.get("subscribed_topic_regex"))
-        if check is not None and router._claims(value["group_id"]):
-            metrics.REGEX_RIGHTS.labels("asked").inc()
-            return regex_rights.reply_body(version, regex_rights.Reply(check=sorted(check)))
+    check = handler.service.engine.regex_topics_to_check(
+        value["group_id"], value.get("subscribed_topic_regex"))
+    if rights is None and can_ask and check is not None and router._claims(value["group_id"]):
+        metrics.REGEX_RIGHTS.labels("asked").inc()
+        return regex_rights.reply_body(version, regex_rights.Reply(check=sorted(check)))
+    if rights is not None:
+        # only what the group's regexes match is kept (the rights a group keeps are bounded
+        # by the topics image, whatever a follower sends)
+        rights = (None if check is None else
+                  TopicRights(rights.checked & check, rights.allowed & check))
     response = await router.decide_relayed(handler, dataclasses.replace(request,
                                                                         topic_rights=rights))
     return regex_rights.reply_body(version, regex_rights.Reply(), response)

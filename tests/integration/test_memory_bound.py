@@ -19,7 +19,12 @@ What the connections do (all at the same time, against a Kafka 3.9 broker):
 * with the authorization of clients forced on (``authorize-clients on``; the broker has no
   authorizer, so every probe is answered "allowed"): every group request above is authorized
   by probes on the client's connection, and connections describe thousands of distinct group
-  ids, each asked of the broker and kept in the connection's bounded cache of answers.
+  ids, each asked of the broker and kept in the connection's bounded cache of answers;
+* on the fleet listener, as followers would send them for members behind them
+  (``FleetControl``): commit tickets for a member of a group the proxy coordinates, more than
+  it keeps open (each kept until reported or 10 s; past 4096 refused), relayed heartbeats
+  carrying close to 1 MiB of a member's rights for the group's regexes (kept only for what the
+  regexes match), and remainders (split, nothing kept).
 
 The figure is the kernel's high-water mark of the proxy's RSS (``VmHWM``).
 """
@@ -37,10 +42,14 @@ from confluent_kafka import Consumer
 
 from proxy.codec import messages
 from proxy.codec.header import encode_request_header
+from proxy.coordination import regex_rights, remainders, tickets
+from proxy.coordination.fleet import mark_forwarded
+from proxy.coordination.fleet_control import FLEET_CONTROL
 from proxy.process import ProxyProcess
 from tests.integration.conftest import StartProxy
 from tests.integration.test_hostile_input import healthy_roundtrip, read_response
-from tests.testbed.broker import KafkaBroker
+from tests.testbed.broker import KafkaBroker, free_ports
+from translation.regex import TopicRights
 
 BOUND_MIB = 256
 """docs/operations.md, "Memory": the default limits keep the proxy under this."""
@@ -60,6 +69,13 @@ def commit(group: str, topic: str, partitions: int, correlation_id: int) -> byte
             for p in range(partitions)]}]})
 
 
+def control(correlation_id: int, body: bytes) -> bytes:
+    """A ``FleetControl`` frame, as another sidecar sends it on the fleet listener."""
+    payload = (encode_request_header(FLEET_CONTROL, 0, correlation_id, "fleet", flexible=False)
+               + body)
+    return struct.pack(">i", len(payload)) + payload
+
+
 def high_water_mib(pid: int) -> float:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -70,8 +86,10 @@ def high_water_mib(pid: int) -> float:
 
 def test_peak_memory_stays_under_the_documented_bound(kafka39: KafkaBroker,
                                                       start_proxy: StartProxy) -> None:
+    (fleet_port,) = free_ports(1)
     proxy: ProxyProcess = start_proxy(kafka39, "--examined-read-timeout", "5",
-                                      "--authorize-clients", "on")
+                                      "--authorize-clients", "on", "--fleet-listen",
+                                      f"127.0.0.1:{fleet_port}", "--fleet-auth", "none")
     topic = f"worst-{uuid.uuid4().hex[:6]}"
     kafka39.create_topic(topic, 1, 1)
     near = commit("near-the-bound", topic, 71_000, 1)  # just under 1 MiB
@@ -155,9 +173,52 @@ def test_peak_memory_stays_under_the_documented_bound(kafka39: KafkaBroker,
                 answer, _ = messages.decode_response(69, 0, read_response(sock), 5)
                 assert len(answer["groups"]) == len(ids)
 
+    # a group the proxy coordinates, with a member subscribing by regex: what followers'
+    # requests for their members name
+    fleet_group = f"fleet-{topic}"
+    with connect() as sock:
+        sock.sendall(frame(68, 1, 1, {
+            "group_id": fleet_group, "member_id": str(uuid.uuid4()), "member_epoch": 0,
+            "instance_id": None, "rack_id": None, "rebalance_timeout_ms": 30_000,
+            "subscribed_topic_names": None, "subscribed_topic_regex": "worst-.*",
+            "server_assignor": None, "topic_partitions": []}))
+        joined, _ = messages.decode_response(68, 1, read_response(sock), 5)
+    assert joined["error_code"] == 0, joined
+    member, epoch = joined["member_id"], joined["member_epoch"]
+    mark = mark_forwarded("app", "/10.0.0.9")
+    ticket = control(1, tickets.ask_body(8, 9, mark, messages.encode_request(8, 9, {
+        "group_id": fleet_group, "generation_id_or_member_epoch": epoch, "member_id": member,
+        "group_instance_id": None, "retention_time_ms": -1, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 0,
+                                            "committed_leader_epoch": -1,
+                                            "committed_metadata": None}]}]})))
+    names = frozenset(f"worst-{i:06d}-" + "r" * 30 for i in range(22_000))  # ~0.9 MiB
+    beat = control(1, regex_rights.ask_body(1, mark, messages.encode_request(68, 1, {
+        "group_id": fleet_group, "member_id": member, "member_epoch": epoch,
+        "rebalance_timeout_ms": -1, "subscribed_topic_names": None,
+        "subscribed_topic_regex": None, "topic_partitions": None}),
+        TopicRights(names, names), can_ask=True))
+    assert 800 << 10 < len(beat) < 1 << 20
+    remainder = control(1, remainders.ask_body(15, 5, mark, messages.encode_request(15, 5, {
+        "groups": [fleet_group] * 5000, "include_authorized_operations": False})))
+
+    def fleet_peer(message: bytes, count: int) -> Callable[[], None]:
+        def send() -> None:
+            with socket.create_connection(("127.0.0.1", fleet_port), timeout=120) as sock:
+                for _ in range(count):
+                    sock.sendall(message)
+                    read_response(sock)
+        send.__name__ = f"fleet_peer_{len(message)}"
+        return send
+
+    tickets_over_the_bound = fleet_peer(ticket, 550)  # x 8: past the 4096 kept open
+    rights_near_the_bound = fleet_peer(beat, 3)
+    remainders_of_many = fleet_peer(remainder, 3)
+
     work: list[tuple[Callable[[], None], int]] = [
         (near_bound, 20), (over_bound, 40), (stall, 40), (join, 100), (describe_many, 40),
-        (bridged_join, 40)]
+        (bridged_join, 40), (tickets_over_the_bound, 8), (rights_near_the_bound, 20),
+        (remainders_of_many, 10)]
     jobs = [fn for fn, count in work for _ in range(count)]
     lock = threading.Lock()
 
