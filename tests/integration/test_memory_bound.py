@@ -192,12 +192,12 @@ def test_peak_memory_stays_under_the_documented_bound(kafka39: KafkaBroker,
             {"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 0,
                                             "committed_leader_epoch": -1,
                                             "committed_metadata": None}]}]})))
-    names = frozenset(f"worst-{i:06d}-" + "r" * 30 for i in range(22_000))  # ~0.9 MiB
+    names = [f"worst-{i:06d}-" + "r" * 30 for i in range(20_000)]  # ~0.9 MiB
     beat = control(1, regex_rights.ask_body(1, mark, messages.encode_request(68, 1, {
         "group_id": fleet_group, "member_id": member, "member_epoch": epoch,
         "rebalance_timeout_ms": -1, "subscribed_topic_names": None,
         "subscribed_topic_regex": None, "topic_partitions": None}),
-        TopicRights(names, names), can_ask=True))
+        TopicRights(frozenset(names), frozenset(names[:100])), can_ask=True))
     assert 800 << 10 < len(beat) < 1 << 20
     remainder = control(1, remainders.ask_body(15, 5, mark, messages.encode_request(15, 5, {
         "groups": [fleet_group] * 5000, "include_authorized_operations": False})))
