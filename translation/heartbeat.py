@@ -20,6 +20,11 @@ is ahead (at most once per assignment interval) -> reconcile this member -> re-a
 timer. Everything that can fail is checked before anything is changed,
 so an error response leaves the group as it was.
 
+A consumer-protocol member joining a live group whose members all use the classic protocol is
+Kafka's online upgrade: GROUP_ID_NOT_FOUND under migration policy ``disabled``. Kafka refuses
+it under ``downgrade`` too; groupgate admits it there, as its sidecars bridge such a member
+in the broker phase, so a hand-back never strands a KIP-848 client (decision record 0018).
+
 Differences from Kafka, on purpose: a member joining always bumps the group epoch (Kafka
 skips the bump when a new member subscribes to nothing; the KIP bumps on every join); a
 static member re-sending epoch 0 under its own member id rejoins in place like a dynamic one
@@ -36,6 +41,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from translation import limits
 from translation import regex as regex_mod
+from translation.config import MigrationPolicy
 from translation.durable import member_value
 from translation.effects import (
     Effect,
@@ -218,6 +224,23 @@ def handle_regular(
     member_id = request.member_id
     instance_id = request.instance_id
     members = group.members if group is not None else {}
+    if (
+        group is not None
+        and epoch == 0
+        and config.migration_policy is MigrationPolicy.DISABLED
+        and members
+        and member_id not in members
+        and all(m.protocol is MemberProtocol.CLASSIC for m in members.values())
+    ):
+        # a live group of classic members only is a classic group to Kafka: a consumer-protocol
+        # member joining it is an online upgrade, which ``disabled`` forbids
+        # (``GroupMetadataManager.validateOnlineUpgrade``); ``downgrade`` admits it here,
+        # as the sidecars bridge it in the broker phase (decision record 0018, section 1)
+        raise GroupError(
+            ErrorCode.GROUP_ID_NOT_FOUND,
+            f"Cannot upgrade classic group {group_id} to consumer group because the online "
+            "upgrade is disabled (migration policy disabled).",
+        )
     if (
         group is not None
         and len(members) >= config.max_group_size

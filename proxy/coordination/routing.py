@@ -612,8 +612,9 @@ class CoordinatingRouter(ForwardingRouter):
     def _decision(self, handler: ApiHandler, request: GroupRequest, outcome: Outcome
                   ) -> Decision:
         if isinstance(outcome, Pass):
-            tracked = (handler.service.upgrades.tracked(request, handler.group_ids(request))
-                       if self._client_facing else None)  # online upgrade (.upgrade)
+            tracked = (handler.service.upgrades.tracked(  # online upgrade (.upgrade)
+                request, handler.group_ids(request),
+                lambda code: handler.failure(request, code)) if self._client_facing else None)
             return FORWARD if tracked is None else self._rewrite(handler, request, tracked)
         if isinstance(outcome, Upstream):
             if self._fleet is not None and self._fleet.inbound:

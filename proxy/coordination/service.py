@@ -17,7 +17,7 @@ network:
   heartbeat. If the broker's group has members connected straight to the broker, the takeover
   fails (INCONSISTENT_GROUP_PROTOCOL): the group is in the broker phase here, and the member
   gets a bridged member in the broker's group (:mod:`.bridged`; a member subscribing by regex
-  gets the retriable COORDINATOR_NOT_AVAILABLE until the direct members are gone);
+  with its regex resolved to names, every topic listed first);
 * topics: a :class:`~proxy.coordination.topics.TopicWatcher` feeds topic metadata into
   ``update_topics``; a joining member naming a topic the image does not know (or bringing a
   new regex) waits for one refresh first, so its first assignment already covers the topic;
@@ -327,6 +327,7 @@ class CoordinatorService:
             lambda: self.pool, config.upstream)
         """KIP-848 members of groups in the broker phase: bridged into the broker's group
         (:mod:`.bridged`)."""
+        self.bridges.image = lambda: self.engine.image
         self.software = ClientSoftwareDirectory()
         """What clients said they are in ApiVersions (KIP-511), for the journal."""
         self.commit_retries = CommitRetries(trio.current_time)
@@ -644,7 +645,7 @@ class CoordinatorService:
                     error_message=f"groupgate is still joining the broker's group {group_id}")
             if failure is not None:
                 self._not_taken(group_id, failure)
-                if failure.direct and not request.subscribed_topic_regex:
+                if failure.direct:
                     return await self._bridge(request, arrived)
                 return ConsumerGroupHeartbeatResponse(
                     error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
@@ -705,14 +706,13 @@ class CoordinatorService:
     async def _bridged_heartbeat(self, request: ConsumerGroupHeartbeatRequest
                                  ) -> ConsumerGroupHeartbeatResponse | None:
         """A heartbeat of a bridged member, or a KIP-848 join of a group that is in the broker
-        phase here (it has bridged members already); None: neither (:mod:`.bridged`).
-        Members subscribing by regex are not bridged (their joins wait, as before)."""
+        phase here (it has bridged members already); None: neither (:mod:`.bridged`)."""
         answer = await self.bridges.heartbeat(request, self.heartbeat_wait_s)
         if answer is not None:
             return answer
         group_id = request.group_id
         if (request.member_epoch != 0 or not self.bridges.has_group(group_id)
-                or request.subscribed_topic_regex or group_id in self.memberships):
+                or group_id in self.memberships):
             return None
         refused: list[Effect] = []
         try:
@@ -743,6 +743,9 @@ class CoordinatorService:
             log.warning("group %s: in the broker phase here: clients connected straight to the "
                         "broker hold its group; KIP-848 members join it as bridged classic "
                         "members until they are gone", group_id)
+        if request.subscribed_topic_regex:  # resolved against every topic: list them first
+            await self._await_subscription(group_id, (), request.subscribed_topic_regex,
+                                           min(TOPIC_WAIT_SECONDS, self.heartbeat_wait_s))
         wait_s = max(0.0, arrived + self.heartbeat_wait_s - trio.current_time())
         return await self.bridges.join(request, wait_s)
 
@@ -1718,7 +1721,7 @@ class CoordinatorService:
 
     def _wanted_topics(self) -> tuple[frozenset[str], bool]:
         names = set(self._pending_names)
-        regex = self._pending_regex > 0
+        regex = self._pending_regex > 0 or self.bridges.has_regex()
         for group in self.engine.groups.values():
             names.update(group.subscribed_names)
             regex = regex or bool(group.regex_counts)

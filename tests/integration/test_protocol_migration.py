@@ -12,6 +12,15 @@ INCONSISTENT_GROUP_PROTOCOL for another protocol type or name), until it gives u
 member gets. Eager (the classic member revokes everything and rejoins) and cooperative (it
 rejoins with what it owns, keeps part of it, and rejoins again), dynamic and static members.
 
+Each migration policy: the cases above run under ``bidirectional`` (Kafka's default) and again
+under ``upgrade`` (groupgate's default); under a policy without upgrades the consumer-protocol
+member's first heartbeat is GROUP_ID_NOT_FOUND and the classic member goes on as before
+(Kafka's ``validateOnlineUpgrade``), dynamic and static. Through groupgate with
+``--migration-policy``; on Kafka 4.4 (``--run-slow``) on a broker started with
+``group.consumer.migration.policy``. One answer differs, on purpose: under ``downgrade``
+groupgate admits the consumer-protocol member (its sidecars bridge such a member in the broker
+phase, so a hand-back never strands a KIP-848 client), where Kafka refuses it.
+
 Behind groupgate these requests reach the engine (the proxy holds the group: every member
 connects through it), which is what these cases exercise on Kafka 4.x. Not played here: the
 ListGroups group types and state names of Kafka's assertions (the engine's group is listed as a
@@ -27,6 +36,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,6 +49,10 @@ from tests.testbed.broker import KafkaBroker
 
 NONE, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID = 0, 22, 25
 REBALANCE_IN_PROGRESS, INCONSISTENT_GROUP_PROTOCOL, MEMBER_ID_REQUIRED = 27, 23, 79
+GROUP_ID_NOT_FOUND = 69
+LOADING = frozenset({14, 15, 16})
+"""COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: the first join of a
+broker just started is asked again."""
 PROTOCOL = "range"
 """The classic member's protocol name (Kafka's test calls it ``consumer-range``: any name)."""
 OTHER = "roundrobin"
@@ -104,9 +118,19 @@ class Classic:
         """Join a new group and lead it with every partition; the generation."""
         if self.instance is None:
             required = self.join([])
+            for _ in range(100):  # a broker just started loads its group coordinator first
+                if required["error_code"] not in LOADING:
+                    break
+                time.sleep(0.2)
+                required = self.join([])
             assert required["error_code"] == MEMBER_ID_REQUIRED, required
             self.member_id = required["member_id"]
         joined = self.join([])
+        for _ in range(100):
+            if joined["error_code"] not in LOADING:
+                break
+            time.sleep(0.2)
+            joined = self.join([])
         assert joined["error_code"] == NONE, joined
         self.member_id = joined["member_id"]
         generation = int(joined["generation_id"])
@@ -251,8 +275,50 @@ def cooperative(bootstrap: str, topic: str, static: bool) -> None:
         wire.close()
 
 
+def refused(bootstrap: str, topic: str, static: bool) -> None:
+    """Kafka's answer to the same start under a policy without upgrades: the consumer-protocol
+    member's first heartbeat is GROUP_ID_NOT_FOUND (``validateOnlineUpgrade``), and the
+    classic member goes on as if nothing happened (heartbeat, commit and fetch at its
+    generation)."""
+    group = f"migration-refused-{uuid.uuid4().hex[:8]}"
+    wire = coordinator_of(bootstrap, group)
+    try:
+        member1 = Classic(wire, group, topic, "instance-id-1" if static else None)
+        assert member1.first_join([0, 1, 2]) == 1
+        settle_assignment_interval()
+        answer = consumer_heartbeat(wire, group, uuid.uuid4().hex[:22], 0, topic,
+                                    "instance-id-2" if static else None)
+        assert answer["error_code"] == GROUP_ID_NOT_FOUND, answer
+        assert member1.heartbeat(1) == NONE
+        assert commit(wire, group, member1.member_id, 1, topic, None, 180) == [NONE] * 3
+        assert fetched(wire, group, member1.member_id, 1, topic, False) == \
+            [(0, 180), (1, 181), (2, 182)]
+        assert member1.heartbeat(1) == NONE
+    finally:
+        wire.close()
+
+
 CASES: dict[str, Callable[[str, str, bool], None]] = {"eager": eager,
                                                       "cooperative": cooperative}
+POLICIES = ("upgrade", "downgrade", "disabled")
+"""The policies other than ``bidirectional`` (the cases above run under it)."""
+UPGRADES_ON_KAFKA = {"bidirectional": True, "upgrade": True, "downgrade": False,
+                     "disabled": False}
+UPGRADES_THROUGH_GROUPGATE = dict(UPGRADES_ON_KAFKA, downgrade=True)
+"""Where groupgate answers otherwise, on purpose: under ``downgrade`` it admits the
+consumer-protocol member (its sidecars bridge such a member in the broker phase, so a
+hand-back never strands a KIP-848 client; decision record 0018, section 1)."""
+
+
+def every_case(bootstrap: str, topic: Callable[[], str], upgrades: bool) -> None:
+    """The four upgrade cases (eager and cooperative, dynamic and static) where the policy
+    lets the group upgrade, else the refusal, dynamic and static."""
+    for static in (False, True):
+        if upgrades:
+            for case in sorted(CASES):
+                CASES[case](bootstrap, topic(), static)
+        else:
+            refused(bootstrap, topic(), static)
 
 
 @pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
@@ -271,3 +337,28 @@ def test_on_kafka_4_4(kafka4: KafkaBroker, topic: Callable[..., str], case: str,
     """The reference: the same requests straight at Kafka 4.4 (migration policy
     ``bidirectional``, its default)."""
     CASES[case](kafka4.bootstrap, topic(kafka4, partitions=3), static)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_each_policy_through_groupgate(kafka39: KafkaBroker, start_proxy: StartProxy,
+                                       topic: Callable[..., str], policy: str) -> None:
+    """The cases under each other ``migration-policy``, one proxy per policy."""
+    proxy = start_proxy(kafka39, *FLAGS, "--migration-policy", policy)
+    every_case(proxy.bootstrap, lambda: topic(kafka39, partitions=3),
+               UPGRADES_THROUGH_GROUPGATE[policy])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", POLICIES)
+def test_each_policy_on_kafka_4_4(tmp_path: Path, policy: str) -> None:
+    """The reference: a Kafka 4.4 broker with ``group.consumer.migration.policy`` set."""
+    with KafkaBroker.start("4.4", tmp_path / "kafka", properties={
+            "group.consumer.migration.policy": policy}) as broker:
+        count = iter(range(100))
+
+        def fresh() -> str:
+            name = f"migration-{policy}-{next(count)}"
+            broker.create_topic(name, 3)
+            return name
+
+        every_case(broker.bootstrap, fresh, UPGRADES_ON_KAFKA[policy])
