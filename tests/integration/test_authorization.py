@@ -19,7 +19,8 @@ on groups of its own) must be what Kafka 4.4 answers:
 * ``allowed``: a classic member of the KIP-848 group (JoinGroup, SyncGroup, Heartbeat,
   LeaveGroup), its commits and offsets, and OffsetDelete and DeleteGroups with DELETE;
 * ``acl-removed``: a member in its group whose READ on the group, then on its topic, is
-  removed: refused (behind the follower, its commit is refused by the broker at once).
+  removed: refused (behind the follower, its commit is refused by the broker at once);
+* ``describe-on-the-cluster``: DESCRIBE on the cluster only: the group listed, not described.
 
 Each case reads the offsets straight at the broker: nothing a refused client sent is written.
 The proxies and the broker are shared by the cases (module-scoped), so the matrix costs a few
@@ -927,7 +928,32 @@ async def regex_rights(case: Case) -> dict[str, Any]:
         _drop_topics(place.broker, open_topic, secret)
 
 
+async def describe_on_the_cluster(case: Case) -> dict[str, Any]:
+    """bob may DESCRIBE the cluster and nothing on the case's groups: ListGroups lists the
+    group (Kafka lists every group to a principal with DESCRIBE on the cluster, without
+    filtering), and describing it is still refused."""
+    place, group = case.place, case.group("g")
+    case.acls.add("User:bob", "BROKER", "kafka-cluster", "LITERAL", "DESCRIBE")
+    out: dict[str, Any] = {}
+    async with connected(place.alice) as alice:
+        await member_of(alice, group, [place.readable])
+        async with connected(case.bob) as bob:
+            listed = await until(lambda: bob.request(ApiKey.LIST_GROUPS, 4, {
+                "states_filter": []}), lambda a: group in {g["group_id"] for g in a["groups"]})
+            out["ListGroups lists it"] = group in {g["group_id"] for g in listed["groups"]}
+            out["DescribeGroups"] = [g["error_code"] for g in (await bob.request(
+                ApiKey.DESCRIBE_GROUPS, 5, {"groups": [group],
+                                            "include_authorized_operations": True}))["groups"]]
+            out["ConsumerGroupDescribe"] = [g["error_code"] for g in (await bob.request(
+                ApiKey.CONSUMER_GROUP_DESCRIBE, 0, {
+                    "group_ids": [group], "include_authorized_operations": True}))["groups"]]
+    return out
+
+
 CASES.update({
+    "describe-on-the-cluster": (describe_on_the_cluster, {
+        "ListGroups lists it": True, "DescribeGroups": [GROUP_AUTH],
+        "ConsumerGroupDescribe": [GROUP_AUTH]}),
     "txn-needs-write-on-its-transactional-id": (txn_write, {
         # WRITE on the transactional id is checked before READ on the group (the proxy
         # answered GROUP_AUTHORIZATION_FAILED before); with it, the transactional commit lands
