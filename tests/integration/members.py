@@ -48,8 +48,16 @@ CONFLUENT_MEMBER = _PRELUDE + r"""
 from confluent_kafka import Consumer, KafkaException
 config, topics, poll = json.loads(sys.argv[1]), json.loads(sys.argv[2]), float(sys.argv[3])
 tolerate_commit_failures = sys.argv[4] == "tolerate"
+if config.get("statistics.interval.ms"):  # librdkafka's view of its group membership
+    def stats(raw):
+        group = json.loads(raw).get("cgrp") or {}
+        emit(name="stats", join_state=group.get("join_state"),
+             rebalance_cnt=group.get("rebalance_cnt"),
+             rebalance_reason=group.get("rebalance_reason"))
+    config["stats_cb"] = stats
 c = Consumer(config)
-c.subscribe(topics, on_assign=lambda c, ps: emit(name="partitions_assigned", partitions=tps(ps)),
+c.subscribe(topics, on_assign=lambda c, ps: emit(name="partitions_assigned", partitions=tps(ps),
+                                                  member_id=c.memberid()),
             on_revoke=lambda c, ps: emit(name="partitions_revoked", partitions=tps(ps)),
             on_lost=lambda c, ps: emit(name="partitions_lost", partitions=tps(ps)))
 emit(name="started")
@@ -176,6 +184,20 @@ class Member:
         return next((float(e["t"]) for e in self.snapshot()
                      if e["name"] == "partitions_assigned" and e["partitions"]), None)
 
+    def member_id(self) -> str | None:
+        """The member id the client had at its latest assignment callback (a
+        ``ConfluentMember``'s; None: not reported)."""
+        ids = [e["member_id"] for e in self.snapshot()
+               if e["name"] == "partitions_assigned" and e.get("member_id")]
+        return str(ids[-1]) if ids else None
+
+    def join_state_after(self, t: float) -> str | None:
+        """librdkafka's join state in the member's latest statistics, if they were emitted
+        after ``t`` (a ``ConfluentMember`` with ``stats_ms``): ``steady`` once it has served
+        every rebalance callback of the generation it joined; None: no statistics since."""
+        stats = [e for e in self.snapshot() if e["name"] == "stats" and e["t"] > t]
+        return str(stats[-1]["join_state"]) if stats else None
+
     def callbacks_after(self, t: float) -> list[dict[str, Any]]:
         """The rebalance callbacks the member saw after ``t``."""
         return [e for e in self.snapshot() if e["name"] in CALLBACKS and e["t"] > t]
@@ -227,12 +249,14 @@ class ConfluentMember(ProcessMember):
     gets ``SESSION_MS`` and ``HEARTBEAT_MS``, and ``extra`` properties override any of it. A
     failed commit is reported (``commit_failed``) and, unless ``tolerate_commit_failures``,
     ends the process. ``poll`` is the poll timeout in seconds; ``wrapper`` runs the process
-    (a pod's ``ip netns exec``)."""
+    (a pod's ``ip netns exec``); ``stats_ms``: librdkafka's statistics every so many
+    milliseconds, their group part reported as ``stats`` events (join state, rebalances)."""
 
     def __init__(self, bootstrap: str, topics: list[str], group: str, *,
                  assignor: str | None = None, protocol: str = "consumer",
                  extra: dict[str, Any] | None = None, name: str = "", poll: float = 0.2,
-                 tolerate_commit_failures: bool = False, wrapper: Sequence[str] = ()) -> None:
+                 tolerate_commit_failures: bool = False, wrapper: Sequence[str] = (),
+                 stats_ms: int = 0) -> None:
         super().__init__(name)
         config: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": group,
                                   "auto.offset.reset": "earliest",
@@ -242,6 +266,8 @@ class ConfluentMember(ProcessMember):
         if protocol == "classic":
             config["session.timeout.ms"] = SESSION_MS
             config["heartbeat.interval.ms"] = HEARTBEAT_MS
+        if stats_ms:
+            config["statistics.interval.ms"] = stats_ms
         config.update(extra or {})
         self._spawn([*wrapper, sys.executable, "-c", CONFLUENT_MEMBER, json.dumps(config),
                      json.dumps(topics), str(poll),

@@ -8,10 +8,18 @@ the proxy are forwarded to it, marked (``gg3|...`` client ids). After the last r
 member is direct, and the group moves to the engine online (decision record 0018, section 1):
 
 * the engine coordinates it: ConsumerGroupDescribe through the proxy lists the four members
-  as classic members, and DescribeGroups at the broker shows only the proxy's lock member;
+  as classic members, each under the member id its client has, at the generation the group
+  was converted at, owning what it owned; DescribeGroups at the broker shows only the
+  proxy's lock member;
 * nobody was called back by the conversion: no member saw an assignment, revocation or loss
   after the group settled from the last restart, through the conversion and while every
-  member went on consuming;
+  member went on consuming. The last step has settled when every partition is owned once,
+  the broker's group is Stable with the live members, and every member's librdkafka reports
+  its join state ``steady`` after that (statistics): it has served every rebalance callback
+  of the last generation, including the empty ``partitions_assigned`` that librdkafka's
+  cooperative protocol calls on each round that gives a member nothing new
+  (``rd_kafka_cgrp_handle_assignment_cooperative``), which may come a moment after the
+  partitions were all owned;
 * throughout: no partition owned by two members at once (each member's callbacks, wall-clock
   stamped on one machine), every record the producer saw acknowledged consumed, the group's
   committed offsets (read at the broker) never moving back.
@@ -27,6 +35,7 @@ nothing asserts a duration.
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 import time
 import uuid
@@ -35,6 +44,8 @@ from typing import Any
 
 import pytest
 
+from proxy.coordination.fleet import PROTOCOL_NAME as LOCK_PROTOCOL
+from proxy.coordination.upgrade import read_mark
 from proxy.process import ProxyProcess
 from tests.integration.conftest import StartProxy
 from tests.integration.members import (
@@ -56,6 +67,8 @@ WAIT = 90.0
 """Bound for one step to settle (a hang fails; nothing is timed)."""
 RATE = 100
 """Records per second the producer writes."""
+STATS_MS = 100
+"""How often each member reports librdkafka's join state (the last step's settling)."""
 FLEET_SESSION = ("--group-session-timeout-ms", "18000")
 """The proxy's own members' session, as a fleet requires it with these heartbeats and the
 broker's session of the proxy's member (6 s): heartbeat + broker session + 11 s."""
@@ -65,7 +78,7 @@ def classic(name: str, bootstrap: str, topic: str, group: str, assignor: str) ->
     """One librdkafka classic consumer, its client id ``name``; it goes on after a failed
     commit."""
     return ConfluentMember(bootstrap, [topic], group, protocol="classic", name=name, poll=0.1,
-                           tolerate_commit_failures=True,
+                           tolerate_commit_failures=True, stats_ms=STATS_MS,
                            extra={"client.id": name, "partition.assignment.strategy": assignor})
 
 
@@ -156,11 +169,63 @@ def engine_members(proxy_bootstrap: str, group: str) -> list[int] | None:
     return sorted(m["member_type"] for m in entry["members"])
 
 
-def broker_members(broker_bootstrap: str, group: str) -> tuple[str, list[str]]:
-    """(protocol, client ids) of the broker's group (DescribeGroups at the broker)."""
-    entry = ask_coordinator(broker_bootstrap, group, 15, 5, {
+def broker_group(broker_bootstrap: str, group: str) -> dict[str, Any]:
+    """The broker's group (its DescribeGroups entry, asked at the broker)."""
+    entry: dict[str, Any] = ask_coordinator(broker_bootstrap, group, 15, 5, {
         "groups": [group], "include_authorized_operations": False})["groups"][0]
+    return entry
+
+
+def broker_members(broker_bootstrap: str, group: str) -> tuple[str, list[str]]:
+    """(protocol, client ids) of the broker's group."""
+    entry = broker_group(broker_bootstrap, group)
     return entry["protocol_data"], [m["client_id"] for m in entry["members"]]
+
+
+def stable_with(broker_bootstrap: str, group: str, live: list[Member]) -> bool:
+    """Whether the broker's group is Stable with exactly the live members (client ids, a
+    mark's application client id), or is held by a proxy's lock member (converted)."""
+    try:
+        entry = broker_group(broker_bootstrap, group)
+    except (OSError, AssertionError):  # the coordinator is busy: look again
+        return False
+    names = {mark.client_id if (mark := read_mark(m["client_id"])) else m["client_id"]
+             for m in entry["members"]}
+    return entry["group_state"] == "Stable" and (
+        names == {m.name for m in live} or entry["protocol_data"] == LOCK_PROTOCOL)
+
+
+def settle(live: list[Member], everything: set[tuple[str, int]], broker_bootstrap: str,
+           group: str, what: str) -> None:
+    """Wait for the group to settle: every partition owned once; the broker's group Stable
+    with the live members (or converted, which needs that); then every member's librdkafka
+    in join state ``steady``: it has served every rebalance callback of that generation."""
+    wait_until(lambda: owned_exactly_once(live, everything), f"{what}: all owned once", WAIT)
+    wait_until(lambda: stable_with(broker_bootstrap, group, live),
+               f"{what}: the broker's group Stable with the live members", WAIT)
+    seen = time.time()
+    wait_until(lambda: all(m.join_state_after(seen) == "steady" for m in live),
+               f"{what}: every member steady", WAIT)
+
+
+def rebalances_after(member: Member, t: float) -> list[tuple[int, str]]:
+    """Each change of librdkafka's rebalance count the member reported after ``t``, with
+    the reason it gave for it."""
+    seen: list[tuple[int, str]] = []
+    for e in member.snapshot():
+        if e["name"] == "stats" and e["t"] > t and (not seen or seen[-1][0] != e["rebalance_cnt"]):
+            seen.append((e["rebalance_cnt"], e["rebalance_reason"]))
+    return seen
+
+
+def engine_view(proxy_bootstrap: str, group: str) -> dict[str, tuple[str, int, set[int]]]:
+    """The engine's members by client id: (member id, member epoch, partitions owned)."""
+    entry = described(proxy_bootstrap, group)
+    assert entry["error_code"] == 0, entry
+    return {m["client_id"]: (m["member_id"], m["member_epoch"],
+                             {p for t in m["assignment"]["topic_partitions"]
+                              for p in t["partitions"]})
+            for m in entry["members"]}
 
 
 @pytest.mark.parametrize(("assignor", "sidecars"), [
@@ -197,8 +262,11 @@ def test_rolled_onto_sidecars_the_group_moves_to_the_engine_without_a_callback(
             proxy = proxies[i % len(proxies)]
             live[i] = classic(f"member-{i}-proxied", proxy.bootstrap, name, group, assignor)
             members.append(live[i])
-            wait_until(lambda: owned_exactly_once(live, everything),
-                       f"the group to settle after member {i} moved behind the proxy", WAIT)
+            what = f"the group to settle after member {i} moved behind the proxy"
+            if i < MEMBERS - 1:
+                wait_until(lambda: owned_exactly_once(live, everything), what, WAIT)
+            else:  # the conversion's callbacks are counted from here: every one served
+                settle(live, everything, kafka39.bootstrap, group, what)
             steps.append((f"member {i} behind the proxy", start, time.time()))
             if i < MEMBERS - 1:  # a direct member remains: the broker's group, now marked
                 protocol, clients = broker_members(kafka39.bootstrap, group)
@@ -212,6 +280,13 @@ def test_rolled_onto_sidecars_the_group_moves_to_the_engine_without_a_callback(
         holder = next(p for p in proxies
                       if "moved from the broker's classic coordinator to the engine" in p.log())
         assert engine_members(holder.bootstrap, group) == [CLASSIC] * MEMBERS
+        # every member as it was at the broker: its member id, the generation, its partitions
+        found = re.search(rf"group {group}: moved from the broker's classic coordinator to the "
+                          r"engine at generation (\d+)", holder.log())
+        assert found is not None
+        generation = int(found[1])
+        assert engine_view(holder.bootstrap, group) == {
+            m.name: (m.member_id(), generation, {p for _t, p in m.owned()}) for m in live}
         protocol, clients = broker_members(kafka39.bootstrap, group)
         assert protocol == "groupgate-coordinated" and len(clients) == 1, (protocol, clients)
 
@@ -220,8 +295,9 @@ def test_rolled_onto_sidecars_the_group_moves_to_the_engine_without_a_callback(
         wait_until(lambda: all(len(m.records) > marks[m.name] + 10 for m in live),
                    "every member to consume after the conversion", WAIT)
         steps.append(("conversion", settled, time.time()))
-        for m in live:
-            assert m.callbacks_after(settled) == [], (m.name, m.callbacks_after(settled))
+        for m in live:  # (librdkafka's count of rebalance callbacks and its last reason)
+            assert m.callbacks_after(settled) == [], (
+                m.name, m.callbacks_after(settled), rebalances_after(m, settled))
             assert not m.errors, (m.name, m.errors)
         assert engine_members(holder.bootstrap, group) == [CLASSIC] * MEMBERS
         if sidecars > 1:  # the other sidecar was told, and relays to the holder since
