@@ -319,6 +319,9 @@ class Routes:
         self.claims = claims
         self.directory = directory
         self.own_address = own_address
+        self.own_fleet_address = (f"{own_address[0]}:{own_address[1]}"
+                                  if own_address is not None else None)
+        """``own_address`` as relay marks carry it (:func:`~.fleet.mark_forwarded`)."""
         self.own_card = own_card
         """This sidecar's card (its state-log settings are compared with holders')."""
         self.problems = FleetProblems()

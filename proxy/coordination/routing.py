@@ -279,7 +279,9 @@ class CoordinatingRouter(ForwardingRouter):
         principal = session.principal
         relayed = (unmark(client_id) if fleet is not None and fleet.inbound
                    and session.fleet_peer else None)
+        relayed_by = None
         if relayed is not None:
+            relayed_by = relayed.follower or f"0.2.0@{client_host}"
             client_id, client_host, node_id, principal = (
                 relayed.client_id, relayed.client_host, relayed.node_id, relayed.principal)
             if relayed.software is not None and self._software is not None:
@@ -294,7 +296,7 @@ class CoordinatingRouter(ForwardingRouter):
                 value = dict(value, member_epoch=given)
         return GroupRequest(handler.api_key, version, request.correlation_id, client_id,
                             client_host, node_id, bytes(frame[:header.header_length]), value,
-                            principal)
+                            principal, relayed_by=relayed_by)
 
     def _decide(self, handler: ApiHandler, request: RequestInfo, group_request: GroupRequest,
                 route: Route | None, authorized: bool = False) -> Decision:
@@ -338,6 +340,8 @@ class CoordinatingRouter(ForwardingRouter):
                                               {"throttle_time_ms": 0, "topics": []}))
             if fleet is not None:
                 if fleet.inbound:
+                    if group_request.relayed_by is not None:  # who relays for the groups
+                        handler.service.relayers.note(groups, group_request.relayed_by)
                     # relayed by another sidecar: decided here or refused, never passed on
                     # again
                     if not all(self._claims(g) for g in groups):
@@ -516,7 +520,8 @@ class CoordinatingRouter(ForwardingRouter):
                               self._software.lookup(request.client_host,
                                                     request.client_id or "")
                               if self._software is not None else None,
-                              request.principal, route.protocol)
+                              request.principal, route.protocol,
+                              self._fleet.routes.own_fleet_address if self._fleet else None)
 
     async def _ticketed(self, handler: offsets.OffsetCommitHandler, request: GroupRequest,
                         groups: tuple[str, ...], route: Route) -> bytes | Rewrite:

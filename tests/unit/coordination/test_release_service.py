@@ -11,9 +11,12 @@ import trio.testing
 from proxy.codec.api_keys import ApiKey
 from proxy.coordination.handler import PASS, GroupRequest, Upstream
 from proxy.coordination.release import GROUP_RESOURCE, RELEASE_CONFIG, ReleaseCommandHandler
+from proxy.coordination.service import Held
 from translation.classic.messages import ClassicProtocol, ClassicSubscription, JoinGroupRequest
+from translation.durable import release_marker
 from translation.errors import ErrorCode
 from translation.heartbeat import ConsumerGroupHeartbeatRequest
+from translation.records import encode_record
 
 from .helpers import TOPIC, TOPIC_ID, coordinate, make_service
 from .helpers import joining_heartbeat as _hb
@@ -170,3 +173,74 @@ async def test_the_command_is_authorized_by_the_broker_before_anything_is_done(
         answer = other.on_response(_answer("other", int(ErrorCode.INVALID_CONFIG)))
         assert answer["responses"][0]["error_code"] == ErrorCode.NOT_COORDINATOR
         nursery.cancel_scope.cancel()
+
+
+async def test_members_owning_nothing_are_not_waited_for_and_held_joins_rejoin(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A member the engine gave nothing (yet) has nothing to give up; a JoinGroup the engine
+    holds when the hand-back starts is answered REBALANCE_IN_PROGRESS (the member joins again
+    and says what it owns)."""
+    service = make_service(_unavailable, migration_policy="downgrade")
+    membership = coordinate(service, "g")
+    async with trio.open_nursery() as nursery:
+        await _started(service, nursery)
+        joined = await service.heartbeat(_hb("m1", 0))
+        assert joined.error_code == 0
+        service.held_joins[("g", "waiting")] = held = Held()
+        assert service.start_release("g", "groupgate release") is None
+        assert held.response is not None
+        assert held.response.error_code == ErrorCode.REBALANCE_IN_PROGRESS
+        # m1 has not reported any partition as its own yet... but the engine assigned it
+        # some: it is waited for; once it owns nothing, the lock leaves
+        await service.heartbeat(_owned("m1", joined.member_epoch, []))
+        await trio.sleep(0.2)
+        assert membership.leaves == 1 and service.released("g")
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_downgrade_policy_refuses_new_kip848_members_of_a_handed_back_group(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """As Kafka's ``downgrade`` policy refuses a consumer-protocol member into a classic group
+    (GROUP_ID_NOT_FOUND); the members carried over by the hand-back take part as before."""
+    service = make_service(_unavailable, migration_policy="downgrade")
+    coordinate(service, "g")
+    async with trio.open_nursery() as nursery:
+        await _started(service, nursery)
+        joined = await service.heartbeat(_hb("m1", 0))
+        assert service.start_release("g", "groupgate release") is None
+        await service.heartbeat(_owned("m1", joined.member_epoch, []))
+        await trio.sleep(0.2)
+        assert service.released("g") and service.bridges.member("g", "m1") is not None
+        refused = await service.heartbeat(_hb("m2", 0))
+        assert refused.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        assert "downgrade" in (refused.error_message or "")
+        assert service.releases.had_consumer("g", "m1", trio.current_time())
+        nursery.cancel_scope.cancel()
+
+
+class _Log:
+    def __init__(self, records: list[tuple[bytes, bytes | None]]) -> None:
+        self.records = records
+        self.loads = 0
+
+    async def load_group(self, group_id: str) -> Any:
+        self.loads += 1
+        return type("Loaded", (), {"records": self.records})()
+
+
+async def test_a_release_the_state_log_remembers_is_not_converted_again(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A sidecar restarted since the hand-back (nothing in its book) reads the marker the
+    holder left in the state log; under ``upgrade`` (the way back) it is ignored."""
+    service = make_service(_unavailable, migration_policy="bidirectional")
+    marker = encode_record(release_marker("g", "classic", 9, 1000))
+    log_ = _Log([marker])
+    service.durability = type("D", (), {"log": log_})()  # type: ignore[assignment]
+    assert await service.released_durably("g")
+    assert service.released("g")  # remembered: not taken over or converted here meanwhile
+    assert await service.released_durably("g") and log_.loads == 1  # (read once a minute)
+    log_.records = []
+    assert not await service.released_durably("other")
+    upgrade = make_service(_unavailable, migration_policy="upgrade")
+    upgrade.durability = type("D", (), {"log": _Log([marker])})()  # type: ignore[assignment]
+    assert not await upgrade.released_durably("g")
