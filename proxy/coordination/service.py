@@ -158,6 +158,10 @@ REMEMBERED_MAX = 10_000
 SYNC_HOLD_SLACK = 5.0
 """Seconds a held SyncGroup may wait beyond ``classic-sync-hold-ms`` before the proxy answers
 it itself (the engine's own hold timer normally answers it at ``classic-sync-hold-ms``)."""
+PEER_RELEASE_LOOKUPS = 4
+PEER_RELEASE_RETRY_SECONDS = 5.0
+"""A follower never told how a hand-back ended asks the broker's group this many times, this
+far apart (:meth:`CoordinatorService._peer_release_bound`)."""
 RELEASE_POLL_SECONDS = 0.05
 """How often a release under way looks whether every classic member has been told."""
 ISSUED_ID_SECONDS = 60.0
@@ -1772,17 +1776,22 @@ class CoordinatorService:
         """No ``GroupReleased`` by the announced bound: the broker's group decides (its holder
         still holds it: no hand-back)."""
         await trio.sleep_until(release.deadline)
-        if (self.releases.get(group_id, trio.current_time()) is not release
-                or release.phase is not ReleasePhase.RELEASING):
-            return
-        holder = await self.directory.lookup(group_id)
-        still = (holder.kind == "sidecar" and holder.card is not None
-                 and holder.card.address is not None
-                 and f"{holder.card.address[0]}:{holder.card.address[1]}" == release.peer)
-        log.warning("group %s: the sidecar at %s did not say how its hand-back ended; the "
-                    "broker's group says it %s", group_id, release.peer,
-                    "did not happen" if still else "happened")
-        self.peer_release_ended(group_id, released=not still)
+        for _ in range(PEER_RELEASE_LOOKUPS):
+            if (self.releases.get(group_id, trio.current_time()) is not release
+                    or release.phase is not ReleasePhase.RELEASING):
+                return
+            holder = await self.directory.lookup(group_id)
+            if holder.kind in ("free", "unused", "broker", "sidecar"):
+                held = holder.kind == "sidecar"  # the lock is still (or again) held
+                log.warning("group %s: the sidecar at %s did not say how its hand-back ended; "
+                            "the broker's group says it %s", group_id, release.peer,
+                            "did not happen" if held else "happened")
+                self.peer_release_ended(group_id, released=not held)
+                return
+            await trio.sleep(PEER_RELEASE_RETRY_SECONDS)
+        log.warning("group %s: the sidecar at %s did not say how its hand-back ended, nor can "
+                    "the broker; forgotten", group_id, release.peer)
+        self.peer_release_ended(group_id, released=False)
 
     async def _anchored(self, group_id: str, untold: list[str]) -> None:
         """A release to the broker's KIP-848 coordinator, after the lock left: the anchor
