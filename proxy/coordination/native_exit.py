@@ -76,6 +76,9 @@ ANCHOR_CHECK_SECONDS = 2.0
 """How often the anchor looks for a consumer-protocol member other than itself."""
 ANCHOR_REBALANCE_TIMEOUT_MS = 30_000
 RETRY_SECONDS = 0.2
+ANCHORS_MAX = 1000
+"""Anchors one sidecar runs at once (one per group it handed to the broker's KIP-848
+coordinator that has no consumer-protocol member yet)."""
 KIP848_RECHECK_SECONDS = 600.0
 """How long what the broker's ApiVersions said is believed."""
 MOVED: Final = frozenset({int(ErrorCode.NOT_COORDINATOR), int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
@@ -146,7 +149,7 @@ class NativeExits:
         """Start the anchor of ``group_id`` (once); the event is set when it is in the
         broker's group, or when it gave up joining."""
         joined = trio.Event()
-        if group_id in self.anchors:
+        if group_id in self.anchors or len(self.anchors) >= ANCHORS_MAX:
             joined.set()
             return joined
         scope = self.anchors[group_id] = trio.CancelScope()
