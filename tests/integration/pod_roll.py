@@ -1,8 +1,9 @@
 """The whole migration roll in the pod test bed, step by step: sidecars on, clients to the
 consumer protocol, back to classic, sidecars off (through groupgate, in front of Kafka 3.9), or
 the same clients switched classic to consumer pod by pod and back straight at Kafka 4.4's own
-coordinator (the reference). Shared by ``test_downgrade_roll.py`` (which asserts after each
-step) and ``dev/bench migration`` (which measures it, ``tests/benchmarks/migration.py``).
+coordinator (the reference); and the exit in front of Kafka 4.4 (:func:`exit_roll`). Shared by
+``test_downgrade_roll.py`` and ``test_native_exit.py`` (which assert after each step) and
+``dev/bench migration`` (which measures it, ``tests/benchmarks/migration.py``).
 
 The six members of ``test_migration_roll.py``: three pods, two members each, librdkafka
 consumers with the group's assignor and, as the second member of the third pod, the Java
@@ -350,6 +351,59 @@ def native_roll(roll: PodRoll) -> None:
                 [CLASSIC] * 2 * (i + 1) + [CONSUMER] * (6 - 2 * (i + 1)))))
 
 
+def exit_roll(roll: PodRoll) -> None:
+    """In front of Kafka 4.4: six classic members behind their sidecars (the engine takes the
+    group at the first join), pod by pod switched to the consumer protocol behind them; a
+    direct consumer-protocol client with the same group id arrives (refused: it owns nothing,
+    nobody is called back); ``groupgate release --to native`` against the holder (the broker's
+    KIP-848 coordinator then has all six); pod by pod the clients go straight to the broker
+    (``group.protocol=consumer``) and the sidecars are removed."""
+    broker = roll.broker.bootstrap
+    names = [p.name for p in roll.pods]
+    n = len(roll.pods)
+    for i in range(n):
+        roll.start_sidecar(i)
+    roll.start_all(SIDECAR)
+    wait_until(lambda: broker_members(broker, roll.group)[0] == LOCK,
+               "the engine to hold the group", WAIT)
+    wait_until(lambda: engine_types(roll.pods[0], roll.group) == [CLASSIC] * 6,
+               "the engine to serve all six classic members", WAIT)
+    for i in range(n):
+        roll.restart_pod(i, SIDECAR, "consumer", f"b: pod {names[i]} on the consumer protocol",
+                         settled=lambda i=i: engine_types(  # type: ignore[misc]
+                             roll.pods[0], roll.group) == sorted(
+                             [CLASSIC] * (6 - 2 * (i + 1)) + [CONSUMER] * 2 * (i + 1)))
+    begin = time.time()
+    stranger = librdkafka("stranger", roll.pods[0], broker, roll.topic, roll.group,
+                          "consumer", roll.assignor)
+    roll.everyone.append(stranger)
+    wait_until(lambda: bool(stranger.errors), "the direct KIP-848 client to be refused", WAIT)
+    counts = {m.name: len(m.records) for m in roll.live()}
+    wait_until(lambda: all(len(m.records) > counts[m.name] for m in roll.live()),
+               "the members behind the sidecars to go on consuming", WAIT)
+    stranger.stop()
+    assert not stranger.records and not stranger.owned(), stranger.snapshot()
+    assert _native_types(roll) is None  # still the lock's classic group
+    roll.record("a direct KIP-848 client refused", begin, [stranger.name])
+    begin = time.time()
+    release(roll, "native")
+    wait_until(lambda: _native_types(roll) == [CONSUMER] * 6,
+               "the broker's KIP-848 coordinator to have the six (the anchor gone)", WAIT)
+    roll.settle("the group to settle after the exit")
+    roll.record("the exit to the broker's KIP-848 coordinator", begin, [])
+    for i in range(n):
+        begin = time.time()
+        old = [roll.slots[(i, k)] for k in (0, 1)]
+        for member in old:
+            member.stop()
+        new = [roll._start(i, k, broker, "consumer") for k in (0, 1)]
+        roll.stop_sidecar(i)
+        roll.settle(f"the group to settle after pod {names[i]} went straight to the broker")
+        wait_until(lambda: _native_types(roll) == [CONSUMER] * 6, "the broker's group", WAIT)
+        roll.record(f"e: pod {names[i]} straight at the broker", begin,
+                    [m.name for m in (*old, *new)])
+
+
 def _broker_group(roll: PodRoll, protocol: str, marks: int) -> bool:
     """The broker's classic group coordinates, in ``protocol``, with six members of which
     ``marks`` are behind sidecars."""
@@ -367,13 +421,15 @@ def _native_types(roll: PodRoll) -> list[int] | None:
     return sorted(m["member_type"] for m in entry["members"])
 
 
-def release(roll: PodRoll) -> None:
-    """``groupgate release`` inside each pod against its sidecar until the holder takes it
-    (the others answer NOT_COORDINATOR)."""
+def release(roll: PodRoll, to: str = "classic") -> None:
+    """``groupgate release [--to native]`` inside each pod against its sidecar until the
+    holder takes it (the others answer NOT_COORDINATOR)."""
+    answers = []
     for pod in roll.pods:
         done = pod.run([sys.executable, "-m", "proxy.cli", "release", "--group", roll.group,
-                        "--bootstrap", SIDECAR], cwd=ROOT, capture_output=True, text=True,
-                       timeout=60)
+                        "--to", to, "--bootstrap", SIDECAR], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
         if done.returncode == 0:
             return
-    raise AssertionError("no sidecar took the release")
+        answers.append(done.stderr.strip())
+    raise AssertionError(f"no sidecar took the release: {answers}")

@@ -23,6 +23,11 @@ lock).
    at a time, the group settling after each) or all at once: after each step the broker's
    group has one more direct member.
 
+The same in the pod test bed (``test_in_the_pod_test_bed_the_group_exits_pod_by_pod``): the six
+members of the online-upgrade tests, three pods with a sidecar each (the command against the
+holder; the other two relay for the group and are told), the clients straight at the broker pod
+by pod.
+
 Throughout: no partition owned by two members at once, every acknowledged record consumed,
 the committed offsets (read at the broker) never moving back. The callbacks of each step and
 the longest time a partition went unconsumed are printed. Waits are bounded only to stop a
@@ -36,6 +41,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -224,3 +230,50 @@ def test_a_coordinated_group_exits_to_the_brokers_kip848_coordinator(
               f"{longest_unconsumed(running, begin, end):.2f} s; callbacks "
               f"{[(m.name, len(m.callbacks_after(begin))) for m in running if m.snapshot()]}")
 
+
+
+def test_in_the_pod_test_bed_the_group_exits_pod_by_pod(tmp_path: Path) -> None:
+    """The six members of the online-upgrade tests in three pods, a sidecar each, in front
+    of Kafka 4.4 (``pod_roll.exit_roll``): behind their sidecars to the consumer protocol, a
+    direct consumer-protocol client refused, the exit (the command against the holder: the
+    followers that relay for the group are told), the clients straight at the broker pod by
+    pod. After each step the group's state is waited for; nobody is called back by the
+    refused client; throughout nothing owned twice, every record consumed, no offset back."""
+    from tests.integration.pod_roll import (
+        NATIVE_HEARTBEAT_MS,
+        NATIVE_PROPERTIES,
+        PodRoll,
+        exit_roll,
+    )
+    from tests.integration.test_migration_roll import POD_NAMES
+    from tests.testbed import pods
+
+    ok, why = pods.available()
+    if not ok:
+        pytest.skip(why)
+    with pods.PodNetwork() as network:
+        pod_list = [network.pod(name) for name in POD_NAMES]
+        with KafkaBroker.start("4.4", tmp_path / "kafka", host=network.host_ip,
+                               consumer_heartbeat_ms=NATIVE_HEARTBEAT_MS,
+                               properties=NATIVE_PROPERTIES) as broker:
+            roll = PodRoll(tmp_path, broker, pod_list, "range")
+            try:
+                exit_roll(roll)
+                logs = "\n".join(roll.logs())
+                roll.finish()
+            finally:
+                roll.close()
+    for step in roll.steps:
+        print(step.as_json())
+    refused = next(s for s in roll.steps if "refused" in s.name)
+    assert refused.called_back == {}, refused
+    exited = next(s for s in roll.steps if s.name.startswith("the exit"))
+    assert exited.called_back, exited  # every member gave its partitions up once
+    assert "anchor" in logs
+    for m in roll.everyone:
+        if m.name != "stranger":
+            assert not any(e.get("fatal") for e in m.errors), (m.name, m.errors)
+    safety = roll.safety()
+    assert safety["owned_twice"] == [] and safety["missing"] == 0, safety
+    assert safety["produce_failed"] == 0 and safety["acknowledged"] > 0, safety
+    assert safety["offset_reads"] > 0 and safety["offsets_back"] == [], safety
