@@ -416,6 +416,7 @@ class CoordinatorService:
                                    lambda: self.upgrades.run(self))
             if self.durability is not None:
                 nursery.start_soon(self._supervised, "state log", self.durability.run)
+            nursery.start_soon(self._ask_broker_features)
             if self.journal is not None and self.observer is not None:
                 nursery.start_soon(self._supervised, "journal writer", self.journal.run)
                 interval = self.config.journal.snapshot_interval_ms / 1000
@@ -423,6 +424,14 @@ class CoordinatorService:
                 nursery.start_soon(self._supervised, "journal snapshots",
                                    lambda: run_snapshots(observer, journal, interval))
             task_status.started()
+
+    async def _ask_broker_features(self) -> None:
+        """Whether the broker has a KIP-848 coordinator, asked at the start (:mod:`.native_exit`)
+        so that the first takeover does not wait for it."""
+        try:
+            await self.exits.broker_has_kip848()
+        except Exception:  # asked again by the first takeover
+            log.exception("asking the broker's ApiVersions failed")
 
     async def _supervised(self, name: str, task: Callable[[], Awaitable[None]]) -> None:
         """Run one of the service's own tasks; a bug in it is logged and the task started
@@ -1363,6 +1372,12 @@ class CoordinatorService:
                 error_message=f"groupgate is not holding the broker's group {group_id} now")
         response, effects = classic.join_group(request, self.now_ms())
         self.apply(effects)  # before holding: may answer this member's previous held join
+        if self.releasing(group_id) and not any(
+                ps for p in request.protocols[:1] if p.subscription is not None
+                for _, ps in p.subscription.owned_partitions):
+            # this join started a hand-back (a static replacement), or came in while one
+            # started: its member owns nothing to give up
+            self.releases.gave_up(group_id, response.member_id, trio.current_time())
         if not isinstance(response, HeldRequest):
             if response.error_code not in (int(ErrorCode.NONE),
                                            int(ErrorCode.MEMBER_ID_REQUIRED)):

@@ -139,6 +139,8 @@ class PodRoll:
         broker.create_topic(self.topic, PARTITIONS)
         self.everything = {(self.topic, p) for p in range(PARTITIONS)}
         self.sidecars: dict[int, ProxyProcess] = {}
+        self.started_sidecars: list[ProxyProcess] = []
+        """Every sidecar started (their logs outlive them)."""
         self.slots: dict[tuple[int, int], Member] = {}
         self.everyone: list[Member] = []
         self.steps: list[Step] = []
@@ -177,9 +179,10 @@ class PodRoll:
 
     def start_sidecar(self, i: int) -> None:
         pod = self.pods[i]
-        self.sidecars[i] = ProxyProcess.start(
+        self.sidecars[i] = sidecar = ProxyProcess.start(
             self.broker.bootstrap, self.workdir / f"groupgate-{pod.name}.log", listen=SIDECAR,
             wrapper=pod.command([]), args=ROLL_FLAGS)
+        self.started_sidecars.append(sidecar)
 
     def stop_sidecar(self, i: int) -> None:
         sidecar = self.sidecars.pop(i, None)
@@ -187,7 +190,8 @@ class PodRoll:
             sidecar.stop()
 
     def logs(self) -> list[str]:
-        return [s.log() for s in self.sidecars.values()]
+        """The logs of every sidecar started, running or stopped."""
+        return [s.log() for s in self.started_sidecars]
 
     # -- steps ----------------------------------------------------------------------------------
 

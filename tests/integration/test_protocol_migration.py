@@ -120,9 +120,11 @@ class Classic:
         return int(answer["error_code"])
 
     def first_join(self, partitions: list[int]) -> int:
-        """Join a new group and lead it with every partition; the generation."""
+        """Join a new group and lead it with every partition; the generation (retried while
+        the coordinator is not ready, as a client does: a broker just started loads its
+        offsets partitions)."""
         if self.instance is None:
-            required = self.join([])
+            required = retried(lambda: self.join([]))
             assert required["error_code"] == MEMBER_ID_REQUIRED, required
             self.member_id = required["member_id"]
         joined = self.join([])
@@ -134,6 +136,21 @@ class Classic:
         assert synced["error_code"] == NONE, synced
         assert assigned(synced["assignment"]) == partitions
         return generation
+
+
+NOT_READY = (14, 15, 16)
+"""COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: a client retries."""
+
+
+def retried(send: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``send()`` again while the answer says the coordinator is not ready (a broker that just
+    started, a proxy still taking the group over)."""
+    for _ in range(100):
+        answer = send()
+        if answer["error_code"] not in NOT_READY:
+            return answer
+        time.sleep(0.2)
+    return answer
 
 
 def settle_assignment_interval() -> None:
@@ -185,7 +202,8 @@ def upgraded(wire: Wire, group: str, topic: str, static: bool
     assert member1.first_join([0, 1, 2]) == 1
     settle_assignment_interval()
     instance2 = "instance-id-2" if static else None
-    joined = consumer_heartbeat(wire, group, uuid.uuid4().hex[:22], 0, topic, instance2)
+    joined = retried(lambda: consumer_heartbeat(wire, group, uuid.uuid4().hex[:22], 0, topic,
+                                                instance2))
     assert joined["error_code"] == NONE, joined
     return member1, joined["member_id"], instance2
 
@@ -346,9 +364,9 @@ def downgrade(wire: Wire, group: str, topic: str, member1: Classic, generation: 
     else:
         replacement = Classic(wire, group, topic, instance2)
         replaced = replacement.join([])
-        # Kafka takes the replacement into the group it converts; groupgate's engine starts
-        # the hand-back, and the replacement joins again (at the broker's group)
-        assert replaced["error_code"] == (REBALANCE_IN_PROGRESS if behind else NONE), replaced
+        # Kafka takes the replacement into the group it converts; groupgate's engine takes it
+        # too and starts the hand-back (the replacement owns nothing: nothing to wait for)
+        assert replaced["error_code"] == NONE, replaced
     if not behind:
         assert listed(wire, group) == ("classic", "Stable" if static else
                                        "PreparingRebalance")
@@ -377,7 +395,7 @@ def empty_downgrade(bootstrap: str, topic: str, behind: bool) -> None:
     wire = coordinator_of(bootstrap, group)
     try:
         member_id = uuid.uuid4().hex[:22]
-        joined = consumer_heartbeat(wire, group, member_id, 0, topic, None)
+        joined = retried(lambda: consumer_heartbeat(wire, group, member_id, 0, topic, None))
         assert joined["error_code"] == NONE, joined
         left = consumer_leave(wire, group, joined["member_id"], None)
         assert left["error_code"] == NONE, left
@@ -398,7 +416,7 @@ def downgrade_policy(bootstrap: str, topic: str, behind: bool) -> None:
     wire = coordinator_of(bootstrap, group)
     try:
         member1 = uuid.uuid4().hex[:22]
-        joined = consumer_heartbeat(wire, group, member1, 0, topic, None)
+        joined = retried(lambda: consumer_heartbeat(wire, group, member1, 0, topic, None))
         assert joined["error_code"] == NONE, joined
         member1, epoch1 = joined["member_id"], joined["member_epoch"]
         settle_assignment_interval()
@@ -407,13 +425,16 @@ def downgrade_policy(bootstrap: str, topic: str, behind: bool) -> None:
         assert required["error_code"] == MEMBER_ID_REQUIRED, required
         member2.member_id = required["member_id"]
         joined2 = member2.join([])
-        assert joined2["error_code"] == NONE and joined2["generation_id"] == 2, joined2
-        synced = member2.sync(2)
+        # (Kafka's case sees generation 2; a group epoch bumped meanwhile, e.g. by the new
+        # topic's metadata, makes it one more: the member goes on with what it was given)
+        assert joined2["error_code"] == NONE and joined2["generation_id"] >= 2, joined2
+        generation = int(joined2["generation_id"])
+        synced = member2.sync(generation)
         assert synced["error_code"] == NONE and assigned(synced["assignment"]) == [], synced
-        assert member2.heartbeat(2) == NONE
+        assert member2.heartbeat(generation) == NONE
         revoked = consumer_heartbeat(wire, group, member1, epoch1, topic, None)
         assert revoked["error_code"] == NONE, revoked
-        assert member2.heartbeat(2) == REBALANCE_IN_PROGRESS
+        assert member2.heartbeat(generation) == REBALANCE_IN_PROGRESS
         left = consumer_leave(wire, group, member1, None)
         assert left["error_code"] == NONE, left
         if behind:  # the hand-back (member 2 owns nothing: nobody to wait for)
@@ -423,9 +444,9 @@ def downgrade_policy(bootstrap: str, topic: str, behind: bool) -> None:
         refused = consumer_heartbeat(wire, group, member1, 0, topic, None)
         assert refused["error_code"] == GROUP_ID_NOT_FOUND, refused
         if behind:
-            assert member2.heartbeat(2) == ILLEGAL_GENERATION  # the hand-back's
+            assert member2.heartbeat(generation) == ILLEGAL_GENERATION  # the hand-back's
         else:  # (not in Kafka's case: either answer makes the member rejoin)
-            assert member2.heartbeat(2) in (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION)
+            assert member2.heartbeat(generation) in (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION)
         rejoined(member2, [], [0, 1, 2])
         assert listed(wire, group) == ("classic", "Stable")
     finally:
