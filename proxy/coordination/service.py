@@ -1614,8 +1614,8 @@ class CoordinatorService:
                 self.releases.gave_up(group_id, member.member_id, now)  # nothing to give up
         self.engine.suspend(group_id)  # nobody is fenced while the members are told
         for (held_group, member_id), held in list(self.held_joins.items()):
-            if held_group == group_id:  # it joins again, and says what it owns
-                held.resolve(JoinGroupResponse(error_code=int(ErrorCode.REBALANCE_IN_PROGRESS),
+            if held_group == group_id:  # it gives up what it owns and joins again
+                held.resolve(JoinGroupResponse(error_code=int(ErrorCode.ILLEGAL_GENERATION),
                                                member_id=member_id))
         for (held_group, _member_id), held_sync in list(self.held_syncs.items()):
             if held_group == group_id:  # as its Heartbeat would be (:mod:`.classic`)

@@ -178,8 +178,8 @@ async def test_the_command_is_authorized_by_the_broker_before_anything_is_done(
 async def test_members_owning_nothing_are_not_waited_for_and_held_joins_rejoin(
         autojump_clock: trio.testing.MockClock) -> None:
     """A member the engine gave nothing (yet) has nothing to give up; a JoinGroup the engine
-    holds when the hand-back starts is answered REBALANCE_IN_PROGRESS (the member joins again
-    and says what it owns)."""
+    holds when the hand-back starts is answered ILLEGAL_GENERATION (the member gives up what it
+    owns and joins again)."""
     service = make_service(_unavailable, migration_policy="downgrade")
     membership = coordinate(service, "g")
     async with trio.open_nursery() as nursery:
@@ -189,7 +189,7 @@ async def test_members_owning_nothing_are_not_waited_for_and_held_joins_rejoin(
         service.held_joins[("g", "waiting")] = held = Held()
         assert service.start_release("g", "groupgate release") is None
         assert held.response is not None
-        assert held.response.error_code == ErrorCode.REBALANCE_IN_PROGRESS
+        assert held.response.error_code == ErrorCode.ILLEGAL_GENERATION
         # m1 has not reported any partition as its own yet... but the engine assigned it
         # some: it is waited for; once it owns nothing, the lock leaves
         await service.heartbeat(_owned("m1", joined.member_epoch, []))
@@ -244,3 +244,40 @@ async def test_a_release_the_state_log_remembers_is_not_converted_again(
     upgrade = make_service(_unavailable, migration_policy="upgrade")
     upgrade.durability = type("D", (), {"log": _Log([marker])})()  # type: ignore[assignment]
     assert not await upgrade.released_durably("g")
+
+
+def _join(member_id: str, owned: list[int]) -> GroupRequest:
+    from proxy.codec import messages
+
+    metadata = messages.encode_data("ConsumerProtocolSubscription", 1, {
+        "topics": [TOPIC], "user_data": None,
+        "owned_partitions": [{"topic": TOPIC, "partitions": owned}]})
+    return GroupRequest(ApiKey.JOIN_GROUP, 5, 3, "c", "/h", None, b"", {
+        "group_id": "g", "session_timeout_ms": 6000, "rebalance_timeout_ms": 6000,
+        "member_id": member_id, "group_instance_id": None, "protocol_type": "consumer",
+        "protocols": [{"name": "cooperative-sticky", "metadata": metadata}]})
+
+
+async def test_a_join_still_owning_partitions_during_a_hand_back_is_told_to_give_them_up(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A cooperative member that rejoins with its partitions while the group is handed back
+    would otherwise sit in its JoinGroup, never hear its Heartbeat's ILLEGAL_GENERATION, and be
+    waited for until the bound."""
+    from proxy.coordination.classic import JoinGroupHandler
+    from proxy.coordination.handler import Answer
+
+    service = make_service(_unavailable, migration_policy="downgrade")
+    coordinate(service, "g")
+    handler = JoinGroupHandler(service)
+    async with trio.open_nursery() as nursery:
+        await _started(service, nursery)
+        await service.heartbeat(_hb("m1", 0))
+        assert service.start_release("g", "groupgate release") is None
+        owning = handler.decide(_join("c1", [0, 1]))
+        assert isinstance(owning, Answer) and isinstance(owning.value, dict)
+        assert owning.value["error_code"] == ErrorCode.ILLEGAL_GENERATION
+        waiting = handler.decide(_join("c1", []))
+        assert isinstance(waiting, Answer) and not isinstance(waiting.value, dict)
+        answer = await waiting.value  # type: ignore[misc]  # once the hand-back is over
+        assert answer["error_code"] == ErrorCode.REBALANCE_IN_PROGRESS
+        nursery.cancel_scope.cancel()
