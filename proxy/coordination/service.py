@@ -386,6 +386,7 @@ class CoordinatorService:
         self.releases = ReleaseBook()
         """Groups handed back to the broker's classic coordinator here (:mod:`.release`)."""
         self._release_done: dict[str, trio.Event] = {}
+        self.routes.decided_here = self.released  # the broker's group: no lookup needed
         self.relayers = Relayers(config.group_session_timeout_ms / 1000)
         """Who relayed each group's requests here (:mod:`.release_fleet`)."""
         self.fleet_release = FleetRelease(self)
