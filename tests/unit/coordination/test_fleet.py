@@ -809,3 +809,14 @@ def test_protocol_3_marks_name_the_relaying_sidecar() -> None:
     assert mark_forwarded("app", "/h", None, None, None, 2, "x:1").startswith(
         "groupgate-fleet2|")
     assert unmark("groupgate-fleet3|1|/h||||app") is None  # cut short
+
+
+async def test_a_group_handed_back_is_decided_here_without_a_lookup() -> None:
+    """Its requests go to the broker's group, which a lookup during the broker's own
+    rebalance could not name (``unknown``: refused), keeping its members from rejoining."""
+    from proxy.coordination.peers import LOCAL, LOOKUP, REFUSE
+
+    table = routes(set(), {"settling": Holder("unknown", detail="PreparingRebalance")})
+    assert table.route(["settling"]).kind == REFUSE and table.route(["new"]).kind == LOOKUP
+    table.decided_here = {"settling", "new"}.__contains__
+    assert table.route(["settling"]).kind == LOCAL and table.route(["new"]).kind == LOCAL
