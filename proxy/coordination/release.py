@@ -15,8 +15,10 @@ kept by :class:`ReleaseBook` (sans-I/O: the times are passed in):
   can form: a classic member's next Heartbeat or SyncGroup is answered ILLEGAL_GENERATION (it
   treats its partitions as lost and joins again, keeping its member id; its JoinGroup is held
   until the group is released, then answered REBALANCE_IN_PROGRESS, and it joins the broker's
-  group); a KIP-848 member's heartbeats are answered with an empty assignment at its epoch
-  until it reports owning nothing; a new KIP-848 member waits (COORDINATOR_LOAD_IN_PROGRESS).
+  group; a JoinGroup still naming owned partitions, or one the engine held when the phase
+  began, is answered ILLEGAL_GENERATION too); a KIP-848 member's heartbeats are answered with
+  an empty assignment at its epoch until it reports owning nothing; a new KIP-848 member waits
+  (COORDINATOR_LOAD_IN_PROGRESS). Members the engine gave nothing are not waited for.
   The phase ends when every member gave up, or after half the shortest member session
   (:func:`release_bound_s`), whichever is first: every member heartbeats well within that, and
   nobody waits for partitions longer than one session. So the broker's first generation never
@@ -39,12 +41,10 @@ kept by :class:`ReleaseBook` (sans-I/O: the times are passed in):
 
 Journal ``group_released`` (schema version 2), metric ``groupgate_group_releases_total``.
 The command is decided by the sidecar it reaches and never relayed (:class:`ReleaseCommandHandler`).
-Not built: the fleet messages (``GroupReleasing`` / ``GroupReleased`` to the followers that
-relayed for the group): members behind other sidecars take part only through their relayed
-requests, and a follower could take the group over in the moment the broker's group is Empty,
-so only groups whose members are all behind the holder should be handed back; the release is
-remembered in memory only (a restarted sidecar under ``bidirectional`` may convert the group
-again once all its members are behind it: roll ``downgrade`` first).
+In a fleet the sidecars that relay for the group are told (:mod:`.release_fleet`); the
+release is remembered across restarts in the state log (:class:`DurableReleases`, the marker
+of :func:`translation.durable.release_marker`); ``--to native`` hands the group to Kafka 4.x's
+own KIP-848 coordinator (:mod:`.native_exit`).
 """
 
 from __future__ import annotations
