@@ -131,6 +131,11 @@ GROUP_CONVERSION_LATE_ANSWERS = Counter(
     "Forwarded requests of a group being converted, or just converted, that the broker "
     "answered UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS or "
     "INCONSISTENT_GROUP_PROTOCOL (the conversion's hold missed them)", registry=REGISTRY)
+GROUP_CONVERSION_TURNED_BACK = Counter(
+    "groupgate_group_conversion_turned_back",
+    "Broker answers to forwarded requests that the conversion's safety net did not pass to "
+    "the client (answered NOT_COORDINATOR, the group looked up again, the request sent "
+    "again)", registry=REGISTRY)
 
 GROUP_RELEASES = Counter(
     "groupgate_group_releases",

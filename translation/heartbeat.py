@@ -20,6 +20,11 @@ is ahead (at most once per assignment interval) -> reconcile this member -> re-a
 timer. Everything that can fail is checked before anything is changed,
 so an error response leaves the group as it was.
 
+A consumer-protocol member joining a live group whose members all use the classic protocol is
+Kafka's online upgrade: GROUP_ID_NOT_FOUND under the migration policies without upgrades
+(``disabled``, ``downgrade``), as Kafka answers; the sidecars refuse it in the broker phase
+alike, except a KIP-848 member a hand-back carried over (decision record 0018).
+
 Differences from Kafka, on purpose: a member joining always bumps the group epoch (Kafka
 skips the bump when a new member subscribes to nothing; the KIP bumps on every join); a
 static member re-sending epoch 0 under its own member id rejoins in place like a dynamic one
@@ -218,6 +223,22 @@ def handle_regular(
     member_id = request.member_id
     instance_id = request.instance_id
     members = group.members if group is not None else {}
+    if (
+        group is not None
+        and epoch == 0
+        and not config.migration_policy.upgrade_enabled
+        and members
+        and member_id not in members
+        and all(m.protocol is MemberProtocol.CLASSIC for m in members.values())
+    ):
+        # a live group of classic members only is a classic group to Kafka: a consumer-protocol
+        # member joining it is an online upgrade, which ``disabled`` and ``downgrade`` forbid
+        # (``GroupMetadataManager.validateOnlineUpgrade``)
+        raise GroupError(
+            ErrorCode.GROUP_ID_NOT_FOUND,
+            f"Cannot upgrade classic group {group_id} to consumer group because the online "
+            f"upgrade is disabled (migration policy {config.migration_policy.value}).",
+        )
     if (
         group is not None
         and len(members) >= config.max_group_size

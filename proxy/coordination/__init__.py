@@ -12,8 +12,9 @@ through :mod:`proxy.kafka_client`; durable group state is :mod:`proxy.state_log`
 * :mod:`proxy.coordination.topics` keeps the topic metadata of subscribed topics fresh;
 * :mod:`proxy.coordination.convert` maps decoded group messages onto the engine's dataclasses
   and back, for both protocols;
-* :mod:`proxy.coordination.routing` is the connection router: one handler per group API
-  (:mod:`.consumer_group`, :mod:`.classic`, :mod:`.offsets`, :mod:`.listing`, in the table
-  :data:`~proxy.coordination.routing.HANDLERS`) decides whether the proxy answers a request,
-  rewrites it or lets it pass to the broker.
+* :mod:`proxy.coordination.routing` is the connection router: a request passes the stages of
+  its connection's list (:mod:`.stages`: authorization, the fleet route, ...) to one handler
+  per group API (:mod:`.consumer_group`, :mod:`.classic`, :mod:`.offsets`, :mod:`.listing`,
+  in the table :data:`~proxy.coordination.routing.HANDLERS`), which decides whether the proxy
+  answers it, rewrites it or lets it pass to the broker.
 """

@@ -220,8 +220,12 @@ class AuthorizationStage:
         """The topics the group's regexes (and the heartbeat's) match, when the engine will
         resolve them under this client's rights (possibly none: the rights then say that
         nothing was checked); None when it will not (the steady heartbeat asks nothing)."""
-        return self.service.engine.regex_topics_to_check(
+        matches = self.service.engine.regex_topics_to_check(
             value["group_id"], value.get("subscribed_topic_regex"))
+        if matches is None:  # a bridged member's regex (:mod:`.bridged`)
+            matches = self.service.bridges.regex_topics_to_check(
+                value["group_id"], value.get("member_id") or "")
+        return matches
 
     def _consumer_group_describe(self, request: GroupRequest,
                                  allowed: Callable[[Kind, str, int], bool]) -> Outcome:

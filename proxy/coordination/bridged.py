@@ -18,6 +18,15 @@ gives it a network and a clock:
   forgotten, nothing else is touched. It answers the client's heartbeats from the machine
   (assignments as the broker's topic ids), and tells the offset handlers under which broker
   member id and generation a bridged client's commit goes (:meth:`Bridges.commit_target`).
+
+A client subscribing by regex (``subscribed_topic_regex``) is bridged with the regex resolved
+to names, as Kafka's Java client does for a pattern in the classic protocol: the names of the
+topics this sidecar watches that the regex fully matches, those the client may DESCRIBE
+(the rights the router's authorization stage brings, :class:`~translation.regex.TopicRights`;
+a match not checked yet stays out until rights that checked it come, and one the member had
+stays in), resolved again at every heartbeat of its client; when the names change, the
+bridged member rejoins with them. The regex goes with the member into a conversion
+(:meth:`Bridges.regexes`), so the engine adopts it subscribed by the regex.
 """
 
 from __future__ import annotations
@@ -66,13 +75,14 @@ from translation.classic.messages import (
 )
 from translation.config import random_member_id
 from translation.effects import ReleasedMember
-from translation.errors import ErrorCode
+from translation.errors import ErrorCode, GroupError
 from translation.heartbeat import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
     TopicPartitions,
 )
-from translation.topics import TopicId, TopicMetadata
+from translation.regex import TopicRights, resolve, validate_regex
+from translation.topics import TopicId, TopicMetadata, TopicsImage
 
 log = logging.getLogger("groupgate.coordination")
 
@@ -148,6 +158,13 @@ class Bridge:
         self._resumed = trio.Event()
         self.client_epoch = -1
         """The epoch the client's last heartbeat carried."""
+        self.regex: str | None = None
+        """The client's ``subscribed_topic_regex`` (None: it subscribes by names)."""
+        self.rights: TopicRights | None = None
+        """What the client may DESCRIBE, as its last heartbeat that brought rights said
+        (None: no rights asked, every match counts)."""
+        self.resolved: frozenset[str] = frozenset()
+        """The names the regex resolved to last (the machine's subscription)."""
         self.at_broker = InFlight()
         """Requests of this member at the broker now (a conversion waits for them)."""
         self.on_leader: Callable[[str, int, frozenset[str]], None] | None = None
@@ -496,6 +513,9 @@ class Bridges:
         self.on_leader: Callable[[str, int, frozenset[str]], None] | None = None
         """Told when a bridged member here is made the broker group's leader (the online
         upgrade's detection, :meth:`~.upgrade.Upgrades.note_leader`)."""
+        self.image: Callable[[], TopicsImage] = lambda: TopicsImage.of([])
+        """The topics this sidecar watches (the service's), which regexes are resolved
+        against."""
         metrics.BRIDGED_ACTIVE.set_function(lambda: len(self.members))
 
     @property
@@ -550,10 +570,14 @@ class Bridges:
         key = (group_id, member_id)
         if key in self.members:  # the same member joined again meanwhile
             return await self._serve(self.members[key], request, wait_s)
+        regex = request.subscribed_topic_regex or None
+        resolved = (self.resolve(regex, request.topic_rights, frozenset())
+                    if regex is not None else frozenset())
         machine = BridgedMember(
             group_id=group_id, fleet_address=self.settings.fleet_address, member_id=member_id,
             client_id=request.client_id,
-            subscribed_names=request.subscribed_topic_names or (),
+            subscribed_names=sorted(resolved) if regex is not None
+            else request.subscribed_topic_names or (),
             session_timeout_ms=self.settings.session_timeout_ms,
             rebalance_timeout_ms=max(request.rebalance_timeout_ms,
                                      self.settings.session_timeout_ms),
@@ -561,11 +585,14 @@ class Bridges:
             rack_id=request.rack_id)
         bridge = Bridge(machine, self.settings, self.pool, self._bootstrap)
         bridge.on_leader = self.on_leader
+        bridge.regex, bridge.rights, bridge.resolved = regex, request.topic_rights, resolved
+        self._know(bridge, resolved)
         self.members[key] = bridge
         self._groups[group_id] = self._groups.get(group_id, 0) + 1
         metrics.BRIDGED_MEMBERS.labels("started").inc()
-        log.info("group %s: KIP-848 member %s (client %s) bridged into the broker's group",
-                 group_id, member_id, request.client_id or "-")
+        log.info("group %s: KIP-848 member %s (client %s) bridged into the broker's group%s",
+                 group_id, member_id, request.client_id or "-",
+                 "" if regex is None else f" (regex {regex[:200]!r}: {len(resolved)} topic(s))")
         self._nursery.start_soon(self._run_one, bridge)
         return await self._serve(bridge, _with_member_id(request, member_id), wait_s)
 
@@ -631,6 +658,72 @@ class Bridges:
             return "", ""
         return groups[0].get("protocol_type") or "", groups[0].get("protocol_data") or ""
 
+    # -- regex subscriptions ---------------------------------------------------------------
+
+    def resolve(self, regex: str, rights: TopicRights | None, had: frozenset[str]
+                ) -> frozenset[str]:
+        """The names ``regex`` resolves to for a client with ``rights`` (a match checked and
+        not allowed is left out; one not checked stays only if the member ``had`` it)."""
+        matches = resolve(regex, self.image())
+        if rights is None:
+            return matches
+        unchecked = matches - rights.checked
+        return (matches & rights.allowed) | (unchecked & had)
+
+    def _regex_names(self, bridge: Bridge, request: ConsumerGroupHeartbeatRequest
+                     ) -> list[str] | None:
+        """The names to tell the machine of a regex member (its regex resolved again), when
+        they changed; None: no change (or not a regex member)."""
+        regex = request.subscribed_topic_regex
+        if regex is not None:  # a new regex, or "" (back to names)
+            if regex:
+                validate_regex(regex)
+            bridge.regex = regex or None
+            if bridge.regex is None:
+                bridge.resolved = frozenset()
+                return None
+        if request.topic_rights is not None:
+            bridge.rights = request.topic_rights
+        if bridge.regex is None:
+            return None
+        resolved = self.resolve(bridge.regex, bridge.rights, bridge.resolved)
+        if resolved == bridge.resolved:
+            return None
+        log.info("group %s: the regex of bridged member %s resolves to %d topic(s) now "
+                 "(%d before): it rejoins with them", bridge.group_id, bridge.member_id,
+                 len(resolved), len(bridge.resolved))
+        bridge.resolved = resolved
+        self._know(bridge, resolved)
+        return sorted(resolved)
+
+    def _know(self, bridge: Bridge, names: Iterable[str]) -> None:
+        by_name = self.image().by_name
+        for name in names:
+            if name in by_name:
+                bridge.topics[name] = by_name[name]
+
+    def has_regex(self) -> bool:
+        """Whether a member here subscribes by regex (the sidecar then watches every topic)."""
+        return any(b.regex is not None for b in self.members.values())
+
+    def regex_topics_to_check(self, group_id: str, member_id: str) -> frozenset[str] | None:
+        """The topics whose DESCRIBE the heartbeat of bridged member ``member_id`` should
+        bring (the router's authorization stage): its regex's matches, when one is not checked
+        yet; None when nothing is new."""
+        bridge = self.members.get((group_id, member_id))
+        if bridge is None or bridge.regex is None:
+            return None
+        matches = resolve(bridge.regex, self.image())
+        if bridge.rights is not None and matches <= bridge.rights.checked:
+            return None
+        return matches
+
+    def regexes(self, group_id: str) -> dict[str, str]:
+        """(broker member id -> regex) of the group's members here that subscribe by regex:
+        the engine adopts them subscribed by it (:mod:`.upgrade`)."""
+        return {b.machine.broker_member_id: b.regex for b in self.of_group(group_id)
+                if b.regex is not None and b.machine.broker_member_id}
+
     async def _serve(self, bridge: Bridge, request: ConsumerGroupHeartbeatRequest,
                      wait_s: float) -> ConsumerGroupHeartbeatResponse:
         machine = bridge.machine
@@ -646,7 +739,15 @@ class Bridges:
         bridge.client_epoch = request.member_epoch
         owned = (None if request.topic_partitions is None
                  else bridge.partitions_by_name(request.topic_partitions))
-        names = request.subscribed_topic_names
+        names: Sequence[str] | None
+        try:
+            names = self._regex_names(bridge, request)
+        except GroupError as exc:  # an invalid new regex: the member stays as it was
+            return _error(exc.code, exc.message, bridge.member_id)
+        if names is None and bridge.regex is None:
+            # (a regex member's names are its regex's: the empty list its client sends
+            # beside the regex says nothing)
+            names = request.subscribed_topic_names
         if names is not None:
             await bridge.learn_topics(names)
         if request.member_epoch == -1 or request.member_epoch == -2:

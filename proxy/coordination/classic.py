@@ -98,8 +98,10 @@ class JoinGroupHandler(ClassicHandler):
             return service.upgrades.forward_join(request, member_id="")
         if self.is_local(request):
             return Answer(self.answer(request))
-        # to the broker's group, with the member mark (online upgrade, :mod:`.upgrade`)
-        return service.upgrades.forward_join(request)
+        # to the broker's group, with the member mark (online upgrade, :mod:`.upgrade`); its
+        # answer through the conversion's safety net
+        return service.upgrades.forward_join(
+            request, failure=lambda code: self.failure(request, code))
 
     async def _after_release(self, request: GroupRequest) -> Value:
         await self.service.release_finished(request.value["group_id"], RELEASE_JOIN_WAIT)

@@ -9,8 +9,10 @@ fenced by the group's transactional id), the records waiting, and two counters, 
 and units acknowledged. One task per group writes what is waiting as one transaction at a time
 (what arrives meanwhile goes into the next one), in order.
 
-The rule a response follows (:meth:`Durability.settled`): it leaves only once every unit of
-its group submitted up to its engine call is acknowledged, not only its own. A call that wrote
+The rule a response follows (:meth:`Durability.settled`, kept by the group's
+:class:`~translation.write_barrier.WriteBarrier`, the same one the fleet core and the engine's
+failover simulation keep): it leaves only once every unit of its group submitted up to its
+engine call is acknowledged, not only its own. A call that wrote
 nothing may still answer with what an earlier, unacknowledged call decided (a retried heartbeat
 gets the epoch the lost response carried); if that write were lost in a failover, the member
 would know an epoch the next coordinator never heard of. The simulator checks this rule
@@ -73,6 +75,7 @@ from translation.records import (
     decode_record,
     encode_record,
 )
+from translation.write_barrier import WriteBarrier
 
 log = logging.getLogger("groupgate.coordination")
 
@@ -94,17 +97,12 @@ class GroupWrites:
     group_id: str
     writer: Writer
     pending: list[StateRecord] = field(default_factory=list)
-    submitted: int = 0
-    """Units (one per engine call that changed the group) submitted so far."""
-    acknowledged: int = 0
+    barrier: WriteBarrier[trio.Event] = field(default_factory=WriteBarrier)
+    """Units (one per engine call that changed the group) submitted and acknowledged, and the
+    answers waiting for them (:mod:`translation.write_barrier`): each an event set once it
+    may leave, or once the group failed."""
     failed: str | None = None
     wake: trio.Event = field(default_factory=trio.Event)
-    progress: trio.Event = field(default_factory=trio.Event)
-    """Set (and replaced) whenever :attr:`acknowledged` or :attr:`failed` changes."""
-
-    def _progressed(self) -> None:
-        self.progress.set()
-        self.progress = trio.Event()
 
 
 @dataclass(frozen=True)
@@ -224,7 +222,7 @@ class Durability:
                 # is about to forget; the log keeps what the last writer wrote.
                 continue
             writes.pending.extend(mine)
-            writes.submitted += 1
+            writes.barrier.submit()
             writes.wake.set()
 
     async def flush(self, timeout_s: float) -> None:
@@ -239,13 +237,17 @@ class Durability:
         writes = self.groups.get(group_id)
         if writes is None:
             return None  # nothing was written for it here
-        needed = writes.submitted
-        with trio.move_on_after(SETTLE_SECONDS):
-            while writes.acknowledged < needed and writes.failed is None:
-                await writes.progress.wait()
         if writes.failed is not None:
             return writes.failed
-        if writes.acknowledged < needed:
+        leave = trio.Event()
+        if writes.barrier.hold(leave):
+            return None
+        with trio.move_on_after(SETTLE_SECONDS):
+            await leave.wait()
+        if writes.failed is not None:
+            return writes.failed
+        if not leave.is_set():
+            writes.barrier.withdraw(leave)
             return "the group's state was not written in time"
         return None
 
@@ -269,7 +271,7 @@ class Durability:
             if not writes.pending:
                 continue
             batch, writes.pending = writes.pending, []
-            unit = writes.submitted
+            unit = writes.barrier.submitted
             try:
                 await writes.writer.write([encode_record(r) for r in batch])
             except StateLogError as exc:
@@ -277,8 +279,8 @@ class Durability:
                 log.warning("group %s: %s; giving the group up", writes.group_id, reason)
                 self._give_up(writes, reason)
                 return
-            writes.acknowledged = unit
-            writes._progressed()
+            for leave in writes.barrier.acknowledge(unit):
+                leave.set()
 
     def _give_up(self, writes: GroupWrites, reason: str) -> None:
         """The group's writes failed: its answers fail and the service gives it up."""
@@ -295,7 +297,8 @@ class Durability:
             writes.failed = reason
             writes.pending = []
             writes.wake.set()
-            writes._progressed()
+            for leave in writes.barrier.drop():
+                leave.set()
 
 
 def _subscriptions(records: Iterable[StateRecord]) -> tuple[set[str], bool]:

@@ -68,6 +68,9 @@ FORWARD_MARK_3: Final = "groupgate-fleet3|"
 with this: as protocol 2, then the relaying sidecar's fleet address and flags (none yet) before
 the client id (decision record 0018, section 5). The holder learns from it which sidecars
 relay for a group (a hand-back tells them: :mod:`.release`)."""
+OLD_FOLLOWER: Final = "0.2.0@"
+"""How the sidecar that relayed a request is named when its mark names no fleet address
+(fleet protocol 1 or 2): this, then the relaying connection's host."""
 VIEW_SECONDS: Final = 3.0
 """How long a follower trusts DescribeGroups saying that nobody holds a group."""
 SETTLED_VIEW_SECONDS: Final = 30.0

@@ -30,7 +30,7 @@ from proxy.coordination.handler import GroupRequest
 
 if TYPE_CHECKING:
     from proxy.connection import Decision, Payload
-    from proxy.coordination.service import CoordinatorService
+    from proxy.coordination.stages.stage import RouterCalls
 
 MEMBER_APIS = frozenset({
     ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.HEARTBEAT, ApiKey.SYNC_GROUP, ApiKey.JOIN_GROUP,
@@ -38,7 +38,7 @@ MEMBER_APIS = frozenset({
 """APIs whose requests name one member of one group (``group_id``, ``member_id``)."""
 
 
-def held_while_inside(service: CoordinatorService, request: GroupRequest,
+def held_while_inside(service: RouterCalls, request: GroupRequest,
                       decision: Decision) -> Decision:
     """``decision``, changed so that the member it is for is held until it is answered."""
     if request.api_key not in MEMBER_APIS or isinstance(decision, int):

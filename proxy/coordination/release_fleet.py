@@ -34,12 +34,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 import trio
 from cachetools import TTLCache
 
 from proxy.coordination import fleet_control
+from proxy.coordination.fleet import OLD_FOLLOWER
 from proxy.coordination.release import ReleaseTarget
 from proxy.coordination.upgrade import parse_address
 from proxy.upstream import UpstreamError
@@ -51,8 +52,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("groupgate.coordination")
 
-OLD_FOLLOWER: Final = "0.2.0@"
-"""How a relay whose mark names no fleet address (fleet protocol 1 or 2) is kept."""
 RELAYERS_MAX = 50_000
 """(group, sidecar) pairs remembered at once."""
 ANNOUNCE_SECONDS = 1.0

@@ -17,7 +17,7 @@ network:
   heartbeat. If the broker's group has members connected straight to the broker, the takeover
   fails (INCONSISTENT_GROUP_PROTOCOL): the group is in the broker phase here, and the member
   gets a bridged member in the broker's group (:mod:`.bridged`; a member subscribing by regex
-  gets the retriable COORDINATOR_NOT_AVAILABLE until the direct members are gone);
+  with its regex resolved to names, every topic listed first);
 * topics: a :class:`~proxy.coordination.topics.TopicWatcher` feeds topic metadata into
   ``update_topics``; a joining member naming a topic the image does not know (or bringing a
   new regex) waits for one refresh first, so its first assignment already covers the topic;
@@ -34,6 +34,9 @@ network:
   whatever engine call completes it, and bounded by the client's rebalance timeout. A held
   SyncGroup (the member waits for partitions others still own) waits the same way for its
   ``SyncCompleted``; the engine's own hold timer answers it first;
+* the request funnel (:mod:`.funnel`): every group API's request is admitted (lease decided,
+  members told to let go, this sidecar holding the group, a member's group loaded) and
+  answered (the write barrier, the lease checked again) by the same two calls;
 * effects: every engine call's effects go through :meth:`CoordinatorService.apply`: timers
   wake the timer task, ``JoinCompleted`` / ``SyncCompleted`` resolve held requests, a group
   that expired (empty past ``group-empty-expiry-ms``) or was handed back to the broker leaves
@@ -61,7 +64,8 @@ from proxy.coordination import release_fleet
 from proxy.coordination.bridged import Bridges, BridgeSettings
 from proxy.coordination.commit_retries import CommitRetries
 from proxy.coordination.durability import Durability
-from proxy.coordination.fleet import Card, StateLogSettingsId
+from proxy.coordination.fleet import OLD_FOLLOWER, Card, StateLogSettingsId
+from proxy.coordination.funnel import Funnel
 from proxy.coordination.handoff import HandOff
 from proxy.coordination.membership import BrokerMembership
 from proxy.coordination.native_exit import NativeExits
@@ -317,6 +321,8 @@ class CoordinatorService:
                              config.state_log, config.state_log_topic,
                              config.state_log_transactional_id_prefix))
         """What this sidecar tells the others in the broker's groups it holds."""
+        self.funnel = Funnel(self)
+        """The admission and the answer of every group API's request (:mod:`.funnel`)."""
         self.directory = Directory(lambda: self.pool, config.upstream)
         self.tickets = Tickets(lambda: self.pool)
         """Commit tickets (:mod:`.tickets`): given out as a holder, reported as a follower."""
@@ -344,6 +350,7 @@ class CoordinatorService:
             lambda: self.pool, config.upstream)
         """KIP-848 members of groups in the broker phase: bridged into the broker's group
         (:mod:`.bridged`)."""
+        self.bridges.image = lambda: self.engine.image
         self.software = ClientSoftwareDirectory()
         """What clients said they are in ApiVersions (KIP-511), for the journal."""
         self.commit_retries = CommitRetries(trio.current_time)
@@ -543,14 +550,6 @@ class CoordinatorService:
         return (self.stepping_down and group_id in self._stepped_down and bool(member_id)
                 and not issued_by_a_broker(member_id) and not self.claims(group_id))
 
-    def _handing_off(self, group_id: str, member_id: str) -> bool:
-        """While handing off, or if ``member_id`` is a member of a group whose lease was cut
-        off that has not been told yet: note that it is being told; True if it is."""
-        if not self.hand_off.active and not self.to_let_go(group_id, member_id):
-            return False
-        self.hand_off.told(group_id, member_id)
-        return True
-
     def to_let_go(self, group_id: str, member_id: str) -> bool:
         """Whether ``member_id`` must be told to let go of its partitions of ``group_id``
         (answered UNKNOWN_MEMBER_ID): the group's lease was cut off, the broker may have given
@@ -640,27 +639,13 @@ class CoordinatorService:
             return releasing
         if (bridged := await self._bridged_heartbeat(request)) is not None:
             return bridged
-        if (request.member_epoch > 0
-                and not await self._until_decided(group_id, self.heartbeat_wait_s)):
-            # a member that owns partitions (not joining, not leaving); a KIP-848 client
-            # times a heartbeat out after one interval: retriable, and unlike
-            # COORDINATOR_NOT_AVAILABLE it keeps the client on this coordinator
-            return ConsumerGroupHeartbeatResponse(
-                error_code=int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
-                error_message=f"groupgate is waiting for the broker's answer on group "
-                              f"{group_id}")
-        if self._handing_off(group_id, request.member_id):
-            if request.member_epoch == 0:
-                return ConsumerGroupHeartbeatResponse(
-                    error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                    error_message="groupgate is handing its groups off")
-            return ConsumerGroupHeartbeatResponse(
-                error_code=int(ErrorCode.UNKNOWN_MEMBER_ID),
-                error_message="groupgate is handing its groups off; rejoin")
-        if self._not_coordinating(group_id):
-            return ConsumerGroupHeartbeatResponse(
-                error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                error_message=f"groupgate is not holding the broker's group {group_id} now")
+        if (admitted := await self.funnel.admit(
+                group_id, request.member_id, load=False,
+                decide=self.heartbeat_wait_s if request.member_epoch > 0 else None,
+                hand_off_error=(ErrorCode.COORDINATOR_NOT_AVAILABLE if request.member_epoch == 0
+                                else ErrorCode.UNKNOWN_MEMBER_ID))) is not None:
+            return ConsumerGroupHeartbeatResponse(error_code=int(admitted.error),
+                                                  error_message=admitted.message)
         if request.member_epoch == 0 and group_id and group_id.strip():
             refused: list[Effect] = []
             try:  # a join the engine refuses must not take the broker's group over
@@ -679,7 +664,7 @@ class CoordinatorService:
                     error_message=f"groupgate is still joining the broker's group {group_id}")
             if failure is not None:
                 self._not_taken(group_id, failure)
-                if failure.direct and not request.subscribed_topic_regex:
+                if failure.direct:
                     return await self._bridge(request, arrived)
                 return ConsumerGroupHeartbeatResponse(
                     error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
@@ -694,7 +679,7 @@ class CoordinatorService:
                 return ConsumerGroupHeartbeatResponse(
                     error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                     error_message="groupgate is handing its groups off")
-            if self._not_coordinating(group_id) or not self.coordinates(group_id):
+            if self.funnel.not_coordinating(group_id) or not self.coordinates(group_id):
                 # the lease ran out (or was lost) while this join waited
                 return ConsumerGroupHeartbeatResponse(
                     error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
@@ -708,7 +693,7 @@ class CoordinatorService:
                 error_message=(f"Group {group_id} is not coordinated here (any more); rejoin."
                                if waited == ErrorCode.UNKNOWN_MEMBER_ID
                                else f"groupgate is taking group {group_id} over"))
-        elif self._not_coordinating(group_id):  # the lease ran out during a takeover wait
+        elif self.funnel.not_coordinating(group_id):  # the lease ran out during a takeover wait
             return ConsumerGroupHeartbeatResponse(
                 error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                 error_message=f"groupgate is not holding the broker's group {group_id} now")
@@ -724,30 +709,24 @@ class CoordinatorService:
         if response.error_code:
             self._release_if_unused(group_id)
         self._refresh_if_unknown(request.subscribed_topic_names or ())
-        if (failed := await self._settled(group_id)) is not None:
-            return ConsumerGroupHeartbeatResponse(
-                error_code=int(ErrorCode.NOT_COORDINATOR),
-                error_message=f"groupgate could not record group {group_id}: {failed}")
-        if (response.error_code == ErrorCode.NONE and request.member_epoch >= 0
-                and (lapsed := self._lapsed_meanwhile(
-                    group_id, response.member_id or request.member_id)) is not None):
-            return ConsumerGroupHeartbeatResponse(
-                error_code=int(lapsed),
-                error_message=f"groupgate lost its hold on the broker's group {group_id} "
-                              "while answering")
+        if (unanswered := await self.funnel.answer(
+                group_id, response.member_id or request.member_id,
+                confirms=response.error_code == ErrorCode.NONE and request.member_epoch >= 0)
+                ) is not None:
+            return ConsumerGroupHeartbeatResponse(error_code=int(unanswered.error),
+                                                  error_message=unanswered.message)
         return response
 
     async def _bridged_heartbeat(self, request: ConsumerGroupHeartbeatRequest
                                  ) -> ConsumerGroupHeartbeatResponse | None:
         """A heartbeat of a bridged member, or a KIP-848 join of a group that is in the broker
-        phase here (it has bridged members already); None: neither (:mod:`.bridged`).
-        Members subscribing by regex are not bridged (their joins wait, as before)."""
+        phase here (it has bridged members already); None: neither (:mod:`.bridged`)."""
         answer = await self.bridges.heartbeat(request, self.heartbeat_wait_s)
         if answer is not None:
             return answer
         group_id = request.group_id
         if (request.member_epoch != 0 or not self.bridges.has_group(group_id)
-                or request.subscribed_topic_regex or group_id in self.memberships):
+                or group_id in self.memberships):
             return None
         refused: list[Effect] = []
         try:
@@ -782,6 +761,9 @@ class CoordinatorService:
             log.warning("group %s: in the broker phase here: clients connected straight to the "
                         "broker hold its group; KIP-848 members join it as bridged classic "
                         "members until they are gone", group_id)
+        if request.subscribed_topic_regex:  # resolved against every topic: list them first
+            await self._await_subscription(group_id, (), request.subscribed_topic_regex,
+                                           min(TOPIC_WAIT_SECONDS, self.heartbeat_wait_s))
         wait_s = max(0.0, arrived + self.heartbeat_wait_s - trio.current_time())
         return await self.bridges.join(request, wait_s)
 
@@ -943,13 +925,6 @@ class CoordinatorService:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         return None
 
-    async def _settled(self, group_id: str) -> str | None:
-        """With the state log: wait until what the engine changed for ``group_id`` so far is
-        written; why not, if it never will be (the answer must then not leave)."""
-        if self.durability is None:
-            return None
-        return await self.durability.settled(group_id)
-
     def _start_loading(self, membership: BrokerMembership) -> None:
         """A group just taken over: if another groupgate may have coordinated it until
         moments ago, its members may still consume what it assigned them, and nothing here
@@ -1045,25 +1020,6 @@ class CoordinatorService:
                      "session timeout from now", group_id)
             self.apply(self.engine.resume(group_id, self.now_ms()))
 
-    async def _until_decided(self, group_id: str, wait_s: float = float("inf")) -> bool:
-        """A request of a member of ``group_id`` that arrives while the group's lease has run
-        out but the broker may still answer within the session
-        (:meth:`BrokerMembership.undecided`, the last ``1 - LEASE_FRACTION`` of a broker
-        session) waits, at most ``wait_s``, until the group is held again or lost, instead of
-        hearing the retriable COORDINATOR_NOT_AVAILABLE at once. A classic client (the Java
-        client, kafka-python) marks its coordinator dead on that answer and then sends only
-        FindCoordinator, to the connection that carries its fetches: behind a sidecar cut off
-        from the broker, both wait there on the broker for good, so the client would never
-        hear that it must let go. Waiting instead, its request is answered as usual if the
-        broker answered meanwhile, or UNKNOWN_MEMBER_ID once the session has passed (the
-        lease is lost, :meth:`_tell_to_let_go`). False if ``wait_s`` passed first."""
-        membership = self.memberships.get(group_id)
-        if membership is None or not membership.undecided():
-            return True
-        with trio.move_on_after(wait_s):
-            await membership.wait_decided()
-        return not membership.undecided()
-
     async def lease_cut_off(self, group_id: str) -> None:
         """Return once the lease this sidecar holds now on ``group_id`` is cut off: the broker
         did not answer for a whole session (never, if it holds none, or if it is lost or
@@ -1073,37 +1029,6 @@ class CoordinatorService:
             await trio.sleep_forever()
         else:
             await membership.wait_cut_off()
-
-    def _not_coordinating(self, group_id: str) -> bool:
-        """Whether requests of ``group_id`` must wait: its broker membership is interrupted, or
-        its lease ran out before the membership's task could notice."""
-        if self.stepping_down:
-            return True
-        membership = self.memberships.get(group_id)
-        return membership is not None and (membership.interrupted or membership.lease_expired())
-
-    def _lapsed_meanwhile(self, group_id: str, member_id: str) -> ErrorCode | None:
-        """Checked again just before an answer that gives or confirms a member's assignment
-        leaves after a wait (a takeover, a topic refresh, a held join or sync, a state log
-        write): the error to answer instead if the proxy may no longer act for ``group_id``.
-        UNKNOWN_MEMBER_ID for a member of a group whose lease was cut off meanwhile; the
-        retriable COORDINATOR_NOT_AVAILABLE if the lease ran out (or the membership was
-        interrupted, or the group was forgotten) meanwhile.
-
-        What the engine did for the request stays done (and, with the state log, written):
-        the member just does not hear of it here. That is safe: a KIP-848 member that gets an
-        error sends its next heartbeat with its full state (its last epoch, subscription and
-        owned partitions), which the engine accepts as the lost-response case (the previous
-        epoch, owning no more than it is assigned) or fences (FENCED_MEMBER_EPOCH: it drops
-        everything and rejoins); a joining member rejoins as itself; a classic member
-        rediscovers the coordinator and rejoins."""
-        if self.to_let_go(group_id, member_id):
-            self.hand_off.told(group_id, member_id)
-            return ErrorCode.UNKNOWN_MEMBER_ID
-        if self._not_coordinating(group_id) or (group_id not in self.memberships
-                                                and self.engine.group(group_id) is None):
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        return None
 
     def group_topics(self, group_id: str) -> set[str]:
         """The topic names group ``group_id`` subscribes to (names and regex matches)."""
@@ -1294,19 +1219,14 @@ class CoordinatorService:
         assert classic is not None
         group_id = request.group_id
         self._note_short_classic_session(group_id, request.session_timeout_ms)
-        if request.member_id:  # a member that may own partitions
-            await self._until_decided(group_id)
-        if self._handing_off(group_id, request.member_id):
-            known = request.member_id != UNKNOWN_MEMBER_ID
-            return JoinGroupResponse(
-                error_code=int(ErrorCode.UNKNOWN_MEMBER_ID if known
-                               else ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                member_id=request.member_id,
-                error_message="groupgate is handing its groups off")
-        if self._not_coordinating(group_id):
-            return JoinGroupResponse(
-                error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), member_id=request.member_id,
-                error_message=f"groupgate is not holding the broker's group {group_id} now")
+        known = request.member_id != UNKNOWN_MEMBER_ID
+        if (refused := await self.funnel.admit(
+                group_id, request.member_id, load=False,
+                decide=float("inf") if request.member_id else None,  # may own partitions
+                hand_off_error=(ErrorCode.UNKNOWN_MEMBER_ID if known
+                                else ErrorCode.COORDINATOR_NOT_AVAILABLE))) is not None:
+            return JoinGroupResponse(error_code=int(refused.error), member_id=request.member_id,
+                                     error_message=refused.message)
         if (request.member_id and self.engine.group(group_id) is None
                 and not self._issued(group_id, request.member_id)):
             # A member of a coordinator that is gone: with the state log, it may know it.
@@ -1366,7 +1286,7 @@ class CoordinatorService:
             return JoinGroupResponse(
                 error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), member_id=request.member_id,
                 error_message="groupgate is handing its groups off")
-        if self._not_coordinating(group_id) or not self.coordinates(group_id):
+        if self.funnel.not_coordinating(group_id) or not self.coordinates(group_id):
             # the lease ran out (or was lost) while this join waited
             return JoinGroupResponse(
                 error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), member_id=request.member_id,
@@ -1411,30 +1331,19 @@ class CoordinatorService:
 
     async def _recorded_join(self, group_id: str, response: JoinGroupResponse
                              ) -> JoinGroupResponse:
-        if (failed := await self._settled(group_id)) is not None:
-            return JoinGroupResponse(error_code=int(ErrorCode.NOT_COORDINATOR),
-                                     member_id=response.member_id,
-                                     error_message=f"group state not recorded: {failed}")
-        if (response.error_code == ErrorCode.NONE
-                and (lapsed := self._lapsed_meanwhile(group_id, response.member_id))
-                is not None):
-            return JoinGroupResponse(error_code=int(lapsed), member_id=response.member_id,
-                                     error_message="groupgate lost its hold on the broker's "
-                                                   "group while answering")
+        if (refused := await self.funnel.answer(
+                group_id, response.member_id, confirms=response.error_code == ErrorCode.NONE)
+                ) is not None:
+            return JoinGroupResponse(error_code=int(refused.error), member_id=response.member_id,
+                                     error_message=refused.message)
         return response
 
     async def sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse:
         """A classic SyncGroup; waits while the engine holds it (the member waits for
         partitions that other members still own)."""
         assert self.classic is not None
-        await self._until_decided(request.group_id)
-        if self._handing_off(request.group_id, request.member_id):
-            return SyncGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))
-        if self._not_coordinating(request.group_id):
-            return SyncGroupResponse(error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
-        if (waited := await self.load_for_member(request.group_id,
-                                                  request.member_id)) is not None:
-            return SyncGroupResponse(error_code=int(waited))
+        if (refused := await self.funnel.admit(request.group_id, request.member_id)) is not None:
+            return SyncGroupResponse(error_code=int(refused.error))
         response, effects = self.classic.sync_group(request, self.now_ms())
         self.apply(effects)
         if not isinstance(response, HeldRequest):
@@ -1455,53 +1364,38 @@ class CoordinatorService:
 
     async def _recorded_sync(self, group_id: str, member_id: str, response: SyncGroupResponse
                              ) -> SyncGroupResponse:
-        if (failed := await self._settled(group_id)) is not None:
-            return SyncGroupResponse(error_code=int(ErrorCode.NOT_COORDINATOR),
-                                     error_message=f"group state not recorded: {failed}")
-        if (response.error_code == ErrorCode.NONE
-                and (lapsed := self._lapsed_meanwhile(group_id, member_id)) is not None):
-            return SyncGroupResponse(error_code=int(lapsed),
-                                     error_message="groupgate lost its hold on the broker's "
-                                                   "group while answering")
+        if (refused := await self.funnel.answer(
+                group_id, member_id, confirms=response.error_code == ErrorCode.NONE)) is not None:
+            return SyncGroupResponse(error_code=int(refused.error), error_message=refused.message)
         return response
 
     async def classic_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
         assert self.classic is not None
-        await self._until_decided(request.group_id)
-        if self._handing_off(request.group_id, request.member_id):
-            return HeartbeatResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))
-        if self._not_coordinating(request.group_id):
-            return HeartbeatResponse(error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
-        if (waited := await self.load_for_member(request.group_id,
-                                                  request.member_id)) is not None:
-            return HeartbeatResponse(error_code=int(waited))
+        if (refused := await self.funnel.admit(request.group_id, request.member_id)) is not None:
+            return HeartbeatResponse(error_code=int(refused.error))
         response, effects = self.classic.heartbeat(request, self.now_ms())
         self.apply(effects)
-        if (failed := await self._settled(request.group_id)) is not None:
-            return HeartbeatResponse(error_code=int(ErrorCode.NOT_COORDINATOR),
-                                     error_message=f"group state not recorded: {failed}")
-        if (response.error_code == ErrorCode.NONE
-                and (lapsed := self._lapsed_meanwhile(request.group_id,
-                                                      request.member_id)) is not None):
-            return HeartbeatResponse(error_code=int(lapsed))
+        if (refused := await self.funnel.answer(
+                request.group_id, request.member_id,
+                confirms=response.error_code == ErrorCode.NONE)) is not None:
+            return HeartbeatResponse(error_code=int(refused.error), error_message=refused.message)
         return response
 
     async def leave_group(self, request: LeaveGroupRequest) -> LeaveGroupResponse:
         assert self.classic is not None
-        if self._not_coordinating(request.group_id):
-            return LeaveGroupResponse(error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
-        member_ids = [m.member_id for m in request.members]
-        if (waited := await self.load_for_member(request.group_id,
-                                                  member_ids[0] if member_ids else "")) is not None:
-            return LeaveGroupResponse(error_code=int(waited))
+        first = request.members[0].member_id if request.members else ""
+        # no wait for the lease, nobody told to let go first: the members leave
+        if (refused := await self.funnel.admit(request.group_id, first, decide=None,
+                                               tell=False)) is not None:
+            return LeaveGroupResponse(error_code=int(refused.error))
         response, effects = self.classic.leave_group(request, self.now_ms())
         self.apply(effects)
         for member in request.members:
-            self._handing_off(request.group_id, member.member_id)
-        if (failed := await self._settled(request.group_id)) is not None:
-            log.info("group %s: LeaveGroup not answered: the group state was not recorded: "
-                     "%s", request.group_id, failed)
-            return LeaveGroupResponse(error_code=int(ErrorCode.NOT_COORDINATOR))
+            self.funnel.handing_off(request.group_id, member.member_id)
+        if (refused := await self.funnel.answer(request.group_id, first, confirms=False)
+                ) is not None:
+            log.info("group %s: LeaveGroup not answered: %s", request.group_id, refused.message)
+            return LeaveGroupResponse(error_code=int(refused.error))
         return response
 
     # -- engine effects, timers, topics -------------------------------------------------------
@@ -1590,8 +1484,9 @@ class CoordinatorService:
             return (f"migration-policy {self.engine.config.migration_policy.value} does not "
                     "allow a downgrade; roll downgrade (or bidirectional) first")
         group = self.engine.group(group_id)
-        if (group is None or not self.coordinates(group_id) or self._not_coordinating(group_id)
-                or self.hand_off.active or self._nursery is None):
+        if (group is None or not self.coordinates(group_id)
+                or self.funnel.not_coordinating(group_id) or self.hand_off.active
+                or self._nursery is None):
             return NOT_HELD
         old = release_fleet.old_followers(self.relayers.of(group_id))
         if old:
@@ -1753,7 +1648,7 @@ class CoordinatorService:
         session (:mod:`.release_fleet`), this one's aside."""
         own = self.routes.own_fleet_address
         return [f for f in self.relayers.of(group_id)
-                if not f.startswith(release_fleet.OLD_FOLLOWER) and f != own]
+                if not f.startswith(OLD_FOLLOWER) and f != own]
 
     def _abort_release(self, group_id: str, why: str) -> None:
         """The hand-back does not happen: the engine goes on coordinating the group."""
@@ -1941,7 +1836,7 @@ class CoordinatorService:
 
     def _wanted_topics(self) -> tuple[frozenset[str], bool]:
         names = set(self._pending_names)
-        regex = self._pending_regex > 0
+        regex = self._pending_regex > 0 or self.bridges.has_regex()
         for group in self.engine.groups.values():
             names.update(group.subscribed_names)
             regex = regex or bool(group.regex_counts)

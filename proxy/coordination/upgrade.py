@@ -145,6 +145,13 @@ lock's JoinGroup waits the broker's initial rebalance delay, which operators rai
 :data:`SWEEP_SECONDS`; held by the lock, the conversion happened; Stable in its old protocol,
 it did not; otherwise it waits, up to this long in all, then lets its members go on."""
 SWEEP_SECONDS = 0.5
+HOLD_SESSION_SHARE = 0.5
+"""A peer's hold lasts at most this share of the shortest broker session of its members of the
+group (forwarded members' own ``session.timeout.ms``, bridged members'
+``broker-session-timeout-ms``): their heartbeats wait meanwhile, and a hold that outlived a
+session would have the broker remove them (and form a generation without them while their
+clients still consume). With Kafka's 45 s default that leaves the 6 s and 20 s above; with
+6 s sessions, 3 s."""
 ENDED_SECONDS = 60.0
 """How long an ended hold is remembered, so that a late ``GroupConverted`` still ends the
 bridged members the conversion adopted."""
@@ -161,7 +168,11 @@ SAFETY_NET_ERRORS = frozenset({int(ErrorCode.UNKNOWN_MEMBER_ID),
                                int(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)})
 """Broker answers to a forwarded request that a conversion may have caused (0018's safety
 net): counted (``groupgate_group_conversion_late_answers_total``) when one comes back for a
-group converted or being converted here."""
+group converted or being converted here, and never passed to the client before the group was
+looked at again (:meth:`Upgrades.safety_net`)."""
+SAFETY_NET_SECONDS = 10.0
+"""After a member's late answer was turned back, its next one within this long is the
+broker's own answer (the group was looked at again, and the broker still coordinates it)."""
 
 
 # ---- member marks ----------------------------------------------------------------------------
@@ -180,6 +191,20 @@ class MemberMark:
 
 def _unchanged(response: Value) -> Value:
     return response
+
+
+def answer_error(response: Value) -> int | None:
+    """The error of a group API's answer: its top-level error code, or (OffsetCommit) the one
+    error every partition has; None: no error, or partitions with different ones."""
+    code = response.get("error_code")
+    if isinstance(code, int):
+        return code or None
+    codes = {p.get("error_code") for t in response.get("topics") or ()
+             for p in t.get("partitions") or ()}
+    if len(codes) == 1:
+        only = codes.pop()
+        return only if isinstance(only, int) and only else None
+    return None
 
 
 def member_mark(address: str, client_id: str | None, kip848_member_id: str | None = None
@@ -225,6 +250,9 @@ class JoinSeen:
     group_instance_id: str | None
     client_id: str
     client_host: str
+    regex: str | None = None
+    """A bridged member's KIP-848 ``subscribed_topic_regex`` (its join names what it resolved
+    to)."""
 
 
 @dataclass(slots=True)
@@ -250,6 +278,9 @@ class PeerHold:
     """trio time at which the sidecar looks at the broker's group itself (the converter has
     not said how the conversion ended by then)."""
     started: float = 0.0
+    longest: float = PEER_HOLD_MAX_SECONDS
+    """Longest the hold is kept in all (seconds): :data:`PEER_HOLD_MAX_SECONDS`, or less when
+    a member's broker session is shorter (:meth:`Upgrades.hold_bound`)."""
 
 
 def parse_address(address: str) -> Address | None:
@@ -306,6 +337,7 @@ def snapshot_of(group_id: str, generation: int, described: Value,
             session_timeout_ms=seen.session_timeout_ms if seen else default_session_ms,
             rebalance_timeout_ms=seen.rebalance_timeout_ms if seen else default_session_ms,
             kip848_member_id=mark.kip848_member_id if mark is not None else None,
+            subscribed_topic_regex=seen.regex if seen is not None else None,
         ))
     return ClassicGroupSnapshot(group_id, generation, CONSUMER_PROTOCOL_TYPE, protocol_name,
                                 members)
@@ -342,6 +374,13 @@ class Upgrades:
         self._ended: TTLCache[str, str] = TTLCache(maxsize=PEER_HOLDS_MAX, ttl=ENDED_SECONDS,
                                                    timer=trio.current_time)
         """Groups whose peer hold ended without word from the converter, by its address."""
+        self._unsettled: TTLCache[str, bool] = TTLCache(maxsize=PEER_HOLDS_MAX,
+                                                        ttl=ENDED_SECONDS,
+                                                        timer=trio.current_time)
+        """Groups whose peer hold ended converted, or without anybody able to tell, in the
+        last :data:`ENDED_SECONDS`: the broker may not coordinate them any more (the safety
+        net, :meth:`safety_net`). A hold the broker's group said was not converted is not
+        here: that group is the broker's."""
         self._forget_route: Callable[[str], None] = lambda _group_id: None
         self._bridges: Bridges | None = None
         """This sidecar's bridged members (set with the FleetControl handlers)."""
@@ -354,10 +393,14 @@ class Upgrades:
         self.converted: TTLCache[str, int] = TTLCache(
             maxsize=CANDIDATES_MAX, ttl=CANDIDATE_SECONDS, timer=trio.current_time)
         """Groups converted here recently, with the generation they were converted at."""
+        self._turned_back: TTLCache[tuple[str, str], bool] = TTLCache(
+            maxsize=JOINS_MAX, ttl=SAFETY_NET_SECONDS, timer=trio.current_time)
+        """Members whose late broker answer was turned back (:meth:`safety_net`), by group."""
 
     # -- step 1: marks ---------------------------------------------------------------------
 
-    def forward_join(self, request: GroupRequest, *, member_id: str | None = None) -> Outcome:
+    def forward_join(self, request: GroupRequest, *, member_id: str | None = None,
+                     failure: Callable[[int], Value] | None = None) -> Outcome:
         """A classic JoinGroup the engine does not take: forwarded with the member mark, its
         answer noted (:meth:`observe_join`) and passed back unchanged. ``member_id``: sent
         instead of the request's (a member of a group handed back, whose id is the
@@ -379,6 +422,11 @@ class Upgrades:
         def on_response(response: Value) -> Value:
             if release is not None:
                 release()
+            if failure is not None:
+                instead = self.safety_net(group_id, value.get("member_id") or "", response,
+                                          failure)
+                if instead is not None:
+                    return instead
             try:
                 self.observe_join(group_id, request, response)
             except (KeyError, TypeError, ValueError, convert.ShapeError):
@@ -442,9 +490,12 @@ class Upgrades:
 
         return release
 
-    def tracked(self, request: GroupRequest, group_ids: Sequence[str]) -> Upstream | None:
+    def tracked(self, request: GroupRequest, group_ids: Sequence[str],
+                failure: Callable[[int], Value] | None = None) -> Upstream | None:
         """A forwarded (untouched) request of a candidate group, counted while it is at the
-        broker so that a conversion can wait for it; None: forward it as it is."""
+        broker so that a conversion can wait for it, its answer through the safety net
+        (:meth:`safety_net`, with ``failure``: the request's response failing it with an
+        error); None: forward it as it is."""
         if len(group_ids) != 1 or (group_ids[0] not in self.candidates
                                    and group_ids[0] not in self.forwarding):
             return None
@@ -453,18 +504,61 @@ class Upgrades:
         if release is None:
             return None
         done = release
+        member_id = str(request.value.get("member_id") or "")
 
         def on_response(response: Value) -> Value:
             done()
-            if (self._late(group_id)
-                    and response.get("error_code") in SAFETY_NET_ERRORS):
+            if failure is not None:
+                instead = self.safety_net(group_id, member_id, response, failure)
+                if instead is not None:
+                    return instead
+            elif self._late(group_id) and answer_error(response) in SAFETY_NET_ERRORS:
                 metrics.GROUP_CONVERSION_LATE_ANSWERS.inc()
             return response
 
         return Upstream(request.value, on_response, release)
 
     def _late(self, group_id: str) -> bool:
-        return group_id in self._holds or group_id in self.converted
+        return (group_id in self._holds or group_id in self.converted
+                or group_id in self._unsettled)
+
+    def safety_net(self, group_id: str, member_id: str, response: Value,
+                   failure: Callable[[int], Value]) -> Value | None:
+        """What the client gets instead of the broker's answer to its forwarded request of
+        ``group_id`` (None: the broker's answer; decision record 0018, the safety net).
+
+        Around a conversion of the group this sidecar heard of (being converted or held
+        here, converted here, or a hold that ended converted or undecided in the last
+        :data:`ENDED_SECONDS`), an answer UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION or
+        INCONSISTENT_GROUP_PROTOCOL may come from a group the broker no longer coordinates:
+        the lock holds it and the engine has the member, at the generation it had. So it is
+        not passed on: the client is answered NOT_COORDINATOR
+        (it finds the coordinator, this sidecar, again and sends the request again), and
+        who holds the group is looked up again (the route is forgotten), so that the request
+        sent again is relayed to the holder, or answered by this sidecar's engine, or, if the
+        broker still coordinates the group, forwarded again; the broker's answer to that one
+        (within :data:`SAFETY_NET_SECONDS`) reaches the client as it is. Outside a
+        conversion these answers are the broker phase's own (a cooperative member's stale
+        generation, a member whose session ran out) and pass untouched: turning them back
+        there delays every rebalance (the migration roll showed it)."""
+        code = answer_error(response)
+        if code not in SAFETY_NET_ERRORS or not self._late(group_id):
+            return None
+        metrics.GROUP_CONVERSION_LATE_ANSWERS.inc()
+        if code == ErrorCode.REBALANCE_IN_PROGRESS:
+            # the broker's group rebalances: a group the lock took answers a removed member
+            # UNKNOWN_MEMBER_ID first, so this one is the broker's own (counted only)
+            return None
+        key = (group_id, member_id)
+        if key in self._turned_back:
+            return None  # looked at again since: the broker's answer stands
+        self._turned_back[key] = True
+        self._forget_route(group_id)
+        metrics.GROUP_CONVERSION_TURNED_BACK.inc()
+        log.info("group %s: the broker answered member %s %s; not passed on: the group is "
+                 "looked up again and the client sends the request again", group_id,
+                 member_id or "(none)", ErrorCode(code).name)
+        return failure(int(ErrorCode.NOT_COORDINATOR))
 
     @property
     def converting(self) -> bool:
@@ -526,13 +620,15 @@ class Upgrades:
                 outcome = await self._outcome(service, group_id)
                 if self._peer_holds.get(group_id) is not peer:
                     continue  # told meanwhile
-                if outcome is None and now - peer.started < PEER_HOLD_MAX_SECONDS:
+                if outcome is None and now - peer.started < peer.longest:
                     continue
                 said = ("nothing yet: its members go on as they were" if outcome is None
                         else "converted" if outcome else "not converted")
                 log.warning("group %s: the sidecar at %s did not say how its conversion ended; "
                             "the broker's group says %s", group_id, peer.converter, said)
                 self._ended[group_id] = peer.converter
+                if outcome is not False:  # the lock holds it, or nobody can tell: late
+                    self._unsettled[group_id] = True
                 self._end_peer_hold(group_id, converted=bool(outcome))
 
     async def _outcome(self, service: CoordinatorService, group_id: str) -> bool | None:
@@ -687,12 +783,17 @@ class Upgrades:
         members = (answer or {}).get("members")
         if not isinstance(members, dict):
             return
+        regexes = (answer or {}).get("regexes")
+        if not isinstance(regexes, dict):
+            regexes = {}
         for member_id, timeouts in members.items():
             if (member_id in candidate.member_ids and isinstance(timeouts, list)
                     and len(timeouts) == 2 and all(isinstance(t, int) and t > 0
                                                    for t in timeouts)):
-                self.joins[(group_id, member_id)] = JoinSeen((), timeouts[0], timeouts[1],
-                                                             None, "", "")
+                regex = regexes.get(member_id)
+                self.joins[(group_id, member_id)] = JoinSeen(
+                    (), timeouts[0], timeouts[1], None, "", "",
+                    regex if isinstance(regex, str) and regex else None)
 
     async def _tell_all(self, service: CoordinatorService, addresses: list[Address],
                         body: fleet_control.Body) -> None:
@@ -745,8 +846,10 @@ class Upgrades:
         self._ended.pop(group_id, None)
         now = trio.current_time()
         self._holds[group_id] = trio.Event()
-        self._peer_holds[group_id] = PeerHold(converter, generation, now + PEER_HOLD_SECONDS,
-                                              now)
+        bound = self.hold_bound(group_id)
+        self._peer_holds[group_id] = PeerHold(converter, generation,
+                                              now + min(PEER_HOLD_SECONDS, bound), now,
+                                              min(PEER_HOLD_MAX_SECONDS, bound))
         requests = self._in_flight.get(group_id)
         bridges = self._bridges
         deadline = now + PEER_DRAIN_SECONDS
@@ -766,11 +869,29 @@ class Upgrades:
         members = {member_id: [seen.session_timeout_ms, seen.rebalance_timeout_ms]
                    for (group, member_id), seen in list(self.joins.items())
                    if group == group_id and (announced is None or member_id in announced)}
+        regexes: dict[str, str] = {}
         if bridges is not None:
             members.update(bridges.timeouts(group_id))
+            regexes = bridges.regexes(group_id)
         log.info("group %s: %s converts it at generation %d; holding its requests here",
                  group_id, source, generation)
-        return ErrorCode.NONE, {"members": dict(list(members.items())[:ANSWER_MEMBERS_MAX])}
+        answer: fleet_control.Body = {
+            "members": dict(list(members.items())[:ANSWER_MEMBERS_MAX])}
+        if regexes:  # bridged members subscribing by regex: adopted with it
+            answer["regexes"] = dict(list(regexes.items())[:ANSWER_MEMBERS_MAX])
+        return ErrorCode.NONE, answer
+
+    def hold_bound(self, group_id: str) -> float:
+        """Longest a hold of ``group_id`` may last here (seconds): :data:`HOLD_SESSION_SHARE`
+        of the shortest broker session of this sidecar's members of the group."""
+        sessions = [seen.session_timeout_ms for (group, _m), seen in list(self.joins.items())
+                    if group == group_id and seen.session_timeout_ms > 0]
+        bridges = self._bridges
+        if bridges is not None and bridges.has_group(group_id):
+            sessions.append(bridges.settings.session_timeout_ms)
+        if not sessions:
+            return PEER_HOLD_MAX_SECONDS
+        return HOLD_SESSION_SHARE * min(sessions) / 1000
 
     def on_ended(self, body: fleet_control.Body, source: str) -> ErrorCode:
         """``GroupConverted`` or ``ConversionAborted`` from the converter it names: the group's
@@ -795,6 +916,8 @@ class Upgrades:
         log.info("group %s: %s says %s", group_id, source,
                  "it converted the group" if converted
                  else f"its conversion was aborted ({str(body.get('reason'))[:300]})")
+        if converted:
+            self._unsettled[group_id] = True
         self._end_peer_hold(group_id, converted=converted)
         return ErrorCode.NONE
 
@@ -822,9 +945,10 @@ class Upgrades:
             unconvertible = bridges.unconvertible(group_id, candidate.generation)
             if unconvertible is not None:
                 return unconvertible
+        regexes = bridges.regexes(group_id)
         for member_id, (session_ms, rebalance_ms) in bridges.timeouts(group_id).items():
             self.joins[(group_id, member_id)] = JoinSeen((), session_ms, rebalance_ms, None,
-                                                         "", "")
+                                                         "", "", regexes.get(member_id))
         if self.candidates.get(group_id) is not candidate:
             return "the broker's group rebalanced meanwhile"
         described = await self._describe(service, group_id)

@@ -29,7 +29,9 @@ looking         unreachable       absent          held requests: COORDINATOR_NOT
 electing        lost-election     looking         SendLeave if joined; Lookup
 electing        election-failed   absent          SendLeave if joined; COORDINATOR_NOT_AVAILABLE
 electing        elected           loading         Load; heartbeat every third of a session
+electing        direct            broker          INCONSISTENT_GROUP_PROTOCOL: the broker phase
 loading         loaded            coordinating    RunEngine for every held request
+loading         loaded-nothing    coordinating    as loaded; joins wait takeover-wait-ms
 loading         load-failed       absent          Forget; SendLeave
 loading         lease-passed      absent          Forget; SendLeave
 loading         rebalance         absent          Forget; SendLeave
@@ -43,11 +45,11 @@ interrupted     session-passed    letting-go      Forget
 interrupted     refused           letting-go      Forget
 interrupted     lost-election     letting-go      Forget; SendLeave
 interrupted     write-failed      absent          Forget; SendLeave
-letting-go      let-go            absent          -
+letting-go      let-go            absent          - (every member at the loss told, or a session)
 following       relay-failed      looking         Lookup
 following       view-expired      absent          -
 broker          view-expired      absent          -
-any             stop              stepping-down   Forget and SendLeave if it held the group
+any             stop              stepping-down   held: Forget, SendLeave after the writes/hand-off
 ==============  ================  ==============  ================================================
 
 ``free`` is what a lookup says when this sidecar may try the election: the broker's group is
@@ -60,10 +62,16 @@ What a member's request gets in each role (:meth:`GroupCore._request`): ``absent
 lookup and holds it; ``looking``, ``electing`` and ``loading`` hold it (bounded by
 ``hold_ms`` and ``max_held``; an inbound request, relayed here by a follower, is answered
 NOT_COORDINATOR unless this sidecar is ``loading``); ``following`` relays it; ``coordinating``
-runs the engine (RunEngine) after checking the lease; ``interrupted`` answers
-COORDINATOR_NOT_AVAILABLE; ``letting-go`` answers each member's first request
-UNKNOWN_MEMBER_ID (it drops its partitions and rejoins), then COORDINATOR_NOT_AVAILABLE;
-``broker`` and ``stepping-down`` answer COORDINATOR_NOT_AVAILABLE. Inbound requests are never
+runs the engine (RunEngine) after checking the lease (within ``takeover_wait_ms`` of a
+``loaded-nothing``, a request that may start the group is answered
+COORDINATOR_LOAD_IN_PROGRESS instead); ``interrupted`` answers
+COORDINATOR_NOT_AVAILABLE; ``letting-go`` answers the first request of each member the
+engine's group had at the loss (the driver names them with :class:`Forgotten` when it forgets
+the group) UNKNOWN_MEMBER_ID (it drops its partitions and rejoins), and everything else
+COORDINATOR_NOT_AVAILABLE (a member that joined elsewhere since holds nothing of this
+sidecar's); it ends (``let-go``) once every one of them was told or ``let_go_ms`` passed;
+``broker`` and ``stepping-down`` answer COORDINATOR_NOT_AVAILABLE (handing off, each
+member's first request UNKNOWN_MEMBER_ID, as in ``letting-go``). Inbound requests are never
 relayed again.
 
 The lease. Every answered heartbeat (and the SyncGroup that completed a join) sent at time *s*
@@ -89,11 +97,20 @@ again from what the log holds. A sidecar taking over opens the group's writer be
 (:class:`Load`), which fences every earlier writer: a write of a holder that lost the group
 while frozen fails instead of landing behind the new holder's load.
 
+Stepping down (:class:`Stop`) from a group this sidecar holds: nothing more is answered (held
+requests and waiting answers fail with COORDINATOR_NOT_AVAILABLE, the engine's timers do not
+fire). With the state log, the lock is left once every unit submitted is acknowledged (the
+engine forgets the group then), so that the next holder loads all of it at once and no member
+is disturbed; without it (``hand_off``), the engine forgets the group at once, each member it
+had is told to let go on its next request, and the lock is left once all were told. Either
+wait is bounded by ``step_down_ms``; :attr:`GroupCore.stepped_down` tells the driver it may
+exit.
+
 Calls to the broker carry an attempt number; an answer to an attempt the core has moved past
 (an older join, a heartbeat of an older generation) is ignored. Everything the core keeps is
 bounded: held requests (``max_held``, each for ``hold_ms``), answers waiting for writes (one per
 request the engine ran), heartbeat send times (those of the last session), and the members
-told to let go (``max_held``).
+still to tell to let go (the engine group's members at the loss).
 """
 
 from __future__ import annotations
@@ -109,6 +126,7 @@ from proxy.fleet_core.events import (
     Event,
     Fail,
     Forget,
+    Forgotten,
     HeartbeatAnswered,
     JoinAnswered,
     Load,
@@ -135,6 +153,7 @@ from proxy.fleet_core.events import (
 )
 from proxy.fleet_core.lease import LEASE_FRACTION, Lease, LeaseState
 from translation.errors import ErrorCode
+from translation.write_barrier import WriteBarrier
 
 INF = float("inf")
 
@@ -167,6 +186,7 @@ class Why(enum.Enum):
     ELECTION_FAILED = "election-failed"
     ELECTED = "elected"
     LOADED = "loaded"
+    LOADED_NOTHING = "loaded-nothing"
     LOAD_FAILED = "load-failed"
     LEASE_PASSED = "lease-passed"
     REBALANCE = "rebalance"
@@ -202,6 +222,12 @@ HOLDING = frozenset({Role.LOADING, Role.COORDINATING, Role.INTERRUPTED})
 """Roles in which this sidecar's lock member may lead the broker's group."""
 LOST = frozenset({ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION,
                   ErrorCode.FENCED_INSTANCE_ID})
+RETRY_JOIN = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                        ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR,
+                        ErrorCode.REBALANCE_IN_PROGRESS})
+"""Answers to the election's JoinGroup that are tried again (the coordinator moving, a
+rebalance under way), at most :data:`MAX_JOIN_TRIES` times, as the broker membership does."""
+MAX_JOIN_TRIES = 10
 """Broker answers that mean the lock member is gone (the broker forgot it)."""
 
 
@@ -222,6 +248,15 @@ class CoreConfig:
     """How long a lost group's members are told to let go (a member session)."""
     retry_ms: int = 500
     """Between a failed rejoin call and the next."""
+    step_down_ms: int = 5_000
+    """Longest a sidecar that stops waits, before it leaves the lock, for its pending writes
+    (with the state log) or for every member to be told to let go (handing off)."""
+    takeover_wait_ms: int = 0
+    """After a takeover that loaded nothing (or not all) of a group another coordinator held
+    before (its broker generation before this sidecar's join was above 0), joins are answered
+    COORDINATOR_LOAD_IN_PROGRESS for this long (``takeover-wait-ms``): members of the earlier
+    coordinator may still consume what it assigned, and hear UNKNOWN_MEMBER_ID from the
+    engine meanwhile."""
 
     @property
     def call_ms(self) -> int:
@@ -267,14 +302,28 @@ class GroupCore:
         self._heartbeats: dict[int, tuple[float, int]] = {}
         """Attempt -> (send time, generation) of heartbeats sent in the last session."""
         self._retry_at = INF
+        self._join_tries = 0
+        """Joins of the election answered with a retriable error so far."""
         self._view_until = INF
         self._let_go_until = INF
+        self._assign_from = -INF
+        """Before this time joins are answered COORDINATOR_LOAD_IN_PROGRESS
+        (``loaded-nothing``)."""
+        self._elected_generation = -1
+        """The broker generation of the join that won the election (1: nobody held the
+        group before)."""
         self._held: dict[int, _Held] = {}
-        self._waiting: dict[int, tuple[int, bool]] = {}
-        """rid -> (unit its answer waits for, inbound)."""
-        self._submitted = 0
-        self._acknowledged = 0
-        self._told: set[str] = set()
+        self.barrier: WriteBarrier[tuple[int, bool]] = WriteBarrier()
+        """The write barrier (:mod:`translation.write_barrier`): units submitted and
+        acknowledged, and the answers waiting for them as (rid, inbound)."""
+        self._stepping = ""
+        """Stepping down from a group it held: ``writes`` (waiting for every unit to be
+        acknowledged), ``members`` (waiting for every member to be told to let go), or ``""``
+        (nothing to wait for: the lock is left, or was never held)."""
+        self._step_down_until = INF
+        self._to_tell: set[str] = set()
+        """Members of the group at the loss not told yet to let go (``letting-go``; bounded by
+        the engine group's members)."""
         self._running: dict[int, bool] = {}
         """rid -> inbound, for requests given to the engine and not reported back yet."""
 
@@ -320,15 +369,19 @@ class GroupCore:
             self._written(event, now, out)
         elif isinstance(event, WriteFailed):
             if self.role in (Role.COORDINATING, Role.INTERRUPTED) \
-                    and event.unit > self._acknowledged:
+                    and event.unit > self.barrier.acknowledged:
                 self._give_up(Why.WRITE_FAILED, now, out)
+            elif self._stepping == "writes":
+                self._stepped_down(out)  # what was not written, the next holder never hears of
         elif isinstance(event, RelayDone):
             self._relay_done(event, now, out)
+        elif isinstance(event, Forgotten):
+            if self.role is Role.LETTING_GO or self._stepping == "members":
+                self._to_tell = set(event.members)
+                if self._stepping == "members" and not self._to_tell:
+                    self._stepped_down(out)
         elif isinstance(event, Stop) and self.role is not Role.STEPPING_DOWN:
-            if self.role in HOLDING or self.role is Role.LETTING_GO:
-                out.append(Forget("the proxy stops"))
-            self._leave(out)
-            self._move(Why.STOP, now, out)
+            self._step_down(event, now, out)
         return out
 
     def tick(self, now: float) -> list[Action]:
@@ -340,7 +393,7 @@ class GroupCore:
     def next_deadline(self) -> float:
         """When :meth:`tick` has something to do (``inf``: nothing until the next event)."""
         times = [self._next_heartbeat, self._call_until, self._retry_at, self._view_until,
-                 self._let_go_until]
+                 self._let_go_until, self._step_down_until]
         if self.role in (Role.LOADING, Role.COORDINATING):
             times.append(self.lease_deadline)
         if self.role is Role.INTERRUPTED:
@@ -368,9 +421,11 @@ class GroupCore:
             self._view_until = INF
         if after is not Role.LETTING_GO:
             self._let_go_until = INF
+            self._to_tell.clear()
         if after not in HOLDING:
             self._next_heartbeat = INF
             self._heartbeats.clear()
+            self._assign_from = -INF
         if after not in (Role.ELECTING, Role.LOOKING) and not (
                 after is Role.INTERRUPTED and self.membership in ("joining", "syncing")):
             self._call = None
@@ -379,10 +434,9 @@ class GroupCore:
             self._fail_waiting(out)
         if after in (Role.ABSENT, Role.LETTING_GO, Role.STEPPING_DOWN, Role.BROKER):
             self._fail_held(out, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        if after in (Role.ABSENT, Role.LETTING_GO, Role.STEPPING_DOWN, Role.FOLLOWING,
-                     Role.LOOKING, Role.BROKER):
+        if after in (Role.ABSENT, Role.LETTING_GO, Role.FOLLOWING, Role.LOOKING, Role.BROKER):
             self.membership = "none" if after is not Role.LETTING_GO else self.membership
-            self._submitted = self._acknowledged = 0
+            self.barrier.reset()
 
     def _time(self, now: float, out: list[Action]) -> None:
         """Everything the passing of time decides, before any event is handled."""
@@ -401,15 +455,16 @@ class GroupCore:
             self._move(Why.SESSION_PASSED, now, out)
             self._let_go_until = now + self.config.let_go_ms
         if self.role is Role.LETTING_GO and now >= self._let_go_until:
-            self._told.clear()
             self._move(Why.LET_GO, now, out)
         if self.role in (Role.FOLLOWING, Role.BROKER) and now >= self._view_until:
             self._move(Why.VIEW_EXPIRED, now, out)
+        if self._stepping and now >= self._step_down_until:
+            self._stepped_down(out)
         if now >= self._call_until:
             self._call_timed_out(now, out)
         if now >= self._retry_at:
             self._retry_at = INF
-            if self.role is Role.INTERRUPTED and self.membership == "joining":
+            if self.role in (Role.INTERRUPTED, Role.ELECTING) and self.membership == "joining":
                 self._send_join(now, out)
         if self.role in HOLDING and self.membership == "stable" and now >= self._next_heartbeat:
             self._attempt += 1
@@ -431,6 +486,9 @@ class GroupCore:
         role = self.role
         rid = request.rid
         if role is Role.COORDINATING:
+            if request.starts_group and now < self._assign_from:
+                out.append(Fail(rid, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS))
+                return
             self._running[rid] = request.inbound
             out.append(RunEngine(rid))
         elif role is Role.FOLLOWING:
@@ -447,11 +505,17 @@ class GroupCore:
             if role is Role.ABSENT:
                 self._move(Why.REQUEST, now, out)
                 self._lookup(now, out)
-        elif role is Role.LETTING_GO and not request.starts_group and request.member_id \
-                and request.member_id not in self._told \
-                and len(self._told) < self.config.max_held:
-            self._told.add(request.member_id)
-            out.append(Fail(rid, ErrorCode.UNKNOWN_MEMBER_ID))
+        elif role in (Role.LETTING_GO, Role.STEPPING_DOWN) \
+                and request.member_id in self._to_tell:
+            self._to_tell.discard(request.member_id)
+            # (a member rejoining with epoch 0 has let go already: told either way)
+            out.append(Fail(rid, ErrorCode.COORDINATOR_NOT_AVAILABLE if request.starts_group
+                            else ErrorCode.UNKNOWN_MEMBER_ID))
+            if not self._to_tell:
+                if role is Role.LETTING_GO:
+                    self._move(Why.LET_GO, now, out)
+                else:
+                    self._stepped_down(out)
         else:
             out.append(Fail(rid, ErrorCode.COORDINATOR_NOT_AVAILABLE))
 
@@ -461,10 +525,9 @@ class GroupCore:
         self._held.clear()
 
     def _fail_waiting(self, out: list[Action]) -> None:
-        for rid, (_, inbound) in self._waiting.items():
+        for rid, inbound in self.barrier.drop():
             out.append(Fail(rid, ErrorCode.NOT_COORDINATOR if inbound
                             else ErrorCode.COORDINATOR_NOT_AVAILABLE))
-        self._waiting.clear()
 
     # -- looking and following ---------------------------------------------------------------
 
@@ -503,6 +566,7 @@ class GroupCore:
               or any(h.starts_group for h in self._held.values())):  # a restart, or a start
             self.membership = "joining"
             self.member_id = ""
+            self._join_tries = 0
             self._move(Why.FREE, now, out)
             self._send_join(now, out)
         else:
@@ -559,6 +623,19 @@ class GroupCore:
                 self.membership = "checking"
                 self._lookup(now, out)
                 return
+            if event.error in RETRY_JOIN and self._join_tries < MAX_JOIN_TRIES:
+                # the broker's coordinator is moving, or the group rebalances: the same join
+                # again after a pause (the member id the broker gave stays pending)
+                self._join_tries += 1
+                self._call, self._call_until = None, INF
+                self._retry_at = now + self.config.retry_ms
+                return
+            if event.error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL:
+                # members of another protocol hold the broker's group: its broker phase
+                self._leave(out)
+                self._move(Why.DIRECT, now, out)
+                self._view_until = now + self.config.view_ms
+                return
             if event.error != ErrorCode.NONE:
                 self._leave(out)
                 self._move(Why.ELECTION_FAILED, now, out)
@@ -613,6 +690,7 @@ class GroupCore:
         self.membership = "stable"
         self._next_heartbeat = now + self.config.session_ms / 3
         if self.role is Role.ELECTING:
+            self._elected_generation = self.generation
             self._move(Why.ELECTED, now, out)
             out.append(Load())
         elif self.role is Role.INTERRUPTED and self.lease.state(now) is LeaseState.HELD:
@@ -685,48 +763,90 @@ class GroupCore:
             self._leave(out)
             self._move(Why.LOAD_FAILED, now, out)
             return
-        self._move(Why.LOADED, now, out)
+        if not event.complete and self._elected_generation > 1 \
+                and self.config.takeover_wait_ms > 0:
+            self._move(Why.LOADED_NOTHING, now, out)
+            self._assign_from = now + self.config.takeover_wait_ms
+        else:
+            self._move(Why.LOADED, now, out)
         held, self._held = self._held, {}
         for rid, h in held.items():
+            if h.starts_group and now < self._assign_from:
+                out.append(Fail(rid, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS))
+                continue
             self._running[rid] = h.inbound
             out.append(RunEngine(rid))
 
     def _engine_done(self, event: EngineDone, now: float, out: list[Action]) -> None:
         inbound = self._running.pop(event.rid, False)
         if event.wrote:
-            self._submitted += 1
-            out.append(Write(self._submitted))
+            out.append(Write(self.barrier.submit()))
         if self.role is not Role.COORDINATING:
             out.append(Fail(event.rid, ErrorCode.COORDINATOR_NOT_AVAILABLE))
             return
-        if self._acknowledged >= self._submitted:
+        if self.barrier.hold((event.rid, inbound)):
             out.append(Respond(event.rid))
-        else:
-            self._waiting[event.rid] = (self._submitted, inbound)
 
     def engine_ticked(self, wrote: bool, now: float) -> list[Action]:
         """The driver fired the engine's timers (only while :meth:`acting`)."""
         out: list[Action] = []
         self._time(now, out)
         if wrote:
-            self._submitted += 1
-            out.append(Write(self._submitted))
+            out.append(Write(self.barrier.submit()))
         return out
 
     def _written(self, event: Written, now: float, out: list[Action]) -> None:
-        if event.unit <= self._acknowledged or self.role not in HOLDING:
+        if self._stepping == "writes":
+            self.barrier.acknowledge(event.unit)  # (every answer failed at the stop)
+            if self.barrier.settled():
+                self._stepped_down(out)
             return
-        self._acknowledged = event.unit
-        if self.role is not Role.COORDINATING:
+        if self.role not in HOLDING:
             return
-        ready = [rid for rid, (unit, _) in self._waiting.items() if unit <= event.unit]
-        for rid in ready:
-            _, inbound = self._waiting.pop(rid)
+        ready = self.barrier.acknowledge(event.unit)  # none waits unless coordinating
+        for rid, inbound in ready:
             if self.acting(now):
                 out.append(Respond(rid))
             else:
                 out.append(Fail(rid, ErrorCode.NOT_COORDINATOR if inbound
                                 else ErrorCode.COORDINATOR_NOT_AVAILABLE))
+
+    # -- stepping down ------------------------------------------------------------------------
+
+    def _step_down(self, event: Stop, now: float, out: list[Action]) -> None:
+        held = self.role in HOLDING
+        if self.role is Role.LETTING_GO:
+            out.append(Forget("the proxy stops"))
+        pending = held and not event.hand_off and not self.barrier.settled()
+        self._move(Why.STOP, now, out)  # held requests and waiting answers fail
+        if not held:
+            self._leave(out)
+            self.barrier.reset()
+            return
+        if event.hand_off:  # the driver names the members with Forgotten
+            out.append(Forget("the proxy stops: its members let go first"))
+        self._stepping = "writes" if pending else "members" if event.hand_off else ""
+        if self._stepping:
+            self._step_down_until = now + self.config.step_down_ms
+        else:
+            self._stepped_down(out)
+
+    def _stepped_down(self, out: list[Action]) -> None:
+        """Stepping down is done (or its bound passed): the engine forgets the group (unless
+        it did already, handing off) and the lock is left at once, so that the next holder
+        need not wait for the broker's session."""
+        if self._stepping != "members":
+            out.append(Forget("the proxy stops"))
+        self._stepping = ""
+        self._step_down_until = INF
+        self._to_tell.clear()
+        self._leave(out)
+        self.barrier.reset()
+
+    @property
+    def stepped_down(self) -> bool:
+        """Stepping down and nothing left to wait for (the driver may exit)."""
+        return self.role is Role.STEPPING_DOWN and not self._stepping
 
     def _give_up(self, why: Why, now: float, out: list[Action]) -> None:
         out.append(Forget(f"group given up: {why.value}"))

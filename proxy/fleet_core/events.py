@@ -87,6 +87,10 @@ class CallFailed:
 @dataclass(frozen=True)
 class LoadDone:
     ok: bool
+    complete: bool = True
+    """The log held the group's state (or its deletion) whole. False: nothing, or not all of
+    it, could be loaded; if another coordinator held the group before, joins then wait
+    ``takeover_wait_ms`` so that members it assigned partitions to let go first."""
 
 
 @dataclass(frozen=True)
@@ -120,12 +124,25 @@ class RelayDone:
 
 
 @dataclass(frozen=True)
+class Forgotten:
+    """The driver forgot the engine's group (:class:`Forget`); ``members``: the member ids the
+    group had then. In ``letting-go`` these, and only these, are told to let go."""
+
+    members: frozenset[str]
+
+
+@dataclass(frozen=True)
 class Stop:
-    """The proxy stops: step down."""
+    """The proxy stops: step down. With the state log (``hand_off`` False) nothing more is
+    answered, what is pending is written, and the lock is left, so that the next holder loads
+    everything and nobody is disturbed; without it (``hand_off``) the members are told to let
+    go first (each one's next request is answered UNKNOWN_MEMBER_ID), then the lock is left."""
+
+    hand_off: bool = False
 
 
 Event = (Request | LookedUp | JoinAnswered | SyncAnswered | HeartbeatAnswered | CallFailed
-         | LoadDone | EngineDone | Written | WriteFailed | RelayDone | Stop)
+         | LoadDone | EngineDone | Written | WriteFailed | RelayDone | Forgotten | Stop)
 
 
 # -- actions (out) -----------------------------------------------------------------------------
@@ -216,7 +233,8 @@ class Resume:
 
 @dataclass(frozen=True)
 class Forget:
-    """The engine forgets the group; its writer is closed."""
+    """The engine forgets the group; its writer is closed. The driver answers with
+    :class:`Forgotten` (the members the group had)."""
 
     reason: str
 

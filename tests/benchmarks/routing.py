@@ -8,37 +8,69 @@ it), a ConsumerGroupHeartbeat (decoded, answered by the engine) without and with
 authorization stage (the client's rights already known on the connection: what a member's
 heartbeat costs within ``authorization-ttl-ms``; the broker's answer when it is not known is
 one round trip on the client's connection, measured by ``dev/bench passthrough``'s ``rtt``
-figures), and the construction of a router (once per client connection). Prints microseconds per
-call, median of ``--repeat`` runs; ``--json`` writes them with the machine.
+figures), an OffsetCommit of a coordinated group (validated by the engine, checked for stale
+retries, stamped, the broker's answer mapped back), a ConsumerGroupHeartbeat of a group another
+sidecar holds (relayed: the fleet route and the relay's start, not the peer's answer) and one
+arriving from another sidecar on the fleet listener, the construction of a router (once per
+client connection), and a member's steady ConsumerGroupHeartbeat answered by the coordinator
+service itself (its request funnel, the engine, the write barrier's and the lease's checks; no
+state log), which the router's cases leave out. Prints microseconds per call, wall-clock and
+CPU time of this process, median of ``--repeat`` runs; ``--json`` writes them with the machine
+and its load average.
+``--calls`` also counts each case's Python function calls (cProfile), which the load of a shared
+machine does not move.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import itertools
 import json
+import os
+import pstats
 import statistics
 import time
-import timeit
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import trio
+import trio.testing
+
+from proxy.codec import messages
+from proxy.codec.header import response_header_for
 from proxy.commands import machine
-from proxy.connection import Local
+from proxy.connection import Local, Rewrite
 from proxy.coordination.authorization import AuthorizationStage
+from proxy.coordination.fleet import Card, Holder, mark_forwarded
 from proxy.coordination.routing import CoordinatingRouter, handler_table
 from proxy.metrics import RequestCounters
 from proxy.rewrite import DictAddressMap
 from proxy.router import parse_table
 from proxy.security.rights import DESCRIBE, READ, Rights
 from proxy.security.session import Session
-from tests.unit.coordination.helpers import make_service, request, router
+from tests.unit.coordination.helpers import (
+    TOPIC,
+    consumer_heartbeat,
+    coordinate,
+    joining_heartbeat,
+    make_service,
+    request,
+    router,
+)
+
+PEER = ("10.233.0.3", 9191)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--number", type=int, default=20_000)
     parser.add_argument("--json", metavar="FILE", type=Path)
+    parser.add_argument("--calls", action="store_true",
+                        help="also count the Python function calls of each case (cProfile, "
+                             "100 calls): a figure the machine's load does not move")
 
 
 def cases() -> dict[str, Callable[[], object]]:
@@ -81,6 +113,44 @@ def cases() -> dict[str, Callable[[], object]]:
             return r.decide(info)
         return call
 
+    # a group this sidecar coordinates, with one member; one another sidecar holds
+    fleet_service = make_service()
+    coordinate(fleet_service, "g")
+    joined, _ = fleet_service.engine.heartbeat(consumer_heartbeat(
+        {"group_id": "g", "member_id": "m1", "member_epoch": 0, "rebalance_timeout_ms": 1000,
+         "subscribed_topic_names": [TOPIC], "topic_partitions": []},
+        client_id="c", client_host="/h", api_version=1), 0)
+    fleet_service.directory._views["held-elsewhere"] = Holder("sidecar", Card(PEER, "0.3.0"),
+                                                              "m9")
+    member = router(fleet_service)
+    follower = router(fleet_service, fleet=True)
+    inbound = router(fleet_service, inbound=True)
+    coordinated = request(8, 9, {"group_id": "g", "member_id": "m1",
+                                 "generation_id_or_member_epoch": joined.member_epoch,
+                                 "group_instance_id": None, "topics": [
+                                     {"name": TOPIC, "partitions": [
+                                         {"partition_index": 0, "committed_offset": 42,
+                                          "committed_leader_epoch": -1,
+                                          "committed_metadata": None}]}]})
+    broker_answer = memoryview(
+        response_header_for(8, 9, coordinated.correlation_id)
+        + messages.encode_response(8, 9, {"throttle_time_ms": 0, "topics": [
+            {"name": TOPIC, "partitions": [{"partition_index": 0, "error_code": 0}]}]}))
+    relayed = request(68, 0, {"group_id": "held-elsewhere", "member_id": "m",
+                              "member_epoch": 3, "rebalance_timeout_ms": -1,
+                              "subscribed_topic_names": None, "topic_partitions": None})
+    # (a member the engine does not know: never held inside, as the answer is not awaited)
+    from_peer = request(68, 0, {"group_id": "g", "member_id": "m", "member_epoch": 3,
+                                "rebalance_timeout_ms": -1, "subscribed_topic_names": None,
+                                "topic_partitions": None},
+                        client_id=mark_forwarded("app", "/10.233.0.9", 1))
+
+    def committed() -> object:
+        member.classify(coordinated)
+        decision = member.decide(coordinated)
+        assert isinstance(decision, Rewrite)
+        return decision.on_response(broker_answer)
+
     return {
         "forwarded Produce (classify)": lambda: r.classify(produce),
         "OffsetCommit of a broker group (classify + decide)": routed(commit),
@@ -88,19 +158,94 @@ def cases() -> dict[str, Callable[[], object]]:
         "ListGroups (classify + decide, rewritten)": routed(listing),
         "ConsumerGroupHeartbeat (classify + decide)": answered(r, beat),
         "ConsumerGroupHeartbeat, authorized, rights known": answered(authorized, beat),
+        "OffsetCommit of a coordinated group (classify + decide + answer)": committed,
+        "ConsumerGroupHeartbeat relayed to the holder (classify + decide)": answered(
+            follower, relayed),
+        "ConsumerGroupHeartbeat from another sidecar (classify + decide)": answered(
+            inbound, from_peer),
         "router for a new connection": lambda: router(service),
     }
 
 
 def run(args: argparse.Namespace) -> int:
-    results: dict[str, float] = {}
-    for name, call in cases().items():
-        call()
-        runs = timeit.repeat(call, number=args.number, repeat=args.repeat)
-        results[name] = statistics.median(runs) / args.number * 1e6
-        print(f"{name:<58} {results[name]:8.2f} us")
+    # trio's clock stands still (a MockClock at rate 0): the fleet's views of who holds a
+    # group never expire while the cases are timed
+    wall, cpu = trio.run(_measure, args, clock=trio.testing.MockClock())
+    out: dict[str, Any] = {"benchmark": "routing", "machine": machine.machine_info(),
+                           "us_per_call": wall, "cpu_us_per_call": cpu, "number": args.number,
+                           "repeat": args.repeat, "load_average": os.getloadavg()}
+    if args.calls:
+        out["python_calls_per_call"] = trio.run(_count_calls, clock=trio.testing.MockClock())
     if args.json:
-        args.json.write_text(json.dumps({"benchmark": "routing", "machine": machine.machine_info(),
-                                         "us_per_call": results, "number": args.number,
-                                         "repeat": args.repeat}, indent=2) + "\n")
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
     return 0
+
+
+def _driven(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run a service call that never waits to its end, without the event loop."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    coro.close()
+    raise RuntimeError("the service call waited")
+
+
+async def service_case() -> Callable[[], object]:
+    """A member's steady heartbeat answered by the service (its request funnel, the engine and
+    the answer's checks): the part the router's cases leave out."""
+    service = make_service()
+    coordinate(service, "g")
+    member = str(uuid.uuid4())
+    joined = await service.heartbeat(joining_heartbeat(member, 0))
+    beat = joining_heartbeat(member, joined.member_epoch)
+    assert _driven(service.heartbeat(beat)).error_code == 0
+    return lambda: _driven(service.heartbeat(beat))
+
+
+async def _all_cases() -> dict[str, Callable[[], object]]:
+    timed = cases()
+    timed["ConsumerGroupHeartbeat answered by the service (funnel + engine)"] = (
+        await service_case())
+    return timed
+
+
+async def _count_calls() -> dict[str, float]:
+    """Python function calls (and calls of C functions) per call of each case, as cProfile
+    counts them."""
+    counts: dict[str, float] = {}
+    for name, call in (await _all_cases()).items():
+        call()
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(100):
+            call()
+        profile.disable()
+        counts[name] = pstats.Stats(profile).total_calls / 100
+        print(f"{name:<66} {counts[name]:8.1f} calls")
+    return counts
+
+
+async def _measure(args: argparse.Namespace) -> tuple[dict[str, float], dict[str, float]]:
+    """Every case, timed inside trio as a connection calls the router (the fleet's views
+    keep trio's clock), without yielding to it: wall-clock and this process's CPU time per
+    call (the CPU time counts only what the call costs, not the time other processes of a
+    shared machine took the core meanwhile)."""
+    wall: dict[str, float] = {}
+    cpu: dict[str, float] = {}
+    for name, call in (await _all_cases()).items():
+        call()
+        runs = [_timed(call, args.number) for _ in range(args.repeat)]
+        wall[name] = statistics.median(w for w, _ in runs) / args.number * 1e6
+        cpu[name] = statistics.median(c for _, c in runs) / args.number * 1e6
+        print(f"{name:<66} {wall[name]:8.2f} us ({cpu[name]:.2f} us CPU)")
+    return wall, cpu
+
+
+def _timed(call: Callable[[], object], number: int) -> tuple[float, float]:
+    """Wall-clock and CPU seconds of ``number`` calls (the loop is timeit's)."""
+    calls = itertools.repeat(None, number)
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in calls:
+        call()
+    return time.perf_counter() - wall, time.process_time() - cpu

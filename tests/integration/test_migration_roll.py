@@ -14,7 +14,9 @@ a. Pod by pod, the pod's members are restarted behind its sidecar. After the fir
    broker still coordinates the group, the moved members marked (``gg3|...`` client ids); after
    the third no member is direct, and the group moves to the engine: the sidecar forwarding the
    leader announces the conversion to the other two, which hold their members' requests and
-   relay them to it afterwards. Nobody is called back by the conversion.
+   relay them to it afterwards. Nobody is called back by the conversion. In the broker
+   phase before it, the members not restarted only revoke (the broker's rebalances), never
+   lose, partitions.
 b. Pod by pod, the pod's members are restarted with ``group.protocol=consumer``, one at a
    time: ConsumerGroupDescribe (asked through a sidecar, inside its pod) shows one more
    consumer-protocol member after each; the members not restarted lose nothing involuntarily
@@ -24,8 +26,9 @@ b. Pod by pod, the pod's members are restarted with ``group.protocol=consumer``,
 
 Throughout: no partition owned by two members at once (callbacks stamped on one machine's clock),
 every acknowledged record consumed, the committed offsets (read at the broker) never moving back.
-The longest time any partition went unconsumed is printed per step. Waits are bounded only to
-stop a hang; nothing asserts a duration.
+The longest time any partition went unconsumed, and the revocations of the members not
+restarted, are printed per step. Waits are bounded only to stop a hang; nothing asserts a
+duration.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import json
 import sys
 import time
 import uuid
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +198,8 @@ def roll(tmp_path: Path, broker: KafkaBroker, pod_list: list[pods.Pod], assignor
     rounds: list[int] = []
     """Revocations each member not restarted saw, per member switched to the consumer
     protocol."""
+    called_back: dict[str, dict[str, int]] = defaultdict(dict)
+    """Per step: the revocations each member not restarted in it saw."""
     try:
         try:
             for i in range(len(pod_list)):  # 0: everyone straight at the broker
@@ -206,8 +212,14 @@ def roll(tmp_path: Path, broker: KafkaBroker, pod_list: list[pods.Pod], assignor
 
             for i in range(len(pod_list)):  # a: the sidecars' rolling deployment
                 begin = time.time()
-                restart_pod(i, SIDECAR, "classic")
+                others = restart_pod(i, SIDECAR, "classic")
                 steps.append((f"pod {pod_list[i].name} behind its sidecar", begin, time.time()))
+                for m in others:  # the broker's rebalances: revocations, never a loss
+                    called = [e["name"] for e in m.callbacks_after(begin)
+                              if e["name"] in ("partitions_revoked", "partitions_lost")]
+                    assert "partitions_lost" not in called, (m.name, called)
+                    called_back[f"pod {pod_list[i].name} behind its sidecar"][m.name] = \
+                        len(called)
                 if i < len(pod_list) - 1:  # direct members remain: the broker's group
                     protocol, clients = broker_members(broker.bootstrap, group)
                     assert protocol == assignor, protocol
@@ -258,6 +270,9 @@ def roll(tmp_path: Path, broker: KafkaBroker, pod_list: list[pods.Pod], assignor
                         # engine folds both into one only within its 1 s assignment interval)
                         assert len(called) <= 2, (m.name, called)
                         rounds.append(len(called))
+                        step = f"pod {pod_list[i].name} on the consumer protocol"
+                        called_back[step][m.name] = called_back[step].get(m.name, 0) + len(
+                            called)
                 steps.append((f"pod {pod_list[i].name} on the consumer protocol", begin,
                               time.time()))
             assert broker_members(broker.bootstrap, group)[0] == "groupgate-coordinated"
@@ -279,3 +294,6 @@ def roll(tmp_path: Path, broker: KafkaBroker, pod_list: list[pods.Pod], assignor
               f"{longest_unconsumed(everyone, begin, end):.2f} s")
     print(f"{assignor}: revocations of a member not restarted, per member switched: "
           f"{sorted(rounds)}")
+    for what, counts in called_back.items():
+        print(f"{assignor}: {what}: revocations of the members not restarted: "
+              f"{dict(sorted(counts.items()))}")

@@ -160,3 +160,65 @@ def test_a_kip848_member_gets_its_share_while_direct_members_hold_the_group(
     finally:
         production.stop()
         offsets.stop()
+
+
+@pytest.mark.slow  # about a minute; the default run has the bridged regex member in
+# tests/unit/coordination/test_bridged.py
+def test_a_regex_subscriber_is_bridged_and_follows_a_new_matching_topic(
+        kafka39: KafkaBroker, start_proxy: StartProxy, topic: Callable[..., str],
+        members: list[Member]) -> None:
+    """A KIP-848 client subscribing by regex (``subscribed_topic_regex``) joins the broker's
+    group while direct members hold it: it is bridged with the regex resolved to the topics
+    groupgate sees, gets its share, and when a topic that matches is created it rejoins with
+    it and is given the new topic's partitions (the direct members subscribe to the first
+    topic only). After the direct members leave, the engine adopts it, still subscribed by
+    the regex, without calling it back."""
+    proxy: ProxyProcess = start_proxy(kafka39)
+    name = topic(kafka39, partitions=PARTITIONS)
+    more = f"{name}-more"
+    group = f"mixed-regex-{uuid.uuid4().hex[:8]}"
+    everything = {(name, p) for p in range(PARTITIONS)}
+    production = Production(kafka39.bootstrap, name, PARTITIONS, RATE)
+    offsets = CommittedOffsets(kafka39.bootstrap, group, name)
+    try:
+        direct = []
+        for i in range(2):
+            direct.append(ConfluentMember(
+                kafka39.bootstrap, [name], group, protocol="classic", name=f"direct-{i}",
+                tolerate_commit_failures=True,
+                extra={"partition.assignment.strategy": "cooperative-sticky", **CLASSIC}))
+            members.append(direct[-1])
+        wait_until(lambda: set().union(*(m.owned() for m in direct)) == everything,
+                   "the direct members owning everything", WAIT)
+        kip848 = ConfluentMember(proxy.bootstrap, [f"^{name}(-more)?$"], group, name="kip848",
+                                 tolerate_commit_failures=True)
+        members.append(kip848)
+        wait_until(partial(owned_exactly_once, [*direct, kip848], everything),
+                   "the regex member's share, direct members present", WAIT)
+        assert kip848.owned() and kip848.records
+        kafka39.create_topic(more, 2)  # matches the regex only
+        added = {(more, 0), (more, 1)}
+        wait_until(lambda: added <= kip848.owned(), "the regex member given the new "
+                   "matching topic's partitions", WAIT)
+        assert not any(added & m.owned() for m in direct)
+        for i, leaving in enumerate(direct):
+            leaving.stop(timeout=60)
+            wait_until(partial(owned_exactly_once, [*direct[i + 1:], kip848],
+                               everything | added),
+                       f"the group settled after {leaving.name} left", WAIT)
+        settled = time.time()
+        wait_until(lambda: engine_members(proxy.bootstrap, group) == [CONSUMER],
+                   "the group to move to the engine with its regex member", WAIT)
+        marks = len(kip848.records)
+        wait_until(lambda: len(kip848.records) > marks + 10,
+                   "the regex member consuming after the conversion", WAIT)
+        assert kip848.callbacks_after(settled) == [], kip848.callbacks_after(settled)
+        assert kip848.owned() == everything | added
+        production.stop()
+        wait_until(lambda: production.acked <= consumed(members),
+                   "every acknowledged record consumed", WAIT)
+        assert not ownership_overlaps(members), ownership_overlaps(members)
+        assert not offsets.moved_back, offsets.moved_back
+    finally:
+        production.stop()
+        offsets.stop()

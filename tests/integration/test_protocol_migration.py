@@ -12,6 +12,17 @@ INCONSISTENT_GROUP_PROTOCOL for another protocol type or name), until it gives u
 member gets. Eager (the classic member revokes everything and rejoins) and cooperative (it
 rejoins with what it owns, keeps part of it, and rejoins again), dynamic and static members.
 
+Each migration policy: the cases above run under ``bidirectional`` (Kafka's default) and again
+under ``upgrade`` (groupgate's default); under a policy without upgrades the consumer-protocol
+member's first heartbeat is GROUP_ID_NOT_FOUND and the classic member goes on as before
+(Kafka's ``validateOnlineUpgrade``), dynamic and static. Through groupgate with
+``--migration-policy``; on Kafka 4.4 (``--run-slow``) on a broker started with
+``group.consumer.migration.policy``; where the policy allows the downgrade too
+(``bidirectional``), the cases end with it (below). groupgate answers as Kafka under every
+policy: under ``downgrade`` the consumer-protocol member is refused, in the engine and in the
+broker phase alike (a KIP-848 member the engine had when it handed the group back is not: it
+takes part in the broker's group as a bridged member).
+
 Behind groupgate these requests reach the engine (the proxy holds the group: every member
 connects through it), which is what these cases exercise on Kafka 4.x. Not played here: the
 ListGroups group types and state names of Kafka's assertions before the downgrade (the engine's
@@ -44,6 +55,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -127,7 +139,7 @@ class Classic:
             required = retried(lambda: self.join([]))
             assert required["error_code"] == MEMBER_ID_REQUIRED, required
             self.member_id = required["member_id"]
-        joined = self.join([])
+        joined = retried(lambda: self.join([]))
         assert joined["error_code"] == NONE, joined
         self.member_id = joined["member_id"]
         generation = int(joined["generation_id"])
@@ -208,9 +220,10 @@ def upgraded(wire: Wire, group: str, topic: str, static: bool
     return member1, joined["member_id"], instance2
 
 
-def eager(bootstrap: str, topic: str, static: bool, behind: bool) -> None:
+def eager(bootstrap: str, topic: str, static: bool, behind: bool,
+          downgrades: bool) -> None:
     """Kafka's ``testOnlineMigrationWithEagerAssignmentStrategy`` (``behind``: through
-    groupgate)."""
+    groupgate; ``downgrades``: the policy allows the downgrade at its end)."""
     group = f"migration-eager-{uuid.uuid4().hex[:8]}"
     wire = coordinator_of(bootstrap, group)
     try:
@@ -250,14 +263,16 @@ def eager(bootstrap: str, topic: str, static: bool, behind: bool) -> None:
         assert synced["error_code"] == NONE, synced
         assert assigned(synced["assignment"]) == [p for p in (0, 1, 2) if p not in partitions2]
 
-        downgrade(wire, group, topic, member1, 2, member2, instance2, behind)
+        if downgrades:
+            downgrade(wire, group, topic, member1, 2, member2, instance2, behind)
     finally:
         wire.close()
 
 
-def cooperative(bootstrap: str, topic: str, static: bool, behind: bool) -> None:
+def cooperative(bootstrap: str, topic: str, static: bool, behind: bool,
+                downgrades: bool) -> None:
     """Kafka's ``testOnlineMigrationWithCooperativeAssignmentStrategy`` (``behind``: through
-    groupgate)."""
+    groupgate; ``downgrades``: the policy allows the downgrade at its end)."""
     group = f"migration-coop-{uuid.uuid4().hex[:8]}"
     wire = coordinator_of(bootstrap, group)
     try:
@@ -289,7 +304,8 @@ def cooperative(bootstrap: str, topic: str, static: bool, behind: bool) -> None:
                              for p in t["partitions"])
         assert partitions2 == [p for p in (0, 1, 2) if p not in partitions1], answer
 
-        downgrade(wire, group, topic, member1, 2, member2, instance2, behind)
+        if downgrades:
+            downgrade(wire, group, topic, member1, 2, member2, instance2, behind)
     finally:
         wire.close()
 
@@ -407,6 +423,29 @@ def empty_downgrade(bootstrap: str, topic: str, behind: bool) -> None:
         wire.close()
 
 
+def refused(bootstrap: str, topic: str, static: bool) -> None:
+    """Kafka's answer to the same start under a policy without upgrades: the consumer-protocol
+    member's first heartbeat is GROUP_ID_NOT_FOUND (``validateOnlineUpgrade``), and the
+    classic member goes on as if nothing happened (heartbeat, commit and fetch at its
+    generation)."""
+    group = f"migration-refused-{uuid.uuid4().hex[:8]}"
+    wire = coordinator_of(bootstrap, group)
+    try:
+        member1 = Classic(wire, group, topic, "instance-id-1" if static else None)
+        assert member1.first_join([0, 1, 2]) == 1
+        settle_assignment_interval()
+        answer = consumer_heartbeat(wire, group, uuid.uuid4().hex[:22], 0, topic,
+                                    "instance-id-2" if static else None)
+        assert answer["error_code"] == GROUP_ID_NOT_FOUND, answer
+        assert member1.heartbeat(1) == NONE
+        assert commit(wire, group, member1.member_id, 1, topic, None, 180) == [NONE] * 3
+        assert fetched(wire, group, member1.member_id, 1, topic, False) == \
+            [(0, 180), (1, 181), (2, 182)]
+        assert member1.heartbeat(1) == NONE
+    finally:
+        wire.close()
+
+
 def downgrade_policy(bootstrap: str, topic: str, behind: bool) -> None:
     """Kafka's ``testDowngradeMigrationPolicy`` (policy ``downgrade``): a consumer-protocol
     member and a classic one; the first revokes and leaves, the group is a classic group
@@ -453,8 +492,25 @@ def downgrade_policy(bootstrap: str, topic: str, behind: bool) -> None:
         wire.close()
 
 
-CASES: dict[str, Callable[[str, str, bool, bool], None]] = {"eager": eager,
-                                                            "cooperative": cooperative}
+CASES: dict[str, Callable[[str, str, bool, bool, bool], None]] = {
+    "eager": eager, "cooperative": cooperative}
+POLICIES = ("upgrade", "downgrade", "disabled")
+"""The policies other than ``bidirectional`` (the cases above run under it)."""
+UPGRADES = {"bidirectional": True, "upgrade": True, "downgrade": False, "disabled": False}
+DOWNGRADES = {"bidirectional": True, "upgrade": False, "downgrade": True, "disabled": False}
+"""What each policy allows, on Kafka and through groupgate alike."""
+
+
+def every_case(bootstrap: str, topic: Callable[[], str], policy: str, behind: bool) -> None:
+    """The four upgrade cases (eager and cooperative, dynamic and static) where the policy
+    lets the group upgrade (ending in the downgrade where it allows that too), else the
+    refusal, dynamic and static."""
+    for static in (False, True):
+        if UPGRADES[policy]:
+            for case in sorted(CASES):
+                CASES[case](bootstrap, topic(), static, behind, DOWNGRADES[policy])
+        else:
+            refused(bootstrap, topic(), static)
 
 
 @pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
@@ -462,7 +518,7 @@ CASES: dict[str, Callable[[str, str, bool, bool], None]] = {"eager": eager,
 def test_through_groupgate(kafka39: KafkaBroker, start_proxy: StartProxy,
                            topic: Callable[..., str], case: str, static: bool) -> None:
     proxy = start_proxy(kafka39, *FLAGS, "--migration-policy", "bidirectional")
-    CASES[case](proxy.bootstrap, topic(kafka39, partitions=3), static, True)
+    CASES[case](proxy.bootstrap, topic(kafka39, partitions=3), static, True, True)
 
 
 @pytest.mark.slow
@@ -472,13 +528,34 @@ def test_on_kafka_4_4(kafka4: KafkaBroker, topic: Callable[..., str], case: str,
                       static: bool) -> None:
     """The reference: the same requests straight at Kafka 4.4 (migration policy
     ``bidirectional``, its default)."""
-    CASES[case](kafka4.bootstrap, topic(kafka4, partitions=3), static, False)
-
-
-POLICIES = ["bidirectional", "upgrade", "downgrade", "disabled"]
+    CASES[case](kafka4.bootstrap, topic(kafka4, partitions=3), static, False, True)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
+def test_each_policy_through_groupgate(kafka39: KafkaBroker, start_proxy: StartProxy,
+                                       topic: Callable[..., str], policy: str) -> None:
+    """The cases under each other ``migration-policy``, one proxy per policy."""
+    proxy = start_proxy(kafka39, *FLAGS, "--migration-policy", policy)
+    every_case(proxy.bootstrap, lambda: topic(kafka39, partitions=3), policy, True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", POLICIES)
+def test_each_policy_on_kafka_4_4(tmp_path: Path, policy: str) -> None:
+    """The reference: a Kafka 4.4 broker with ``group.consumer.migration.policy`` set."""
+    with KafkaBroker.start("4.4", tmp_path / "kafka", properties={
+            "group.consumer.migration.policy": policy}) as broker:
+        count = iter(range(100))
+
+        def fresh() -> str:
+            name = f"migration-{policy}-{next(count)}"
+            broker.create_topic(name, 3)
+            return name
+
+        every_case(broker.bootstrap, fresh, policy, False)
+
+
+@pytest.mark.parametrize("policy", ("bidirectional", *POLICIES))
 def test_an_emptied_group_takes_a_classic_member_through_groupgate(
         kafka39: KafkaBroker, start_proxy: StartProxy, topic: Callable[..., str],
         policy: str) -> None:

@@ -82,6 +82,9 @@ class Knobs:
     load_fail: float = 0.05
     request_timeout_ms: int = 2_000
     relay_timeout_ms: int = 1_500
+    join_moved: float = 0.0
+    """Share of the broker's answers to a JoinGroup with a member id that are
+    NOT_COORDINATOR (its group coordinator moving), during the chaos."""
     per_connection_order: bool = True
     """A client's requests reach the holder in the order sent, and a request dies with the
     connection the client closed when it timed out (as the proxy's links per client connection
@@ -163,6 +166,12 @@ class Broker:
             new = f"{owner}-m{self._ids}"
             self.pending_ids.add(new)
             reply(ev.JoinAnswered(attempt, ErrorCode.MEMBER_ID_REQUIRED, new))
+            return
+        sim = self.sim
+        if sim.knobs.join_moved and not sim.chaos_over \
+                and sim.rng.random() < sim.knobs.join_moved:
+            sim.stats["joins-coordinator-moved"] += 1
+            reply(ev.JoinAnswered(attempt, ErrorCode.NOT_COORDINATOR))
             return
         member = self.members.get(member_id)
         if member is None:
@@ -354,7 +363,8 @@ class FleetSimulation:
             durable_state=True, member_id_factory=self._member_id)
         self.core_config = CoreConfig(
             session_ms=k.lock_session_ms, lease_fraction=k.lease_fraction, hold_ms=3_000,
-            lookup_ms=1_000, view_ms=10_000, let_go_ms=k.member_session_ms, retry_ms=200)
+            lookup_ms=1_000, view_ms=10_000, let_go_ms=k.member_session_ms, retry_ms=200,
+            takeover_wait_ms=k.member_session_ms)
         self.sidecars = [Sidecar(f"s{i}", 1 + self.rng.uniform(-k.skew, k.skew))
                          for i in range(k.sidecars)]
         for sc in self.sidecars:
@@ -472,8 +482,14 @@ class FleetSimulation:
         self.note(f"fault {kind} {sc.name}")
         self.at(self.now + int(self.rng.expovariate(1 / k.fault_every_ms)) + 1, self.ev_fault)
 
-    def ev_exit(self, sc: Sidecar, incarnation: int) -> None:
+    def ev_exit(self, sc: Sidecar, incarnation: int, waited: int = 0) -> None:
         if sc.incarnation != incarnation or not sc.alive:
+            return
+        if not sc.core.stepped_down and waited < self.core_config.step_down_ms \
+                and self.now >= sc.frozen_until:
+            # the process exits once its core stepped down (its writes acknowledged, the
+            # lock left), as the proxy's drain waits, at most the bound
+            self.at(self.now + 50, self.ev_exit, sc, incarnation, waited + 50)
             return
         sc.alive = False
         sc.incarnation += 1
@@ -650,10 +666,13 @@ class FleetSimulation:
                     sc.engine.resume(GROUP, self.local(sc))
                     self._drain(sc)
             elif isinstance(action, ev.Forget):
+                group = sc.engine.groups.get(GROUP) if sc.engine is not None else None
+                members = frozenset(group.members) if group is not None else frozenset()
                 sc.engine = None
                 sc.writer = 0
                 sc.unwritten = []
                 self.note(f"{sc.name} forgets: {action.reason}")
+                work[:0] = sc.core.handle(ev.Forgotten(members), self.local(sc))
 
     def _at_broker(self, sc: Sidecar, incarnation: int, call: ev.Action) -> None:
         """The broker receives ``call`` from ``sc``; its answer goes back on the link."""
@@ -683,6 +702,7 @@ class FleetSimulation:
         if sc.core.role is not Role.LOADING:
             return
         ok = self.rng.random() >= self.knobs.load_fail or self.chaos_over
+        complete = bool(self.log.log)
         if ok:
             engine = GroupCoordinator(self.engine_config, self.image)
             engine.load(list(self.log.log), self.local(sc), WALL_MS + self.now)
@@ -690,7 +710,9 @@ class FleetSimulation:
             sc.engine = engine
             self.check_clients_known(engine)
         self.note(f"{sc.name} loaded ok={ok}")
-        self._handle(sc, ev.LoadDone(ok))
+        if ok and not complete:
+            self.stats["loads-of-nothing"] += 1
+        self._handle(sc, ev.LoadDone(ok, complete))
 
     def _write(self, sc: Sidecar, unit: int) -> None:
         records = sc.unwritten.pop(0) if sc.unwritten else []
@@ -799,6 +821,8 @@ class FleetSimulation:
             assert response is not None
         else:
             response = ConsumerGroupHeartbeatResponse(error_code=error)
+            if error == ErrorCode.UNKNOWN_MEMBER_ID and sc.core.role is Role.LETTING_GO:
+                self.stats["told-to-let-go"] += 1
         if pending.origin is not None:
             origin = pending.origin
             self.fleet((sc.name, origin.name, pending.connection), self.on, origin,

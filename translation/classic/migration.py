@@ -76,6 +76,9 @@ class ClassicGroupMemberSnapshot:
     """Set for a *bridged* member (the classic member a sidecar runs for a KIP-848 client):
     the client's own member id, under which the engine adopts it as a consumer-protocol
     member at the generation's epoch (decision record 0018, step 4)."""
+    subscribed_topic_regex: str | None = None
+    """A bridged member's client's regex (its subscription names what it resolved to): the
+    engine adopts it subscribed by the regex."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,13 +174,15 @@ def convert_classic_group(
         assert subscription is not None
         bridged = m.kip848_member_id is not None
         member_id = m.kip848_member_id or m.member_id
+        regex = m.subscribed_topic_regex if bridged else None
         member = ConsumerGroupMember(
             member_id,
             instance_id=m.group_instance_id,
             rack_id=subscription.rack_id,
             client_id=m.client_id,
             client_host=m.client_host,
-            subscribed_topic_names=frozenset(subscription.topics),
+            subscribed_topic_names=frozenset() if regex else frozenset(subscription.topics),
+            subscribed_topic_regex=regex,
             rebalance_timeout_ms=m.rebalance_timeout_ms,
             member_epoch=generation,
             previous_member_epoch=generation,
@@ -193,6 +198,9 @@ def convert_classic_group(
                 names,
                 subscription.version,
                 state=ClassicMemberState.STABLE,
+                # the generation its client was given: a quiet advance moves the member
+                # epoch, never this (else the client's next heartbeat is ILLEGAL_GENERATION)
+                generation=generation,
             )
         assigned: dict[TopicId, frozenset[int]] = {}
         if m.assignment is not None:

@@ -8,7 +8,8 @@ that produced it is acknowledged, not just the call's own: a heartbeat whose cal
 can still answer with state an earlier, unacknowledged call wrote (the member's new epoch after
 a retried heartbeat, say), and a coordinator that fails before that write lands would load a
 group that never told the member so. Kafka's coordinator runtime defers such responses the same
-way, until the last written offset is committed.
+way, until the last written offset is committed. The rule itself is
+:class:`~translation.write_barrier.WriteBarrier`, the one the proxy's drivers keep.
 
 When the coordinator fails, the units not yet acknowledged are lost with the responses waiting
 on them; what was acknowledged is the log a new coordinator loads. Responses already on their
@@ -25,6 +26,7 @@ from collections.abc import Callable
 
 from translation.coordinator import GroupCoordinator
 from translation.records import StateRecord, fold
+from translation.write_barrier import WriteBarrier
 
 Release = Callable[[], None]
 
@@ -44,11 +46,10 @@ class WritePipeline:
         """Acknowledged records, in order: what survives a failover (``log``: what the
         coordinator was loaded from)."""
         self.pending: deque[tuple[int, list[StateRecord]]] = deque()
-        self.written = 0
-        """Sequence number of the last unit written."""
-        self.acked = 0
+        self.barrier: WriteBarrier[Release] = WriteBarrier()
+        """Units written and acknowledged, and the responses waiting for them (the rule of
+        :mod:`translation.write_barrier`, which the proxy's drivers keep too)."""
         self.last_ack_at = 0
-        self.waiting: deque[tuple[int, Release]] = deque()
         self.everything: list[StateRecord] = list(self.log)
         """The log loaded from and every record written since, acknowledged or not (for
         :func:`drained_matches`)."""
@@ -57,22 +58,20 @@ class WritePipeline:
         """Write one call's records; returns (unit, ack time) to schedule, None if empty."""
         if not records:
             return None
-        self.written += 1
-        self.pending.append((self.written, records))
+        unit = self.barrier.submit()
+        self.pending.append((unit, records))
         self.everything.extend(records)
         ack_at = max(self.last_ack_at, now_ms + self.rng.randint(1, self.max_delay_ms))
         self.last_ack_at = ack_at
-        return self.written, ack_at
+        return unit, ack_at
 
     def respond(self, wrote: bool, release: Release) -> None:
         """Send a response now or once what it depends on is acknowledged. ``wrote``: whether
         its own call wrote a unit (the only thing it waits for without
         ``wait_for_earlier_writes``)."""
-        needs = self.written if self.wait_for_earlier_writes or wrote else 0
-        if needs <= self.acked:
+        needs = self.barrier.submitted if self.wait_for_earlier_writes or wrote else 0
+        if self.barrier.hold(release, needs):
             release()
-        else:
-            self.waiting.append((needs, release))
 
     def ack(self, unit: int) -> list[Release]:
         """The topic acknowledged ``unit`` (and, in order, every unit before it); returns the
@@ -80,22 +79,12 @@ class WritePipeline:
         while self.pending and self.pending[0][0] <= unit:
             _, records = self.pending.popleft()
             self.log.extend(records)
-        self.acked = max(self.acked, unit)
-        released: list[Release] = []
-        kept: deque[tuple[int, Release]] = deque()
-        for needs, release in self.waiting:
-            if needs <= self.acked:
-                released.append(release)
-            else:
-                kept.append((needs, release))
-        self.waiting = kept
-        return released
+        return self.barrier.acknowledge(unit)
 
     def crash(self) -> tuple[int, int]:
         """The coordinator is gone: returns (units lost, responses lost)."""
-        lost = (len(self.pending), len(self.waiting))
+        lost = (len(self.pending), len(self.barrier.drop()))
         self.pending.clear()
-        self.waiting.clear()
         return lost
 
 

@@ -6,6 +6,8 @@ member's broker member id and generation, never with another."""
 
 from __future__ import annotations
 
+import dataclasses
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -404,4 +406,83 @@ async def test_a_conversion_suspends_bridged_members_then_ends_them_without_a_wo
         assert not service.bridges.has_group(GROUP) and not service.bridges.members
         assert not broker.of(ApiKey.LEAVE_GROUP)
         assert await service.bridges.heartbeat(hb("m1", epoch, owned=parts), 0) is None
+        nursery.cancel_scope.cancel()
+
+
+def regex_hb(member: str, epoch: int, regex: str | None, owned: list[int] | None = None,
+             rights: Any = None) -> ConsumerGroupHeartbeatRequest:
+    value: dict[str, Any] = {"group_id": GROUP, "member_id": member, "member_epoch": epoch,
+                             "rebalance_timeout_ms": 10_000 if epoch == 0 else -1,
+                             # librdkafka sends an empty list of names beside its regex
+                             "subscribed_topic_names": [] if regex else None,
+                             "subscribed_topic_regex": regex,
+                             "topic_partitions": [] if epoch == 0 else None}
+    if owned is not None:
+        value["topic_partitions"] = [{"topic_id": TOPIC_ID, "partitions": owned}]
+    request = consumer_heartbeat(value, client_id="app", client_host="/h", api_version=1)
+    return dataclasses.replace(request, topic_rights=rights) if rights is not None else request
+
+
+async def test_a_regex_subscriber_is_bridged_with_its_regex_resolved_and_rejoins_on_change(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A KIP-848 client subscribing by regex is bridged with the names of the watched topics
+    the regex matches; a new matching topic makes the bridged member rejoin with it, one the
+    client may not DESCRIBE is left out, and the regex goes with the member into a
+    conversion."""
+    from translation.regex import TopicRights
+    from translation.topics import TopicMetadata, TopicsImage
+
+    other, later, hidden = f"{TOPIC}-2", f"{TOPIC}-3", f"{TOPIC}-secret"
+    broker = Broker()
+    async with running(broker) as (service, nursery):
+        image = [TopicMetadata(TOPIC_ID, TOPIC, 4), TopicMetadata(uuid.UUID(int=2),
+                                                                  "unrelated", 2)]
+        service.engine.update_topics(TopicsImage.of(image), 0)
+        regex = f"{TOPIC}.*"
+        response = await service.heartbeat(regex_hb("m1", 0, regex))
+        while response.member_epoch <= 0:
+            assert response.error_code in (0, 14), response
+            await trio.sleep(0.5)
+            response = await service.heartbeat(regex_hb("m1", 0, None))
+        joins = broker.of(ApiKey.JOIN_GROUP)
+
+        def subscribed(join: dict[str, Any]) -> list[str]:
+            subscription = parse_subscription(join["protocols"][0]["metadata"])
+            assert subscription is not None
+            return sorted(subscription.topics)
+
+        assert subscribed(joins[-1]) == [TOPIC]
+        assert service.bridges.has_regex()
+        assert service._wanted_topics()[1]  # the sidecar lists every topic meanwhile
+        before = len(joins)
+        image.append(TopicMetadata(uuid.UUID(int=3), other, 2))
+        service.engine.update_topics(TopicsImage.of(image), 1000)
+        epoch = response.member_epoch
+        parts = [p for tp in response.assignment or () for p in tp.partitions]
+        for _ in range(20):  # its client's heartbeats: the member rejoins with both topics
+            answer = await service.heartbeat(regex_hb("m1", epoch, None, owned=parts))
+            epoch = max(epoch, answer.member_epoch)
+            await trio.sleep(0.5)
+            if len(broker.of(ApiKey.JOIN_GROUP)) > before:
+                break
+        assert subscribed(broker.of(ApiKey.JOIN_GROUP)[-1]) == sorted([TOPIC, other])
+        # a match the client may not DESCRIBE is left out; one not checked yet stays out too
+        image += [TopicMetadata(uuid.UUID(int=4), hidden, 1),
+                  TopicMetadata(uuid.UUID(int=5), later, 1)]
+        service.engine.update_topics(TopicsImage.of(image), 2000)
+        assert service.bridges.regex_topics_to_check(GROUP, "m1") == frozenset(
+            {TOPIC, other, hidden, later})
+        rights = TopicRights(frozenset({TOPIC, other, hidden}), frozenset({TOPIC, other}))
+        bridge = service.bridges.member(GROUP, "m1")
+        assert bridge is not None
+        joins_now = len(broker.of(ApiKey.JOIN_GROUP))
+        await service.heartbeat(regex_hb("m1", epoch, None, rights=rights))
+        assert bridge.resolved == frozenset({TOPIC, other})
+        assert len(broker.of(ApiKey.JOIN_GROUP)) == joins_now  # nothing changed: no rejoin
+        # the regex goes with the member into a conversion
+        assert service.bridges.regexes(GROUP) == {bridge.machine.broker_member_id: regex}
+        # an invalid new regex is refused, the member stays as it was
+        bad = await service.heartbeat(regex_hb("m1", epoch, "("))
+        assert bad.error_code == 128  # INVALID_REGULAR_EXPRESSION
+        assert bridge.regex == regex
         nursery.cancel_scope.cancel()

@@ -48,7 +48,7 @@ async def _queued_heartbeats_of_a_member_while_others_join(catch_up: bool) -> li
     coordinate(service, "g")
     a, others = router(service), router(service)
     if not catch_up:
-        a._heartbeat_answers = _Forgetful()
+        a.chain.decoder.answers = _Forgetful()  # type: ignore[attr-defined]
     correlation = iter(range(1, 1000))
 
     async def send(r: Any, value: dict[str, Any]) -> dict[str, Any]:

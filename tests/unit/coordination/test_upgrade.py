@@ -9,6 +9,7 @@ next Heartbeat, SyncGroup and commit are answered by the engine at the generatio
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -409,6 +410,9 @@ async def test_a_sidecar_told_of_a_conversion_holds_the_groups_requests_until_it
         autojump_clock: trio.testing.MockClock) -> None:
     service = _service()
     await _forward_join(service, A, B, [A, B])  # its member A; the leader is elsewhere
+    # a member session long enough not to bound the hold (test_a_hold_is_bounded_by_...)
+    seen = service.upgrades.joins[(GROUP, A)]
+    service.upgrades.joins[(GROUP, A)] = dataclasses.replace(seen, session_timeout_ms=60_000)
     forgotten: list[list[str]] = []
     service.routes.forget = forgotten.append
     beat = request(12, 4, {"group_id": GROUP, "generation_id": GENERATION, "member_id": A,
@@ -418,7 +422,7 @@ async def test_a_sidecar_told_of_a_conversion_holds_the_groups_requests_until_it
     converted = {"type": "GroupConverted", "group": GROUP, "converter": "10.0.0.9:9095"}
     assert not await _held(service, beat)
     error, body = await _control(service, converting)
-    assert error == ErrorCode.NONE and body == {"members": {A: [10_000, 20_000]}}
+    assert error == ErrorCode.NONE and body == {"members": {A: [60_000, 20_000]}}
     assert await _held(service, beat)
     # only the sidecar that announced it ends it
     assert _control(service, dict(converted, converter="10.0.0.8:9095")) == \
@@ -503,3 +507,135 @@ async def test_a_bridged_member_is_adopted_under_its_clients_member_id(
             assert group.group_epoch == GENERATION  # nothing moved
     finally:
         del OWNED[KIP848]
+
+
+# ---- the safety net (0018): late broker answers are not passed on ----------------------------
+
+
+def _beat(member: str = A) -> Any:
+    return request(12, 4, {"group_id": GROUP, "generation_id": GENERATION, "member_id": member,
+                           "group_instance_id": None})
+
+
+def _broker_says(code: int) -> Any:
+    def answer(key: int, version: int, sent: dict[str, Any]) -> dict[str, Any]:
+        if key == 8:
+            return {"throttle_time_ms": 0, "topics": [
+                {"name": t["name"], "partitions": [
+                    {"partition_index": p["partition_index"], "error_code": code}
+                    for p in t["partitions"]]} for t in sent["topics"]]}
+        return {"throttle_time_ms": 0, "error_code": code}
+    return answer
+
+
+async def test_a_late_answer_is_turned_back_and_the_group_looked_up_again(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """Around a conversion (here: a hold that ran out without word), a forwarded heartbeat the
+    broker answers UNKNOWN_MEMBER_ID (a group the lock may hold now) reaches the client as
+    NOT_COORDINATOR, and who holds the group is looked up again; the same member's next such
+    answer is the broker's (it was looked at again)."""
+    service = _service()
+    await _forward_join(service, A, B, [A, B])  # a marked member: the group is forwarded
+    forgotten: list[list[str]] = []
+    service.routes.forget = forgotten.append
+    service.upgrades.control_handlers(service)
+    # outside a conversion the broker phase's own answers pass untouched
+    plain = await exchange(router(service), _beat(), _broker_says(22))
+    assert plain.response is not None
+    assert plain.response["error_code"] == ErrorCode.ILLEGAL_GENERATION and forgotten == []
+    service.upgrades._unsettled[GROUP] = True  # a hold that ended undecided
+    got = await exchange(router(service), _beat(), _broker_says(25))
+    assert got.response is not None and got.response["error_code"] == ErrorCode.NOT_COORDINATOR
+    assert forgotten == [[GROUP]]
+    again = await exchange(router(service), _beat(), _broker_says(25))
+    assert again.response is not None
+    assert again.response["error_code"] == ErrorCode.UNKNOWN_MEMBER_ID
+    # another member's, and a commit whose every partition has the error, are turned back too
+    other = await exchange(router(service), _beat(B), _broker_says(22))
+    assert other.response is not None
+    assert other.response["error_code"] == ErrorCode.NOT_COORDINATOR
+    commit = request(8, 8, {
+        "group_id": GROUP, "generation_id_or_member_epoch": GENERATION,
+        "member_id": "commit-member", "group_instance_id": None, "topics": [
+            {"name": TOPIC, "partitions": [
+                {"partition_index": 0, "committed_offset": 5, "committed_leader_epoch": -1,
+                 "committed_metadata": ""}]}]})
+    committed = await exchange(router(service), commit, _broker_says(25))
+    assert committed.response is not None
+    assert [p["error_code"] for t in committed.response["topics"] for p in t["partitions"]] \
+        == [ErrorCode.NOT_COORDINATOR]
+    # a JoinGroup the broker answers UNKNOWN_MEMBER_ID (its member removed by a LeaveGroup)
+    joined = await exchange(router(service), request(11, 5, _join("gone-member")),
+                            _broker_says(25))
+    assert joined.response is not None
+    assert joined.response["error_code"] == ErrorCode.NOT_COORDINATOR
+    assert len(forgotten) == 4
+
+
+async def test_a_rebalance_answer_and_a_group_said_not_converted_are_the_brokers(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """REBALANCE_IN_PROGRESS is the broker's own (a group the lock took answers a removed
+    member UNKNOWN_MEMBER_ID first): passed on, around a conversion too. A hold the broker's
+    group said was not converted leaves the group the broker's: its answers pass."""
+    service = _service()
+    await _forward_join(service, A, B, [A, B])
+    service.upgrades.control_handlers(service)
+    forgotten: list[list[str]] = []
+    service.routes.forget = forgotten.append
+    service.upgrades._unsettled[GROUP] = True
+    got = await exchange(router(service), _beat(), _broker_says(27))
+    assert got.response is not None
+    assert got.response["error_code"] == ErrorCode.REBALANCE_IN_PROGRESS and not forgotten
+    del service.upgrades._unsettled[GROUP]
+    outcome: list[bool | None] = [False]  # the broker's group: Stable in its own protocol
+
+    async def broker_says(_service: Any, _group_id: str) -> bool | None:
+        return outcome[0]
+
+    service.upgrades._outcome = broker_says
+    converting = {"type": "GroupConverting", "group": GROUP, "generation": GENERATION,
+                  "converter": "10.0.0.9:9095", "members": [A, B]}
+    assert (await _control(service, converting))[0] == ErrorCode.NONE
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(service.upgrades.sweep, service)
+        await trio.sleep(upgrade.PEER_HOLD_SECONDS + 1)
+        nursery.cancel_scope.cancel()
+    assert not service.upgrades.converting and GROUP not in service.upgrades._unsettled
+    forgotten.clear()
+    plain = await exchange(router(service), _beat(), _broker_says(25))
+    assert plain.response is not None
+    assert plain.response["error_code"] == ErrorCode.UNKNOWN_MEMBER_ID and not forgotten
+
+
+async def test_a_hold_is_bounded_by_half_the_shortest_member_session(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A hold that outlived a member's broker session would have the broker remove the held
+    member (and form a generation without it while its client still consumes): with 10 s
+    sessions a converter that never says how it ended is given up on after 5 s, even with
+    the broker's group between owners."""
+    service = _service()
+    await _forward_join(service, A, B, [A, B])  # A's session: 10 s
+    service.routes.forget = lambda groups: None
+    assert service.upgrades.hold_bound(GROUP) == 5.0
+
+    async def between_owners(_service: Any, _group_id: str) -> bool | None:
+        return None
+
+    service.upgrades._outcome = between_owners
+    converting = {"type": "GroupConverting", "group": GROUP, "generation": GENERATION,
+                  "converter": "10.0.0.9:9095", "members": [A, B]}
+    assert (await _control(service, converting))[0] == ErrorCode.NONE
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(service.upgrades.sweep, service)
+        await trio.sleep(4.5)
+        assert await _held(service, _beat())
+        await trio.sleep(1.0)
+        assert not await _held(service, _beat())
+        nursery.cancel_scope.cancel()
+    assert GROUP in service.upgrades._unsettled  # undecided: its late answers are turned back
+
+
+def test_what_the_safety_net_remembers_is_bounded_and_expires() -> None:
+    upgrades = upgrade.Upgrades(upgrade.MigrationPolicy.UPGRADE, "127.0.0.1:9092")
+    assert upgrades._turned_back.maxsize == upgrade.JOINS_MAX
+    assert upgrades._turned_back.ttl == upgrade.SAFETY_NET_SECONDS

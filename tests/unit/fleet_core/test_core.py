@@ -63,7 +63,7 @@ def test_the_documented_table_is_the_code_and_every_role_is_in_it() -> None:
     assert {r for r, _ in TRANSITIONS} | set(TRANSITIONS.values()) == set(Role)
     rows = [line for line in (core_module.__doc__ or "").splitlines()
             if line.split() and line.split()[0] in {r.value for r in Role} | {"any"}]
-    assert len(rows) == 29
+    assert len(rows) == 31
 
 
 def test_a_move_outside_the_table_raises() -> None:
@@ -105,6 +105,7 @@ def test_a_session_without_an_answer_lets_the_members_go_once() -> None:
     assert _role(core) is Role.INTERRUPTED
     out = core.tick(3_000)
     assert _role(core) is Role.LETTING_GO and _of(out, ev.Forget) and _of(out, ev.SendLeave)
+    core.handle(ev.Forgotten(frozenset({"a", "b"})), 3_000)
     assert core.handle(ev.Request(5, "a"), 3_100) == [ev.Fail(5, ErrorCode.UNKNOWN_MEMBER_ID)]
     assert core.handle(ev.Request(6, "a"), 3_200) == [
         ev.Fail(6, ErrorCode.COORDINATOR_NOT_AVAILABLE)]
@@ -224,3 +225,130 @@ def test_a_stop_leaves_the_lock_and_answers_nothing_more() -> None:
     assert core.handle(ev.Request(7, "a"), 110) == [
         ev.Fail(7, ErrorCode.COORDINATOR_NOT_AVAILABLE)]
     assert not core.acting(110)
+
+
+def test_letting_go_tells_the_members_at_the_loss_once_and_nobody_else() -> None:
+    core = _coordinating()
+    core.tick(2_400)
+    out = core.tick(3_000)
+    assert _role(core) is Role.LETTING_GO and _of(out, ev.Forget)
+    assert core.handle(ev.Forgotten(frozenset({"a", "b"})), 3_000) == []
+    # a member that joined elsewhere meanwhile holds nothing of this sidecar's
+    assert core.handle(ev.Request(5, "c"), 3_100) == [
+        ev.Fail(5, ErrorCode.COORDINATOR_NOT_AVAILABLE)]
+    assert core.handle(ev.Request(6, "a"), 3_100) == [ev.Fail(6, ErrorCode.UNKNOWN_MEMBER_ID)]
+    assert core.handle(ev.Request(7, "a"), 3_200) == [
+        ev.Fail(7, ErrorCode.COORDINATOR_NOT_AVAILABLE)]
+    # the last one told ends it before the bound
+    assert core.handle(ev.Request(8, "b"), 3_300) == [ev.Fail(8, ErrorCode.UNKNOWN_MEMBER_ID)]
+    assert _role(core) is Role.ABSENT
+
+
+def test_a_takeover_that_loads_nothing_of_a_group_held_before_lets_joins_wait() -> None:
+    config = CoreConfig(session_ms=60_000, takeover_wait_ms=5_000)  # (no heartbeat due)
+    core = GroupCore("g", "s0", config)
+    (lookup,) = _of(core.handle(ev.Request(1, "", starts_group=True), 0), ev.Lookup)
+    (join,) = _of(core.handle(ev.LookedUp(lookup.attempt, ev.Shape.FREE), 0), ev.SendJoin)
+    out = core.handle(ev.JoinAnswered(join.attempt, ErrorCode.MEMBER_ID_REQUIRED, "m1"), 0)
+    (check,) = _of(out, ev.Lookup)
+    (join,) = _of(core.handle(ev.LookedUp(check.attempt, ev.Shape.FREE), 0), ev.SendJoin)
+    # generation 4: someone held the broker's group before
+    out = core.handle(ev.JoinAnswered(join.attempt, ErrorCode.NONE, "m1", 4, "m1"), 0)
+    (sync,) = _of(out, ev.SendSync)
+    core.handle(ev.SyncAnswered(sync.attempt, ErrorCode.NONE), 0)
+    core.handle(ev.Request(2, "old-member"), 10)
+    out = core.handle(ev.LoadDone(True, complete=False), 20)
+    assert _role(core) is Role.COORDINATING
+    assert ev.Fail(1, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS) in out
+    assert ev.RunEngine(2) in out  # the engine tells an earlier member it is unknown
+    assert core.handle(ev.Request(3, "", starts_group=True), 1_000) == [
+        ev.Fail(3, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)]
+    assert core.handle(ev.Request(4, "", starts_group=True), 5_020) == [ev.RunEngine(4)]
+
+
+def test_a_complete_load_or_a_group_nobody_held_does_not_wait() -> None:
+    core = _coordinating()  # generation 1: nobody held the group before
+    assert _of(core.handle(ev.Request(2, "", starts_group=True), 10), ev.RunEngine)
+
+
+def test_the_table_in_the_architecture_document_is_the_codes() -> None:
+    import pathlib
+
+    text = (pathlib.Path(core_module.__file__).parents[2] / "docs" / "architecture.md"
+            ).read_text()
+    section = text.split("The core's transitions as built")[1].split("\n\n")[1]
+    documented = set()
+    for line in section.splitlines()[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        froms = ([r for r in Role if r is not Role.STEPPING_DOWN] if cells[0] == "any"
+                 else [Role(cells[0])])
+        documented |= {(role, Why(cells[1]), Role(cells[2])) for role in froms}
+    assert documented == {(a, why, b) for (a, why), b in TRANSITIONS.items()}
+
+
+def test_stepping_down_with_the_log_leaves_the_lock_once_the_pending_writes_landed() -> None:
+    core = _coordinating()
+    core.handle(ev.Request(2, "a"), 10)
+    assert core.handle(ev.EngineDone(2, wrote=True), 10) == [ev.Write(1)]
+    out = core.handle(ev.Stop(), 20)
+    assert _role(core) is Role.STEPPING_DOWN and not core.stepped_down
+    assert out == [ev.Fail(2, ErrorCode.COORDINATOR_NOT_AVAILABLE)]  # nothing more answered
+    assert core.handle(ev.Request(3, "a"), 30) == [
+        ev.Fail(3, ErrorCode.COORDINATOR_NOT_AVAILABLE)]
+    out = core.handle(ev.Written(1), 40)
+    assert core.stepped_down and _of(out, ev.Forget) and ev.SendLeave("m1") in out
+
+
+def test_stepping_down_leaves_at_once_with_nothing_pending_and_at_its_bound_otherwise() -> None:
+    core = _coordinating()
+    out = core.handle(ev.Stop(), 20)
+    assert core.stepped_down and _of(out, ev.Forget) and ev.SendLeave("m1") in out
+    core = _coordinating()
+    core.handle(ev.Request(2, "a"), 10)
+    core.handle(ev.EngineDone(2, wrote=True), 10)
+    core.handle(ev.Stop(), 20)
+    assert core.next_deadline() <= 20 + CONFIG.step_down_ms
+    out = core.tick(20 + CONFIG.step_down_ms)
+    assert core.stepped_down and ev.SendLeave("m1") in out
+
+
+def test_handing_off_tells_every_member_to_let_go_before_the_lock_is_left() -> None:
+    core = _coordinating()
+    out = core.handle(ev.Stop(hand_off=True), 20)
+    assert _of(out, ev.Forget) and not _of(out, ev.SendLeave)
+    core.handle(ev.Forgotten(frozenset({"a", "b"})), 20)
+    assert core.handle(ev.Request(3, "a"), 30) == [ev.Fail(3, ErrorCode.UNKNOWN_MEMBER_ID)]
+    assert core.handle(ev.Request(4, "x"), 30) == [
+        ev.Fail(4, ErrorCode.COORDINATOR_NOT_AVAILABLE)]
+    out = core.handle(ev.Request(5, "b"), 40)
+    assert ev.Fail(5, ErrorCode.UNKNOWN_MEMBER_ID) in out and ev.SendLeave("m1") in out
+    assert core.stepped_down and not _of(out, ev.Forget)  # forgotten at the stop already
+
+
+def _electing(core: GroupCore) -> ev.SendJoin:
+    (lookup,) = _of(core.handle(ev.Request(1, "", starts_group=True), 0), ev.Lookup)
+    (join,) = _of(core.handle(ev.LookedUp(lookup.attempt, ev.Shape.UNUSED), 0), ev.SendJoin)
+    out = core.handle(ev.JoinAnswered(join.attempt, ErrorCode.MEMBER_ID_REQUIRED, "m1"), 0)
+    (check,) = _of(out, ev.Lookup)
+    (join,) = _of(core.handle(ev.LookedUp(check.attempt, ev.Shape.UNUSED), 0), ev.SendJoin)
+    assert isinstance(join, ev.SendJoin)
+    return join
+
+
+def test_an_elections_join_is_tried_again_while_the_coordinator_moves() -> None:
+    core = GroupCore("g", "s0", CONFIG)
+    join = _electing(core)
+    out = core.handle(ev.JoinAnswered(join.attempt, ErrorCode.NOT_COORDINATOR), 10)
+    assert out == [] and _role(core) is Role.ELECTING
+    (again,) = _of(core.tick(10 + CONFIG.retry_ms), ev.SendJoin)
+    assert again.member_id == "m1"  # the pending member id
+    out = core.handle(ev.JoinAnswered(again.attempt, ErrorCode.NONE, "m1", 1, "m1"), 300)
+    assert _of(out, ev.SendSync)
+
+
+def test_members_of_another_protocol_put_the_group_in_the_broker_phase() -> None:
+    core = GroupCore("g", "s0", CONFIG)
+    join = _electing(core)
+    out = core.handle(ev.JoinAnswered(join.attempt, ErrorCode.INCONSISTENT_GROUP_PROTOCOL), 10)
+    assert _role(core) is Role.BROKER
+    assert ev.Fail(1, ErrorCode.COORDINATOR_NOT_AVAILABLE) in out

@@ -118,3 +118,30 @@ def test_a_bridged_member_is_adopted_as_its_kip848_client_at_the_generation() ->
     assert answer.error_code == E.NONE and answer.member_epoch == GENERATION
     assert c.beat("classic", GENERATION, 1500) == E.NONE
     assert group.group_epoch == GENERATION
+
+
+def test_an_adopted_eager_member_advanced_quietly_keeps_the_generation_it_was_given() -> None:
+    """A member adopted at *g* whose target does not change when the membership does is moved
+    to the new epoch in place (quiet advance) and keeps the generation its client was given:
+    its next heartbeat and commit at *g* pass. (The migration roll's eager members behind the
+    converting sidecar got ILLEGAL_GENERATION here, 'lost' to librdkafka: the adopted member
+    had no generation of its own, so the advanced epoch was checked instead.)"""
+    c = converted("range")
+    group = c.engine.groups[G]
+    assignor = c.engine.config.assignors[0]
+    assert isinstance(assignor, ScriptedAssignor)
+    # the new member takes one of third's partitions; eager and static keep theirs
+    assignor.next = target(eager={FOO: [0, 1]}, static={FOO: [2, 3]}, third={FOO: [4]},
+                           new={FOO: [5]})
+    first = c.join(join_req("", protocols=("range",)), now=1000)
+    assert not isinstance(first, HeldRequest) and first.error_code == E.MEMBER_ID_REQUIRED
+    c.join(join_req(first.member_id, protocols=("range",)), now=1001)
+    assert group.target.epoch == GENERATION + 1
+    for now in (2000, 5000, 8000):  # advanced in place at the first, unchanged after
+        assert c.beat("eager", GENERATION, now) == E.NONE
+        assert c.beat("static", GENERATION, now, instance_id="pod-2") == E.NONE
+    assert group.members["eager"].member_epoch == GENERATION + 1
+    assert c.beat("third", GENERATION, 8000) == E.REBALANCE_IN_PROGRESS  # it loses one
+    assert c.engine.validate_offset_commit(G, "eager", GENERATION, [(FOO, 0), (FOO, 1)],
+                                           instance_id=None, api_version=7) == E.NONE
+    assert names(c.sync("eager", GENERATION, 9000)) == {"foo": [0, 1]}

@@ -204,3 +204,26 @@ def test_a_converted_classic_group_is_drained_whole_and_loads_as_converted() -> 
           for kind, value in (("MEMBER", "MemberValue"), ("ASSIGNMENT", "AssignmentValue"))]]
     for member_id in "ABC":
         assert fresh.beat(member_id, 22, now=7_100) == E.NONE
+
+
+def test_a_converted_group_taken_over_after_the_write_keeps_the_adopted_generations() -> None:
+    """A converter killed after the state-log write (0018, step 4): the next holder loads the
+    converted group; a member adopted at *g* and quietly advanced since still has *g* as the
+    generation its client was given, so its heartbeats and commits at *g* pass there."""
+    c, a = durable()
+    snapshot = ClassicGroupSnapshot(G, 22, "consumer", "range", [
+        ClassicGroupMemberSnapshot(
+            member_id=m, protocols=[ClassicProtocol("range", subscription(("foo",)))],
+            assignment=ClassicAssignment(3, [("foo", ps)]), session_timeout_ms=45_000)
+        for m, ps in (("A", [0, 1]), ("B", [2, 3]), ("C", [4, 5]))])
+    assert convert_classic_group(c.engine, snapshot, 0)[0] is None
+    a.next = target(A={FOO: [0, 1]}, B={FOO: [2, 3]}, C={FOO: [4]}, D={FOO: [5]})
+    first = c.join(join_req("", protocols=("range",)), now=1000)
+    assert not isinstance(first, HeldRequest)
+    c.join(join_req(first.member_id, protocols=("range",)), now=1001)
+    assert c.beat("A", 22, 2000) == E.NONE  # advanced in place: its target did not change
+    assert c.engine.groups[G].members["A"].member_epoch == 23
+    fresh, _ = take_over(c, 3000)
+    assert fresh.beat("A", 22, now=3100) == E.NONE
+    assert fresh.engine.validate_offset_commit(G, "A", 22, [(FOO, 0), (FOO, 1)],
+                                               instance_id=None, api_version=7) == E.NONE

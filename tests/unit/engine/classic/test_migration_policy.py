@@ -175,10 +175,44 @@ def test_upgrade_needs_the_policy(policy: MigrationPolicy) -> None:
 def mixed(policy: MigrationPolicy, adopt: bool) -> Classic:
     a = ScriptedAssignor()
     c = Classic.of(image(foo=(FOO, 4)), a, migration_policy=policy, adopt_classic_groups=adopt)
-    a.next = target(c1={FOO: [0, 1]}, n1={FOO: [2, 3]})
-    c.joined(join_req("c1"))
+    if policy.upgrade_enabled:
+        a.next = target(c1={FOO: [0, 1]}, n1={FOO: [2, 3]})
+        c.joined(join_req("c1"))
+        c.engine.heartbeat(join(G, "n1"), 0)
+        return c
+    # the consumer-protocol member first: a group of classic members only refuses it
+    a.next = target(n1={FOO: [0, 1, 2, 3]})
     c.engine.heartbeat(join(G, "n1"), 0)
+    a.next = target(c1={FOO: [0, 1]}, n1={FOO: [2, 3]})
+    c.joined(join_req("c1"), now=1000)
     return c
+
+
+@pytest.mark.parametrize(
+    ("policy", "accepted"),
+    [(MigrationPolicy.BIDIRECTIONAL, True), (MigrationPolicy.UPGRADE, True),
+     (MigrationPolicy.DOWNGRADE, False), (MigrationPolicy.DISABLED, False)])
+def test_a_consumer_member_joining_a_classic_group_is_an_upgrade(
+        policy: MigrationPolicy, accepted: bool) -> None:
+    """Kafka's rule for a live classic group (``validateOnlineUpgrade``): under ``disabled``
+    and ``downgrade`` a consumer-protocol member's first heartbeat is GROUP_ID_NOT_FOUND, and
+    the classic member goes on as before."""
+    a = ScriptedAssignor()
+    c = Classic.of(image(foo=(FOO, 4)), a, migration_policy=policy)
+    a.next = target(c1={FOO: [0, 1, 2, 3]})
+    generation = c.joined(join_req("c1")).generation_id
+    a.next = target(c1={FOO: [0, 1]}, n1={FOO: [2, 3]})
+    response, _ = c.engine.heartbeat(join(G, "n1"), 2000)
+    if accepted:
+        assert response.error_code == 0 and "n1" in c.engine.groups[G].members
+        return
+    assert response.error_code == 69  # GROUP_ID_NOT_FOUND
+    assert set(c.engine.groups[G].members) == {"c1"}
+    assert c.beat("c1", generation, 3000) == 0
+    # a group with a consumer-protocol member already is a consumer group: joins go on
+    c2 = mixed(policy, False)
+    response, _ = c2.engine.heartbeat(join(G, "n2"), 3000)
+    assert response.error_code == 0
 
 
 @pytest.mark.parametrize(

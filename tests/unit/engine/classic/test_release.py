@@ -18,7 +18,7 @@ from .helpers import Classic, G, join_req
 
 def mixed() -> Classic:
     a = ScriptedAssignor()
-    c = Classic.of(image(foo=(FOO, 4)), a, migration_policy=MigrationPolicy.DOWNGRADE,
+    c = Classic.of(image(foo=(FOO, 4)), a, migration_policy=MigrationPolicy.BIDIRECTIONAL,
                    durable_state=True)
     a.next = target(c1={FOO: [0, 1]}, n1={FOO: [2, 3]})
     c.joined(join_req("c1", protocols=("cooperative-sticky", "range")))

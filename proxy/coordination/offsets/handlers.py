@@ -1,4 +1,4 @@
-"""Offsets of coordinated groups: validated by the engine, stored in the broker.
+"""The offset APIs' handlers: validated by the engine, stored in the broker.
 
 For a group the proxy coordinates, its members' offset requests are decided here and sent on
 the client's own connection, so the broker sees them in the order the client sent them (Kafka
@@ -19,12 +19,8 @@ handles one connection's requests in order, and pipelined asynchronous commits d
 * OffsetDelete: partitions of topics the group subscribes to are refused with
   GROUP_SUBSCRIBED_TO_TOPIC; the rest is deleted at the broker.
 
-Bridged members (:mod:`.bridged`, groups in the broker phase): a KIP-848 client's commit is
-stamped once with its bridged member's broker member id and generation, after checking that
-its epoch is the member's and that generation, and that its partitions are the member's
-(else STALE_MEMBER_EPOCH, or the retriable COORDINATOR_LOAD_IN_PROGRESS while the member
-rejoins); a broker refusal of the stamped generation becomes COORDINATOR_LOAD_IN_PROGRESS.
-OffsetFetch v9+ of a bridged member checks its epoch and strips the member fields.
+Bridged members (groups in the broker phase, :mod:`proxy.coordination.bridged`): their commits
+and offset fetches are checked by the bridges instead of the engine (:mod:`.bridged`).
 
 Requests for groups the proxy does not coordinate pass untouched.
 """
@@ -49,6 +45,8 @@ from proxy.coordination.handler import (
     Value,
 )
 from proxy.coordination.membership import COORDINATOR_MOVED, MEMBERSHIP_LOST, BrokerMembership
+from proxy.coordination.offsets.answers import commit_error, offsets_text, partition_errors, trace
+from proxy.coordination.offsets.bridged import bridged_commit, bridged_fetch_error
 from translation.errors import ErrorCode
 from translation.topics import TopicId, TopicsImage
 
@@ -82,15 +80,6 @@ def partitions_of(topics: Iterable[dict[str, Any]], image: TopicsImage
             for p in t["partitions"]]
 
 
-def _topic_key(topic: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if "name" in topic:
-        out["name"] = topic["name"]
-    if "topic_id" in topic:
-        out["topic_id"] = topic["topic_id"]
-    return out
-
-
 def _moved(request: GroupRequest, membership: BrokerMembership) -> bool:
     """Whether the commit came in on the listener of a broker that no longer coordinates the
     group at the broker. Kafka accepts a group's commits only at its coordinator, so a client
@@ -100,36 +89,6 @@ def _moved(request: GroupRequest, membership: BrokerMembership) -> bool:
     node = request.node_id
     return (node is not None and membership.coordinator_node is not None
             and node != membership.coordinator_node)
-
-
-def commit_error(value: Value, error: int) -> Value:
-    """An OffsetCommit / TxnOffsetCommit response failing every partition with ``error``."""
-    return {"throttle_time_ms": 0, "topics": [
-        dict(_topic_key(t), partitions=[{"partition_index": p["partition_index"],
-                                         "error_code": error} for p in t["partitions"]])
-        for t in value["topics"]]}
-
-
-def _offsets(topics: Iterable[dict[str, Any]], field: str = "committed_offset") -> str:
-    """``topic[partition]=offset,...`` of a request's or response's topics, for debug lines."""
-    return ",".join(f"{t.get('name') or t.get('topic_id')}[{p['partition_index']}]="
-                    f"{p.get(field)}{'!' + str(p['error_code']) if p.get('error_code') else ''}"
-                    for t in topics for p in t.get("partitions", ()))
-
-
-def _trace(what: str, request: GroupRequest, **facts: object) -> None:
-    """One debug line about an offset request: where it came from and what it carries."""
-    if log.isEnabledFor(logging.DEBUG):
-        value = request.value
-        log.debug("%s: api key %d v%d corr %d from %s node %s group %s member %s epoch %s %s",
-                  what, request.api_key, request.version, request.correlation_id,
-                  request.client_host, request.node_id, value.get("group_id"),
-                  value.get("member_id"), value.get("generation_id_or_member_epoch"),
-                  " ".join(f"{k}={v}" for k, v in facts.items()))
-
-
-def _partition_errors(response: Value) -> set[int]:
-    return {p["error_code"] for t in response["topics"] for p in t["partitions"]}
 
 
 class OffsetCommitHandler(ApiHandler):
@@ -151,10 +110,11 @@ class OffsetCommitHandler(ApiHandler):
             # a classic member of a group handed back: it rejoins the broker's group first
             # (:mod:`.release`); the broker would refuse the engine's member id
             return Answer(commit_error(request.value, int(ErrorCode.REBALANCE_IN_PROGRESS)))
-        if (bridged := self._bridged(request)) is not None:
+        if (bridged := bridged_commit(self.service, request,
+                                      self.member_fields_from)) is not None:
             return bridged
         membership = self.service.membership(group_id)
-        _trace("commit", request, offsets=_offsets(request.value["topics"]),
+        trace("commit", request, offsets=offsets_text(request.value["topics"]),
                held=membership is not None,
                stable=membership is not None and membership.stable)
         if membership is None:
@@ -176,42 +136,6 @@ class OffsetCommitHandler(ApiHandler):
 
     def failure(self, request: GroupRequest, error: int) -> Value:
         return commit_error(request.value, error)
-
-    def _bridged(self, request: GroupRequest) -> Outcome | None:
-        """A commit of a bridged KIP-848 client (:mod:`.bridged`): stamped once with its
-        bridged member's broker member id and generation, or failed (STALE_MEMBER_EPOCH when
-        its epoch or partitions are not the member's now); None: not a bridged member's."""
-        value = request.value
-        group_id, member_id = value["group_id"], value.get("member_id") or ""
-        if not member_id or request.version < self.member_fields_from:
-            return None
-        bridges = self.service.bridges
-        target = bridges.commit_target(
-            group_id, member_id, value.get("generation_id_or_member_epoch", -1),
-            [(t.get("name"), t.get("topic_id"), p["partition_index"])
-             for t in value["topics"] for p in t["partitions"]])
-        if target is None:
-            return None
-        if isinstance(target, ErrorCode):
-            _trace("bridged commit refused", request, error=target)
-            return Answer(commit_error(value, int(target)))
-        broker_member_id, generation = target
-        stamped = dict(value, member_id=broker_member_id,
-                       generation_id_or_member_epoch=generation)
-        _trace("bridged commit stamped", request, generation=generation)
-
-        def on_response(response: Value) -> Value:
-            if _partition_errors(response) & MEMBERSHIP_LOST:
-                # the broker's group moved on (or dropped the member): the client retries
-                # once its heartbeat told it where its member is now
-                bridges.commit_refused(group_id, member_id, generation)
-                for t in response["topics"]:
-                    for p in t["partitions"]:
-                        if p["error_code"] in MEMBERSHIP_LOST:
-                            p["error_code"] = int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
-            return response
-
-        return Upstream(stamped, on_response)
 
     def verdict(self, request: GroupRequest) -> ErrorCode | None:
         """What :meth:`decide` would answer of the commit's member right now: NONE (accepted
@@ -247,7 +171,7 @@ class OffsetCommitHandler(ApiHandler):
         group_id = request.value["group_id"]
         waited = await self.service.load_for_member(group_id,
                                                     request.value.get("member_id") or "")
-        _trace("commit after a takeover wait", request, error=waited)
+        trace("commit after a takeover wait", request, error=waited)
         if waited is not None:
             return commit_error(request.value, int(waited))
         if self.service.membership(group_id) is None and group_id in self.service.memberships:
@@ -265,7 +189,7 @@ class OffsetCommitHandler(ApiHandler):
                            ) -> Value | Upstream:
         """The membership is rejoining: wait for it, then check and stamp again."""
         stable = await membership.wait_stable(STABLE_WAIT_SECONDS)
-        _trace("commit after waiting for the membership", request, stable=stable)
+        trace("commit after waiting for the membership", request, stable=stable)
         if not stable:
             group_id, member_id = request.value["group_id"], request.value.get("member_id") or ""
             if self.service.to_let_go(group_id, member_id):
@@ -286,13 +210,13 @@ class OffsetCommitHandler(ApiHandler):
         member_id, generation, release = membership.stamp()
         stamped = dict(value, member_id=member_id, generation_id_or_member_epoch=generation,
                        group_instance_id=None)
-        _trace("commit stamped", request, generation=generation)
+        trace("commit stamped", request, generation=generation)
 
         def on_response(response: Value) -> Value:
-            _trace("commit answered", request, generation=generation,
-                   result=_offsets(response["topics"], "error_code"))
+            trace("commit answered", request, generation=generation,
+                   result=offsets_text(response["topics"], "error_code"))
             release()
-            check_membership(_partition_errors(response), membership, generation)
+            check_membership(partition_errors(response), membership, generation)
             _lost_to_retriable(response)
             return response
 
@@ -356,9 +280,7 @@ def _fetch_check(service: CoordinatorService, group: Value) -> ErrorCode | None:
     epoch = group.get("member_epoch", -1)
     if service.coordinates(group_id):
         return fetch_member_error(service, group_id, member_id, epoch)
-    if member_id and epoch >= 0:
-        return service.bridges.fetch_error(group_id, member_id, epoch)
-    return None
+    return bridged_fetch_error(service, group_id, member_id, epoch)
 
 
 def merge_in_order(requested: list[str], answered: Iterable[Value], local: dict[int, Value],
@@ -418,8 +340,8 @@ class OffsetFetchHandler(ApiHandler):
         def on_response(response: Value) -> Value:
             response["groups"] = merge_in_order(ids, response["groups"], failed, "group_id")
             if log.isEnabledFor(logging.DEBUG):
-                _trace("offsets fetched", request, result=" ".join(
-                    f"{g['group_id']}:{_offsets(g['topics'])}" for g in response["groups"]))
+                trace("offsets fetched", request, result=" ".join(
+                    f"{g['group_id']}:{offsets_text(g['topics'])}" for g in response["groups"]))
             return response
 
         return Upstream(dict(value, groups=forwarded), on_response)
