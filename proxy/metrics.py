@@ -75,6 +75,20 @@ COMMIT_TICKETS = Counter(
     "full (too many open), reported, report_failed, report_dropped, relayed (the holder "
     "takes no tickets: the commit was relayed)",
     ["event"], registry=REGISTRY)
+REMAINDERS = Counter(
+    "groupgate_remainders",
+    "OffsetFetch, OffsetDelete, DescribeGroups and DeleteGroups of members behind a follower: "
+    "the coordinating sidecar answers the engine's part, the follower sends the rest on the "
+    "client's connection; by event: split (at the coordinating sidecar), sent (the rest sent "
+    "by the follower), whole (the engine answered all), refused, relayed (the coordinating "
+    "sidecar takes none: relayed)", ["event"], registry=REGISTRY)
+REGEX_RIGHTS = Counter(
+    "groupgate_regex_rights",
+    "Relayed ConsumerGroupHeartbeats and their member's rights (regexes resolved under them), "
+    "by event: asked (the coordinating sidecar asked the follower for them), brought (the "
+    "follower asked the broker and sent the heartbeat again with them), plain (the "
+    "coordinating sidecar takes no heartbeats in FleetControl: relayed)", ["event"],
+    registry=REGISTRY)
 CLIENT_AUTHENTICATIONS = Counter(
     "groupgate_client_authentications",
     "SASL authentications of clients through the proxy, by listener, mechanism and outcome "

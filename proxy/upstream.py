@@ -112,10 +112,13 @@ class UpstreamClient:
 
     async def request(self, api_key: int, version: int, value: dict[str, Any],
                       client_id: str = CLIENT_ID) -> dict[str, Any]:
+        await self._reauthenticate_if_due()
+        return await self._exchange(api_key, version, value, client_id)
+
+    async def _reauthenticate_if_due(self) -> None:
         if (self._reauthenticate_at is not None
                 and trio.current_time() >= self._reauthenticate_at):
             await self.authenticate()  # KIP-368, on this connection
-        return await self._exchange(api_key, version, value, client_id)
 
     async def _exchange(self, api_key: int, version: int, value: dict[str, Any],
                         client_id: str = CLIENT_ID) -> dict[str, Any]:
@@ -135,6 +138,7 @@ class UpstreamClient:
                            client_id: str = CLIENT_ID) -> bytes:
         """Send a request whose body the codec does not know (the fleet's own ``FleetControl``,
         request header v1) and return its response body (after the correlation id)."""
+        await self._reauthenticate_if_due()
         self._correlation += 1
         correlation_id = self._correlation
         payload = encode_request_header(api_key, version, correlation_id, client_id,

@@ -127,7 +127,8 @@ class BrokerPool:
         self.base = base
         self.max_live = max(1, max_live)
         self.live: OrderedDict[str, KafkaCluster] = OrderedDict()
-        self.pinned: set[str] = set()
+        self.pinned: dict[str, int] = {}
+        """Sets in use, by how many users (a test and a module fixture may share one)."""
         self.factories: dict[str, Callable[[Path], KafkaCluster]] = {
             "3.9": lambda d: KafkaBroker.start("3.9", d),
             "4.4": lambda d: KafkaBroker.start("4.4", d),
@@ -163,11 +164,13 @@ class BrokerPool:
             self.starts.setdefault(key, []).append(cluster.startup_seconds or 0.0)
             self.live[key] = cluster
         self.live.move_to_end(key)
-        self.pinned.add(key)
+        self.pinned[key] = self.pinned.get(key, 0) + 1
         return cluster
 
     def release(self, key: str) -> None:
-        self.pinned.discard(key)
+        count = self.pinned.pop(key, 0) - 1
+        if count > 0:
+            self.pinned[key] = count
 
     def _drop(self, key: str) -> None:
         cluster = self.live.pop(key)

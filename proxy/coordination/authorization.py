@@ -53,7 +53,8 @@ from proxy.codec.api_keys import ApiKey
 from proxy.coordination import convert
 from proxy.coordination.handler import ApiHandler, Completion, GroupRequest, Value
 from proxy.coordination.listing import engine_listing
-from proxy.coordination.offsets import commit_error, merge_in_order
+from proxy.coordination.offsets import commit_error
+from proxy.coordination.remainders import merge_in_order
 from proxy.security.rights import DELETE, DESCRIBE, READ, WRITE, Fact, Kind, Needs, Rights
 from translation.errors import ErrorCode
 from translation.regex import TopicRights

@@ -8,10 +8,11 @@ proved they are sidecars (``fleet-auth``); anything else closes the connection.
 * :class:`FleetControlRouter` sits in front of a fleet-listener connection's router and
   answers FleetControl from a table of :data:`Handler` s, one per message type: ``MemberGone``
   (pod-local liveness, :mod:`.pod_liveness`), ``GroupConverting``, ``GroupConverted`` and
-  ``ConversionAborted`` (the online upgrade across sidecars, :mod:`.upgrade`). ``CommitTicket``
-  and ``CommitDone`` (commits under the client's principal, :mod:`.tickets`) are answered by
-  the connection's own router (``commit_tickets``: they are decided as the relayed requests
-  on that connection are), and may carry a whole commit (:data:`MAX_TICKET_BODY_BYTES`). A
+  ``ConversionAborted`` (the online upgrade across sidecars, :mod:`.upgrade`). ``CommitTicket``,
+  ``CommitDone``, ``Remainder`` and ``Heartbeat`` (requests of members behind a follower
+  sent under the client's principal, :mod:`.as_the_client`) are answered by the connection's
+  own router (``commit_tickets``: they are decided as the relayed requests on that connection
+  are), and may carry a whole request (:data:`MAX_TICKET_BODY_BYTES`). A
   type without a handler is answered UNSUPPORTED_VERSION, a malformed body INVALID_REQUEST.
 * :func:`send` delivers one message on a connection of its own and returns the answer.
 """
@@ -43,7 +44,8 @@ MAX_BODY_BYTES = 64 * 1024
 """Longest body accepted (a ``GroupConverting`` answer lists the members behind a sidecar)."""
 MAX_TICKET_BODY_BYTES = 4 << 20
 """A ``CommitTicket`` carries a whole commit (:mod:`.tickets`)."""
-TICKET_TYPES = frozenset({"CommitTicket", "CommitDone"})
+TICKET_TYPES = frozenset({"CommitTicket", "CommitDone", "Remainder", "Heartbeat"})
+"""Types the connection's own router answers (:mod:`.as_the_client`)."""
 _ERROR = struct.Struct(">ih")
 _CORRELATION = struct.Struct(">i")
 

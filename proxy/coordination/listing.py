@@ -24,11 +24,12 @@ the proxy:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from proxy.codec import messages
 from proxy.codec.api_keys import ApiKey
+from proxy.coordination import remainders
 from proxy.coordination.handler import (
     PASS,
     Answer,
@@ -38,7 +39,7 @@ from proxy.coordination.handler import (
     Upstream,
     Value,
 )
-from proxy.coordination.offsets import merge_in_order
+from proxy.coordination.remainders import Split
 from translation.describe import DescribedGroup, DescribedTopicPartitions
 from translation.errors import ErrorCode
 
@@ -143,23 +144,19 @@ class DescribeGroupsHandler(ApiHandler):
         return tuple(request.value["groups"])
 
     def decide(self, request: GroupRequest) -> Outcome:
+        return remainders.outcome(self.api_key, request.value, self.split(request))
+
+    def split(self, request: GroupRequest) -> Split | None:
+        """The coordinated groups (described by the engine) and the rest, described by the
+        broker; None: no group is coordinated here."""
         service = self.service
         requested: list[str] = request.value["groups"]
         local = {i: classic_description(service.engine.describe([g])[0], request.version)
                  for i, g in enumerate(requested) if service.coordinates(g)}
         if not local:
-            return PASS
+            return None
         rest = [g for i, g in enumerate(requested) if i not in local]
-        if not rest:
-            return Answer({"throttle_time_ms": 0, "groups": [local[i]
-                                                             for i in range(len(requested))]})
-
-        def on_response(response: Value) -> Value:
-            response["groups"] = merge_in_order(requested, response["groups"], local,
-                                                "group_id")
-            return response
-
-        return Upstream(dict(request.value, groups=rest), on_response)
+        return Split(local, dict(request.value, groups=rest) if rest else None)
 
     def failure(self, request: GroupRequest, error: int) -> Value:
         return {"groups": [{"error_code": error, "group_id": g, "group_state": "",
@@ -175,16 +172,25 @@ class DeleteGroupsHandler(ApiHandler):
     answers_upstream_later = True
 
     def decide(self, request: GroupRequest) -> Outcome:
+        split = self.split(request)
+        if split is None:
+            return PASS
+        return Answer(remainders.later(self.api_key, request.value, split))
+
+    def split(self, request: GroupRequest) -> Awaitable[Split] | None:
+        """The engine's groups, forgotten unless they have members (NON_EMPTY_GROUP), and the
+        rest (with the groups forgotten: the broker deletes them and their offsets); None:
+        no group is the engine's."""
         service = self.service
         requested: list[str] = request.value["groups_names"]
         mine = [i for i, g in enumerate(requested)
                 if service.coordinates(g) or service.engine.group(g) is not None]
         if not mine:
-            return PASS
-        return Answer(self._delete(request, requested, mine))
+            return None
+        return self._delete(request, requested, mine)
 
     async def _delete(self, request: GroupRequest, requested: list[str], mine: list[int]
-                      ) -> Value | Upstream:
+                      ) -> Split:
         local: dict[int, Value] = {}
         for index in mine:
             group_id = requested[index]
@@ -192,15 +198,7 @@ class DeleteGroupsHandler(ApiHandler):
             if error != ErrorCode.NONE:
                 local[index] = _deleted(group_id, int(error), request.version)
         rest = [g for i, g in enumerate(requested) if i not in local]
-        if not rest:
-            return {"throttle_time_ms": 0, "results": [local[i] for i in range(len(requested))]}
-
-        def on_response(response: Value) -> Value:
-            response["results"] = merge_in_order(requested, response["results"], local,
-                                                 "group_id")
-            return response
-
-        return Upstream(dict(request.value, groups_names=rest), on_response)
+        return Split(local, dict(request.value, groups_names=rest) if rest else None)
 
     def failure(self, request: GroupRequest, error: int) -> Value:
         return {"throttle_time_ms": 0, "results": [

@@ -256,14 +256,15 @@ class ConnectionLinks:
                 self._problems.unreachable(address, str(exc))
             raise
 
-    async def control(self, address: Address, api_key: int, version: int, body: bytes
-                      ) -> bytes:
+    async def control(self, address: Address, api_key: int, version: int, body: bytes,
+                      timeout: float | None = None) -> bytes:
         """Send a ``FleetControl`` body to the sidecar at ``address`` on this connection's
-        link to it (after the requests relayed before it) and return the answer's body."""
+        link to it (after the requests relayed before it) and return the answer's body
+        (within ``timeout``, default :data:`RELAY_OTHER_SECONDS`)."""
         link = self._peer_link(address)
         try:
             return await link.exchange_raw(api_key, version, body,
-                                           timeout=RELAY_OTHER_SECONDS)
+                                           timeout=timeout or RELAY_OTHER_SECONDS)
         except UpstreamError as exc:
             if self._problems is not None:
                 self._problems.unreachable(address, str(exc))

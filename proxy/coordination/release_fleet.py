@@ -4,7 +4,9 @@
 
 * **Who relays.** The holder keeps, per group, the sidecars that relayed for it within the last
   member session (:class:`Relayers`): a protocol-3 relay mark names the relaying sidecar's
-  fleet address (:func:`~.fleet.mark_forwarded`); a relay with an older mark (groupgate
+  fleet address (:func:`~.fleet.mark_forwarded`), on a relayed request
+  (:mod:`.stages.relayers`) and on one inside ``FleetControl`` (a KIP-848 heartbeat, a
+  remainder: :mod:`.as_the_client`) alike; a relay with an older mark (groupgate
   0.2.0) is kept as ``0.2.0@<host>``, and a release of the group is refused while one is
   there (such a sidecar cannot be told; roll it first).
 * **Step 1, ``GroupReleasing``** (:func:`announce`), before any member is told: to each of

@@ -31,8 +31,10 @@ A relayed request arriving from another sidecar is never relayed again. Its mark
 host, listener, software, principal) is believed only on a connection that proved it comes
 from a sidecar (the connection's :class:`~proxy.security.session.Session`, ``fleet_peer``);
 anywhere else a client id that looks like a mark is just a client id. On the fleet listener
-the connection also answers commit tickets (:meth:`CoordinatingRouter.commit_tickets`,
-:mod:`.offsets.ticketed`).
+the connection also answers what followers ask for their members' requests that reach the
+broker as the client's own (:meth:`CoordinatingRouter.commit_tickets`: commit tickets,
+:mod:`.offsets.ticketed`; remainders and heartbeats with their member's rights,
+:mod:`.as_the_client`).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from proxy.connection import (
     RequestInfo,
     Rewrite,
 )
-from proxy.coordination import classic, consumer_group, listing, offsets, release
+from proxy.coordination import as_the_client, classic, consumer_group, listing, offsets, release
 from proxy.coordination.authorization import AuthorizationStage
 from proxy.coordination.handler import ApiHandler
 from proxy.coordination.offsets import ticketed
@@ -107,8 +109,10 @@ def served_versions(handlers: dict[int, ApiHandler]) -> dict[int, tuple[int, int
 
 CONVERSION_HOLD = ConversionHold()
 FLEET_ROUTE = FleetRoute()
-RELAY_STAGE = Relay(sent_here=(ticketed.commit_ticket,))
 NOTE_RELAYERS = NoteRelayers()
+SENT_HERE = (ticketed.commit_ticket, as_the_client.remainder)
+"""The relay stage's ways to the broker as the client's own that keep nothing of a
+connection (the relayed heartbeats' keeps the connection's authorization stage)."""
 HELD_HERE = HeldHere()
 STEPPED_DOWN = SteppedDown()
 DISPATCH = Dispatch()
@@ -129,7 +133,9 @@ def client_facing(service: CoordinatorService, node_id: int | None, client_host:
         CONVERSION_HOLD,
         FLEET_ROUTE if fleet is not None else None,
         StaleRetries(service.commit_retries),
-        RELAY_STAGE if fleet is not None else None,
+        # relayed heartbeats bring the member's rights, asked on this connection
+        (Relay(sent_here=(*SENT_HERE, as_the_client.RelayedHeartbeats(authorization)))
+         if fleet is not None else None),
         STEPPED_DOWN,
         DISPATCH,
     ]
@@ -272,8 +278,9 @@ class CoordinatingRouter(ForwardingRouter):
 
     def commit_tickets(self, body: dict[str, Any]) -> bytes | Awaitable[bytes]:
         """At the holder, on the fleet listener: a follower's ``CommitTicket`` or
-        ``CommitDone`` (:mod:`.offsets.ticketed`); the answer's body."""
-        return ticketed.commit_tickets(self._chain, body)
+        ``CommitDone`` (:mod:`.offsets.ticketed`), ``Remainder`` or ``Heartbeat``
+        (:mod:`.as_the_client`); the answer's body."""
+        return as_the_client.answer(self._chain, body)
 
 
 def _unchanged_bytes(_response: memoryview) -> None:

@@ -43,8 +43,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import trio
+from cachetools import TTLCache
 
 from proxy import metrics
+from proxy.coordination import regex_rights
 from proxy.coordination.fleet_control import FLEET_CONTROL, FLEET_CONTROL_VERSION
 from proxy.coordination.handler import Value
 from proxy.coordination.membership import DRAIN_SECONDS
@@ -264,6 +266,20 @@ class Tickets:
         self._links: OrderedDict[Address, BrokerLink] = OrderedDict()
         self._wake = trio.Event()
         self.dropped = 0
+        self._plain: TTLCache[Address, bool] = TTLCache(
+            maxsize=regex_rights.MAX_PLAIN, ttl=regex_rights.PLAIN_SECONDS,
+            timer=trio.current_time)
+        """Holders that took no heartbeat inside ``FleetControl`` (:mod:`.regex_rights`)."""
+
+    def takes_heartbeats(self, address: Address) -> bool:
+        """Whether a relayed heartbeat goes to the holder at ``address`` inside
+        ``FleetControl`` (:mod:`.regex_rights`)."""
+        return address not in self._plain
+
+    def relay_heartbeats(self, address: Address) -> None:
+        """The holder at ``address`` takes no heartbeats inside ``FleetControl``: relay them
+        for :data:`~.regex_rights.PLAIN_SECONDS`."""
+        self._plain[address] = True
 
     def issue(self, group_id: str, release: Callable[[], None],
               on_errors: Callable[[set[int]], None]) -> int | None:

@@ -26,6 +26,7 @@ looking         free              electing        SendJoin without a member id
 looking         direct            broker          held requests: COORDINATOR_NOT_AVAILABLE
 looking         not-eligible      absent          held requests: UNKNOWN_MEMBER_ID (no JoinGroup)
 looking         unreachable       absent          held requests: COORDINATOR_NOT_AVAILABLE
+looking         legacy            absent          held requests: COORDINATOR_NOT_AVAILABLE
 electing        lost-election     looking         SendLeave if joined; Lookup
 electing        election-failed   absent          SendLeave if joined; COORDINATOR_NOT_AVAILABLE
 electing        elected           loading         Load; heartbeat every third of a session
@@ -56,11 +57,15 @@ any             stop              stepping-down   held: Forget, SendLeave after 
 Empty (used before: its state may be in the log), or unused and a held request may start the
 group (an epoch-0 heartbeat, a JoinGroup the engine takes), or led by this sidecar's own
 address (its member from before a restart: the JoinGroup waits until the broker drops it).
-An unused group and only requests of members that cannot exist is ``not-eligible``.
+An unused group and only requests of members that cannot exist is ``not-eligible``. A group
+held by nobody the fleet can name (``held`` without a holder: a groupgate without a card,
+0.1.0, leads it) is ``legacy``: nobody here acts next to it, and it is never taken for this
+sidecar's own member from before a restart.
 
 What a member's request gets in each role (:meth:`GroupCore._request`): ``absent`` starts a
 lookup and holds it; ``looking``, ``electing`` and ``loading`` hold it (bounded by
-``hold_ms`` and ``max_held``; an inbound request, relayed here by a follower, is answered
+``hold_ms``, or the request's own shorter ``hold_ms``, then answered its ``hold_error``, and by
+``max_held``; an inbound request, relayed here by a follower, is answered
 NOT_COORDINATOR unless this sidecar is ``loading``); ``following`` relays it; ``coordinating``
 runs the engine (RunEngine) after checking the lease (within ``takeover_wait_ms`` of a
 ``loaded-nothing``, a request that may start the group is answered
@@ -119,6 +124,7 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from proxy.fleet_core.defects import NO_DEFECTS, Defects
 from proxy.fleet_core.events import (
     Action,
     CallFailed,
@@ -197,6 +203,7 @@ class Why(enum.Enum):
     LET_GO = "let-go"
     RELAY_FAILED = "relay-failed"
     VIEW_EXPIRED = "view-expired"
+    LEGACY = "legacy"
     STOP = "stop"
 
 
@@ -271,16 +278,20 @@ class _Held:
     starts_group: bool
     inbound: bool
     until: float
+    error: int = ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
 class GroupCore:
     """One group's fleet protocol state on one sidecar (see the module's docstring)."""
 
-    def __init__(self, group_id: str, address: str, config: CoreConfig) -> None:
+    def __init__(self, group_id: str, address: str, config: CoreConfig,
+                 defects: Defects = NO_DEFECTS) -> None:
         self.group_id = group_id
         self.address = address
         """This sidecar's fleet address (what its card tells other sidecars)."""
         self.config = config
+        self.defects = defects
+        """Fixed defects put back (the simulator's tests only, :mod:`.defects`)."""
         self.role = Role.ABSENT
         self.history: list[tuple[float, Role, Why, Role]] = []
         """The last moves (bounded), for traces."""
@@ -326,6 +337,8 @@ class GroupCore:
         the engine group's members)."""
         self._running: dict[int, bool] = {}
         """rid -> inbound, for requests given to the engine and not reported back yet."""
+        self._stale_takeover = False
+        """``Defects.keep_failed_takeover`` only: a lost election kept registered."""
 
     # -- what the driver calls ---------------------------------------------------------------
 
@@ -396,7 +409,7 @@ class GroupCore:
                  self._let_go_until, self._step_down_until]
         if self.role in (Role.LOADING, Role.COORDINATING):
             times.append(self.lease_deadline)
-        if self.role is Role.INTERRUPTED:
+        if self.role is Role.INTERRUPTED and not self.defects.cut_off_holder_keeps_claiming:
             times.append(self.session_deadline)
         if self._held:
             times.append(min(h.until for h in self._held.values()))
@@ -449,7 +462,8 @@ class GroupCore:
             else:
                 out.append(Suspend())
                 self._move(Why.LEASE_PASSED, now, out)
-        if self.role is Role.INTERRUPTED and lease is LeaseState.LOST:
+        if self.role is Role.INTERRUPTED and lease is LeaseState.LOST \
+                and not self.defects.cut_off_holder_keeps_claiming:
             out.append(Forget("no answer from the broker within a session"))
             self._leave(out)
             self._move(Why.SESSION_PASSED, now, out)
@@ -477,14 +491,22 @@ class GroupCore:
         expired = [rid for rid, h in self._held.items() if now >= h.until]
         for rid in expired:
             held = self._held.pop(rid)
-            out.append(Fail(rid, ErrorCode.NOT_COORDINATOR if held.inbound
-                            else ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            out.append(Fail(rid, ErrorCode.NOT_COORDINATOR if held.inbound else held.error))
 
     # -- requests ----------------------------------------------------------------------------
 
     def _request(self, request: Request, now: float, out: list[Action]) -> None:
         role = self.role
         rid = request.rid
+        if self._stale_takeover:  # Defects.keep_failed_takeover
+            if not request.starts_group:
+                out.append(Fail(rid, ErrorCode.COORDINATOR_NOT_AVAILABLE))
+                return
+            self._stale_takeover = False
+            self._held[rid] = self._hold(request, now)
+            self._move(Why.LOST_ELECTION, now, out)
+            self._lookup(now, out)
+            return
         if role is Role.COORDINATING:
             if request.starts_group and now < self._assign_from:
                 out.append(Fail(rid, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS))
@@ -500,8 +522,7 @@ class GroupCore:
             if len(self._held) >= self.config.max_held:
                 out.append(Fail(rid, ErrorCode.COORDINATOR_NOT_AVAILABLE))
                 return
-            self._held[rid] = _Held(request.member_id, request.starts_group, request.inbound,
-                                    now + self.config.hold_ms)
+            self._held[rid] = self._hold(request, now)
             if role is Role.ABSENT:
                 self._move(Why.REQUEST, now, out)
                 self._lookup(now, out)
@@ -518,6 +539,14 @@ class GroupCore:
                     self._stepped_down(out)
         else:
             out.append(Fail(rid, ErrorCode.COORDINATOR_NOT_AVAILABLE))
+
+    def _hold(self, request: Request, now: float) -> _Held:
+        hold = self.config.hold_ms if request.hold_ms is None \
+            else min(request.hold_ms, self.config.hold_ms)
+        error = ErrorCode.COORDINATOR_NOT_AVAILABLE if request.hold_error is None \
+            else request.hold_error
+        return _Held(request.member_id, request.starts_group, request.inbound, now + hold,
+                     error)
 
     def _fail_held(self, out: list[Action], error: ErrorCode) -> None:
         for rid, held in self._held.items():
@@ -560,6 +589,12 @@ class GroupCore:
         elif event.shape is Shape.DIRECT:
             self._move(Why.DIRECT, now, out)
             self._view_until = now + self.config.view_ms
+        elif event.shape is Shape.HELD and event.holder is None:
+            # led by a groupgate without a card (0.1.0): not this sidecar's, nobody's to follow
+            held, self._held = self._held, {}
+            self._move(Why.LEGACY, now, out)
+            for rid in held:
+                out.append(Fail(rid, ErrorCode.COORDINATOR_NOT_AVAILABLE))
         elif event.shape is Shape.UNREACHABLE:
             self._move(Why.UNREACHABLE, now, out)
         elif (event.shape is Shape.FREE or event.shape is Shape.HELD  # this sidecar before
@@ -620,6 +655,9 @@ class GroupCore:
         if self.role is Role.ELECTING:
             if event.error == ErrorCode.MEMBER_ID_REQUIRED and not self.member_id:
                 self.member_id = event.member_id
+                if self.defects.join_without_checking:
+                    self._send_join(now, out)
+                    return
                 self.membership = "checking"
                 self._lookup(now, out)
                 return
@@ -667,6 +705,10 @@ class GroupCore:
 
     def _lose_election(self, now: float, out: list[Action]) -> None:
         self._leave(out)
+        if self.defects.keep_failed_takeover and not self._held:
+            self._stale_takeover = True  # nobody waits for it: it stays, claiming the group
+            self._call, self._call_until = None, INF
+            return
         self._move(Why.LOST_ELECTION, now, out)
         self._lookup(now, out)
 

@@ -46,6 +46,13 @@ class Request:
     member_id: str
     starts_group: bool = False
     inbound: bool = False
+    hold_ms: int | None = None
+    """Longest it may be held for a lookup, an election or a load (None: the core's
+    ``hold_ms``); a ConsumerGroupHeartbeat waits at most half a heartbeat interval, since
+    librdkafka times one out after an interval and then reconnects with a growing backoff."""
+    hold_error: int | None = None
+    """Its answer when the hold runs out (None: COORDINATOR_NOT_AVAILABLE; a heartbeat gets
+    the retriable COORDINATOR_LOAD_IN_PROGRESS, which clients retry after a short backoff)."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +60,8 @@ class LookedUp:
     attempt: int
     shape: Shape
     holder: str | None = None
-    """The holding sidecar's fleet address (``Shape.HELD``)."""
+    """The holding sidecar's fleet address (``Shape.HELD``); None with ``Shape.HELD``: the
+    broker's group is led by a groupgate without a card (0.1.0), which nobody follows."""
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,12 @@ sidecar holds (relayed: the fleet route and the relay's start, not the peer's an
 arriving from another sidecar on the fleet listener, the construction of a router (once per
 client connection), and a member's steady ConsumerGroupHeartbeat answered by the coordinator
 service itself (its request funnel, the engine, the write barrier's and the lease's checks; no
-state log), which the router's cases leave out. Prints microseconds per call, wall-clock and
-CPU time of this process, median of ``--repeat`` runs; ``--json`` writes them with the machine
+state log), which the router's cases leave out. A member's steady heartbeat behind a follower
+is also timed end to end, both sidecars' routers with the link between them played by a
+function call (no socket): relayed as a ConsumerGroupHeartbeat request, and inside
+``FleetControl`` (decision record 0019: the way that lets the holder ask for the member's
+rights; the steady heartbeat asks nothing). Prints microseconds per call, wall-clock and CPU
+time of this process, median of ``--repeat`` runs; ``--json`` writes them with the machine
 and its load average.
 ``--calls`` also counts each case's Python function calls (cProfile), which the load of a shared
 machine does not move.
@@ -32,7 +36,7 @@ import pstats
 import statistics
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -40,15 +44,15 @@ import trio
 import trio.testing
 
 from proxy.codec import messages
-from proxy.codec.header import response_header_for
+from proxy.codec.header import encode_request_header, response_header_for
 from proxy.commands import machine
-from proxy.connection import Local, Rewrite
+from proxy.connection import Local, RequestInfo, Rewrite
 from proxy.coordination.authorization import AuthorizationStage
 from proxy.coordination.fleet import Card, Holder, mark_forwarded
 from proxy.coordination.routing import CoordinatingRouter, handler_table
 from proxy.metrics import RequestCounters
 from proxy.rewrite import DictAddressMap
-from proxy.router import parse_table
+from proxy.router import body_offset, parse_table
 from proxy.security.rights import DESCRIBE, READ, Rights
 from proxy.security.session import Session
 from tests.unit.coordination.helpers import (
@@ -167,6 +171,101 @@ def cases() -> dict[str, Callable[[], object]]:
     }
 
 
+class _HolderLink:
+    """The follower's link to the holder's fleet listener, as function calls into the
+    holder's fleet-listener routers."""
+
+    def __init__(self, holder: Any) -> None:
+        from proxy.coordination.fleet_control import FleetControlRouter
+
+        self.inbound = router(holder, None, inbound=True)
+        self.fleet = FleetControlRouter(router(holder, None, inbound=True), {},
+                                        Session("fleet", fleet_peer=True), "follower")
+
+    @staticmethod
+    async def _answer(on: Any, info: RequestInfo) -> bytes:
+        on.classify(info)
+        decision = on.decide(info)
+        assert isinstance(decision, Local)
+        answer = decision.answer
+        if not isinstance(answer, bytes | bytearray | memoryview):
+            answer = await answer
+        assert isinstance(answer, bytes | bytearray | memoryview)
+        return bytes(answer)
+
+    async def request(self, api_key: int, version: int, value: dict[str, Any], *,
+                      timeout: float | None = None, client_id: str | None = None
+                      ) -> dict[str, Any]:
+        payload = (encode_request_header(api_key, version, 3, client_id)
+                   + messages.encode_request(api_key, version, value))
+        answer = memoryview(await self._answer(self.inbound, RequestInfo(
+            api_key, version, 3, memoryview(payload))))
+        start = body_offset(answer, messages.response_header_version(api_key, version))
+        return messages.decode_response(api_key, version, answer, start)[0]
+
+    async def exchange_raw(self, api_key: int, version: int, body: bytes, *,
+                           timeout: float | None = None) -> bytes:
+        payload = encode_request_header(api_key, version, 3, "f", flexible=False) + body
+        answer = await self._answer(self.fleet, RequestInfo(api_key, version, 3,
+                                                            memoryview(payload)))
+        return answer[4:]
+
+    async def aclose(self) -> None:
+        return None
+
+
+def relayed_cases() -> dict[str, Callable[[int], Awaitable[float]]]:
+    """A member's steady ConsumerGroupHeartbeat behind a follower, through both sidecars'
+    routers in process: seconds for ``number`` of them (set up first, not timed)."""
+    from proxy.coordination import tickets
+
+    plain = hasattr(tickets.Tickets, "relay_heartbeats")  # else: relayed as a request only
+
+    def case(enveloped: bool) -> Callable[[int], Awaitable[float]]:
+        async def beats(number: int) -> float:
+            holder, follower = make_service(), make_service()
+            coordinate(holder, "g")
+            address = ("10.0.0.9", 9095)
+            follower.directory._views["g"] = Holder("sidecar", Card(address, "0.3.0"),
+                                                    "lock-member")
+            link = _HolderLink(holder)
+            follower.pool.peer = lambda _address, _timeout: link  # type: ignore[method-assign]
+            if plain and not enveloped:
+                follower.tickets.relay_heartbeats(address)
+            on = router(follower, fleet=True)
+            joined = await link.request(68, 0, {
+                "group_id": "g", "member_id": str(uuid.uuid4()), "member_epoch": 0,
+                "rebalance_timeout_ms": 30_000, "subscribed_topic_names": ["orders"],
+                "topic_partitions": []}, client_id=mark_forwarded("app", "/h"))
+            assert joined["error_code"] == 0, joined
+            beat = request(68, 0, {"group_id": "g", "member_id": joined["member_id"],
+                                   "member_epoch": joined["member_epoch"],
+                                   "rebalance_timeout_ms": -1,
+                                   "subscribed_topic_names": None, "topic_partitions": None})
+
+            async def once() -> None:
+                on.classify(beat)
+                decision = on.decide(beat)
+                assert isinstance(decision, Local)
+                answer = decision.answer
+                assert not isinstance(answer, bytes | bytearray | memoryview)
+                await answer
+
+            for _ in range(10):  # warm up
+                await once()
+            start = time.perf_counter()
+            for _ in range(number):
+                await once()
+            return time.perf_counter() - start
+        return beats
+
+    out = {"ConsumerGroupHeartbeat behind a follower, relayed (both sidecars)": case(False)}
+    if plain:
+        out["ConsumerGroupHeartbeat behind a follower, in FleetControl (both sidecars)"] = (
+            case(True))
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     # trio's clock stands still (a MockClock at rate 0): the fleet's views of who holds a
     # group never expire while the cases are timed
@@ -238,6 +337,15 @@ async def _measure(args: argparse.Namespace) -> tuple[dict[str, float], dict[str
         runs = [_timed(call, args.number) for _ in range(args.repeat)]
         wall[name] = statistics.median(w for w, _ in runs) / args.number * 1e6
         cpu[name] = statistics.median(c for _, c in runs) / args.number * 1e6
+        print(f"{name:<66} {wall[name]:8.2f} us ({cpu[name]:.2f} us CPU)")
+    number = max(args.number // 10, 1)
+    for name, beats in relayed_cases().items():
+        runs = []
+        for _ in range(args.repeat):
+            started = time.process_time()
+            runs.append((await beats(number), time.process_time() - started))
+        wall[name] = statistics.median(w for w, _ in runs) / number * 1e6
+        cpu[name] = statistics.median(c for _, c in runs) / number * 1e6
         print(f"{name:<66} {wall[name]:8.2f} us ({cpu[name]:.2f} us CPU)")
     return wall, cpu
 

@@ -187,6 +187,17 @@ def produce_records(bootstrap: str, topic: str, count: int) -> None:
     assert producer.flush(30) == 0
 
 
+def committed_total(broker: KafkaBroker, group_id: str, topic: str, partitions: int) -> int:
+    """The sum of ``group_id``'s committed offsets of ``topic``, read straight at the broker."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    admin = broker.admin()
+    request = ConsumerGroupTopicPartitions(group_id, [TopicPartition(topic, p)
+                                                      for p in range(partitions)])
+    result = admin.list_consumer_group_offsets([request])[group_id].result(timeout=30)
+    return sum(max(tp.offset, 0) for tp in result.topic_partitions)
+
+
 def wait_for(predicate: Any, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -239,10 +250,11 @@ def test_a_fleet_of_0_2_0_and_this_build_serves_one_group_either_way(
     """A rolling update from 0.2.0: one sidecar of each, a KIP-848 member behind each. Whichever
     holds the group, the other follows it: both members get partitions, none is owned twice,
     and every record is consumed (the protocol-3 card's new fields are unknown keys to 0.2.0;
-    0.2.0 relays with the protocol-2 mark, which this build reads; this build relays to 0.2.0
-    with the protocol-2 mark, the protocol-3 one naming the follower only to protocol-3
-    holders). With this build holding it, ``groupgate release`` is refused while the 0.2.0
-    sidecar relays (it cannot be told of a hand-back)."""
+    0.2.0 relays with the protocol-2 mark, which this build reads; this build relays to a 0.2.0
+    holder without FleetControl, with the protocol-2 mark, the protocol-3 one naming the
+    follower only to protocol-3 holders), and what they consumed is committed. With this
+    build holding it, ``groupgate release`` is refused while the 0.2.0 sidecar relays (it
+    cannot be told of a hand-back)."""
     from proxy.process import ProxyProcess
     from tests.testbed.broker import free_ports
     from tests.testbed.releases import ReleaseUnavailable, release_tree
@@ -299,6 +311,12 @@ def test_a_fleet_of_0_2_0_and_this_build_serves_one_group_either_way(
                 released.stderr
             assert "holding the broker's group" in holder.log()  # nothing changed
             wait_for(lambda: all(m.owned for m in members), 30, "both members to go on")
+        # the members commit what they consumed as they close (the one behind the follower
+        # through it: relayed as before between these two versions, read at the broker)
+        for m in members:
+            m.stop.set()
+            m.thread.join(15)
+        assert committed_total(kafka39, group_id, topic, 4) == 200
     finally:
         for m in members:
             m.stop.set()

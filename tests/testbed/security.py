@@ -157,15 +157,16 @@ REAUTH_MS = 10_000
 links among them, authenticate again every few seconds of a test."""
 PROXY_GRANTS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("GROUP", "*", "LITERAL", ("READ", "DESCRIBE")),
-    ("TOPIC", "*", "LITERAL", ("DESCRIBE", "READ")),
+    ("TOPIC", "*", "LITERAL", ("DESCRIBE",)),
     ("TOPIC", "_groupgate-", "PREFIXED",
      ("CREATE", "DESCRIBE", "DESCRIBE_CONFIGS", "READ", "WRITE")),
     ("TRANSACTIONAL_ID", "groupgate-state", "PREFIXED", ("DESCRIBE", "WRITE")),
 )
 """What the proxy's own identity is allowed (docs/security.md, "ACLs"): its member in the
 broker's group of every group it coordinates, DescribeGroups of fleet lookups, Metadata of the
-groups' topics, the commits it relays for other sidecars, the state log (its topic and
-transactional ids) and the journal (a topic named ``_groupgate-...``)."""
+groups' topics, the state log (its topic and transactional ids) and the journal (a topic named
+``_groupgate-...``). No READ on the applications' topics: what the proxy does for clients
+behind other sidecars reaches the broker on the clients' own connections."""
 
 
 def secured(version: str, directory: Path) -> Any:

@@ -21,10 +21,10 @@ from proxy.coordination.offsets.handlers import (
     TxnOffsetCommitHandler,
     check_membership,
     fetch_member_error,
-    merge_in_order,
     partitions_of,
     topic_id_of,
 )
+from proxy.coordination.remainders import merge_in_order
 
 __all__ = ["HANDLERS", "STABLE_WAIT_SECONDS", "OffsetCommitHandler", "OffsetDeleteHandler",
            "OffsetFetchHandler", "TxnOffsetCommitHandler", "check_membership", "commit_error",

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from proxy.apiversions import BRIDGED
 from proxy.codec.api_keys import ApiKey
+from proxy.coordination import remainders
 from proxy.coordination.handler import (
     PASS,
     Answer,
@@ -47,6 +48,7 @@ from proxy.coordination.handler import (
 from proxy.coordination.membership import COORDINATOR_MOVED, MEMBERSHIP_LOST, BrokerMembership
 from proxy.coordination.offsets.answers import commit_error, offsets_text, partition_errors, trace
 from proxy.coordination.offsets.bridged import bridged_commit, bridged_fetch_error
+from proxy.coordination.remainders import Split
 from translation.errors import ErrorCode
 from translation.topics import TopicId, TopicsImage
 
@@ -283,22 +285,6 @@ def _fetch_check(service: CoordinatorService, group: Value) -> ErrorCode | None:
     return bridged_fetch_error(service, group_id, member_id, epoch)
 
 
-def merge_in_order(requested: list[str], answered: Iterable[Value], local: dict[int, Value],
-                   key: str) -> list[Value]:
-    """Entries for ``requested`` in request order: ``local[index]`` where the proxy answered,
-    else the broker's entry for that id (answers are matched by ``key``, in order)."""
-    pending: dict[str, list[Value]] = {}
-    for entry in answered:
-        pending.setdefault(entry[key], []).append(entry)
-    out = []
-    for index, name in enumerate(requested):
-        if index in local:
-            out.append(local[index])
-        else:
-            out.append(pending[name].pop(0))
-    return out
-
-
 class OffsetFetchHandler(ApiHandler):
     """OffsetFetch: member checks for coordinated groups (v9+), member fields stripped."""
 
@@ -313,14 +299,24 @@ class OffsetFetchHandler(ApiHandler):
                      if g.get("member_id") and g.get("member_epoch", -1) >= 0)
 
     def decide(self, request: GroupRequest) -> Outcome:
+        def observe(answer: Value) -> None:
+            if log.isEnabledFor(logging.DEBUG):
+                trace("offsets fetched", request, result=" ".join(
+                    f"{g['group_id']}:{offsets_text(g['topics'])}" for g in answer["groups"]))
+
+        return remainders.outcome(self.api_key, request.value, self.split(request), observe)
+
+    def split(self, request: GroupRequest) -> Split | None:
+        """The groups whose member check fails (answered with its error) and the rest, sent
+        without member fields; None: no group is checked here (passed untouched)."""
         value = request.value
         if request.version < 8:
-            return PASS  # no member fields; the broker holds the offsets
+            return None  # no member fields; the broker holds the offsets
         service = self.service
         groups: list[Value] = value["groups"]
         errors = [_fetch_check(service, g) for g in groups]
         if all(e is None for e in errors):
-            return PASS
+            return None
         failed: dict[int, Value] = {}
         forwarded: list[Value] = []
         for index, group in enumerate(groups):
@@ -333,18 +329,7 @@ class OffsetFetchHandler(ApiHandler):
                                  "error_code": int(error)}
             else:
                 forwarded.append(dict(group, member_id=None, member_epoch=-1))
-        ids = [g["group_id"] for g in groups]
-        if not forwarded:
-            return Answer({"throttle_time_ms": 0, "groups": [failed[i] for i in range(len(ids))]})
-
-        def on_response(response: Value) -> Value:
-            response["groups"] = merge_in_order(ids, response["groups"], failed, "group_id")
-            if log.isEnabledFor(logging.DEBUG):
-                trace("offsets fetched", request, result=" ".join(
-                    f"{g['group_id']}:{offsets_text(g['topics'])}" for g in response["groups"]))
-            return response
-
-        return Upstream(dict(value, groups=forwarded), on_response)
+        return Split(failed, dict(value, groups=forwarded) if forwarded else None)
 
     def failure(self, request: GroupRequest, error: int) -> Value:
         if request.version < 8:
@@ -359,25 +344,22 @@ class OffsetDeleteHandler(ApiHandler):
     api_key = ApiKey.OFFSET_DELETE
 
     def decide(self, request: GroupRequest) -> Outcome:
+        return remainders.outcome(self.api_key, request.value, self.split(request))
+
+    def split(self, request: GroupRequest) -> Split | None:
+        """The subscribed topics (refused) and the rest, deleted at the broker; None: the
+        group is not coordinated here (passed untouched)."""
         value = request.value
         group_id = value["group_id"]
         if not self.service.coordinates(group_id):
-            return PASS
+            return None
         subscribed = self.service.group_topics(group_id)
         subscribed_error = int(ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)
         refused = [{"name": t["name"], "partitions": [
             {"partition_index": p["partition_index"], "error_code": subscribed_error}
             for p in t["partitions"]]} for t in value["topics"] if t["name"] in subscribed]
         rest = [t for t in value["topics"] if t["name"] not in subscribed]
-        if not rest:
-            return Answer({"error_code": 0, "throttle_time_ms": 0, "topics": refused})
-
-        def on_response(response: Value) -> Value:
-            if response["error_code"] == 0:
-                response["topics"] = list(response["topics"]) + refused
-            return response
-
-        return Upstream(dict(value, topics=rest), on_response)
+        return Split(dict(enumerate(refused)), dict(value, topics=rest) if rest else None)
 
     def failure(self, request: GroupRequest, error: int) -> Value:
         return {"error_code": error, "throttle_time_ms": 0, "topics": []}

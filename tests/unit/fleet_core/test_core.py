@@ -63,7 +63,7 @@ def test_the_documented_table_is_the_code_and_every_role_is_in_it() -> None:
     assert {r for r, _ in TRANSITIONS} | set(TRANSITIONS.values()) == set(Role)
     rows = [line for line in (core_module.__doc__ or "").splitlines()
             if line.split() and line.split()[0] in {r.value for r in Role} | {"any"}]
-    assert len(rows) == 31
+    assert len(rows) == 32
 
 
 def test_a_move_outside_the_table_raises() -> None:
@@ -187,6 +187,29 @@ def test_an_election_lost_between_the_member_id_and_the_join_joins_nothing() -> 
     (again,) = _of(out, ev.Lookup)
     out = core.handle(ev.LookedUp(again.attempt, ev.Shape.HELD, "s0"), 4)
     assert _role(core) is Role.FOLLOWING and ev.Relay(1, "s0") in out
+
+
+def test_a_group_led_by_a_groupgate_without_a_card_is_nobody_s_to_act_for() -> None:
+    """A lookup that finds the broker's group held with no holder (a 0.1.0 groupgate, which
+    carries no card, leads it) is not this sidecar's own member from before a restart: no
+    election, no relay; the held requests are answered COORDINATOR_NOT_AVAILABLE."""
+    core = GroupCore("g", "s0", CONFIG)
+    (lookup,) = _of(core.handle(ev.Request(1, "", starts_group=True), 0), ev.Lookup)
+    out = core.handle(ev.LookedUp(lookup.attempt, ev.Shape.HELD, None), 1)
+    assert out == [ev.Fail(1, ErrorCode.COORDINATOR_NOT_AVAILABLE)]
+    assert _role(core) is Role.ABSENT and core.holder is None and core.member_id == ""
+    # Found so between the member id and the join: the election is lost, nothing joined.
+    core = GroupCore("g", "s0", CONFIG)
+    (lookup,) = _of(core.handle(ev.Request(1, "", starts_group=True), 0), ev.Lookup)
+    (join,) = _of(core.handle(ev.LookedUp(lookup.attempt, ev.Shape.UNUSED), 1), ev.SendJoin)
+    out = core.handle(ev.JoinAnswered(join.attempt, ErrorCode.MEMBER_ID_REQUIRED, "m9"), 2)
+    (check,) = _of(out, ev.Lookup)
+    out = core.handle(ev.LookedUp(check.attempt, ev.Shape.HELD, None), 3)
+    assert not _of(out, ev.SendJoin) and _role(core) is Role.LOOKING
+    (again,) = _of(out, ev.Lookup)
+    out = core.handle(ev.LookedUp(again.attempt, ev.Shape.HELD, None), 4)
+    assert ev.Fail(1, ErrorCode.COORDINATOR_NOT_AVAILABLE) in out
+    assert not _of(out, ev.SendJoin) and _role(core) is Role.ABSENT
 
 
 def test_a_member_request_for_an_unused_group_is_not_a_takeover() -> None:

@@ -14,6 +14,7 @@ import trio.testing
 from proxy.codec import messages
 from proxy.codec.api_keys import ApiKey
 from proxy.codec.header import parse_request_header
+from proxy.coordination.fleet_control import FLEET_CONTROL
 from proxy.frames import FrameSplitter
 from proxy.security.identity import Identity
 from proxy.upstream import UpstreamAuthenticationError, UpstreamClient
@@ -36,6 +37,11 @@ class Broker:
             blob, spans = splitter.feed(data)
             for start, end in spans:
                 frame = bytes(blob[start:end])
+                if struct.unpack_from(">h", frame, 0)[0] == FLEET_CONTROL:  # raw: an error
+                    self.requests.append(FLEET_CONTROL)
+                    payload = frame[4:8] + struct.pack(">h", 0)
+                    await stream.send_all(struct.pack(">i", len(payload)) + payload)
+                    continue
                 header = parse_request_header(frame)
                 value, _ = messages.decode_request(header.api_key, header.api_version, frame,
                                                    header.header_length)
@@ -149,3 +155,21 @@ async def test_reauthenticates_before_the_session_ends(
             nursery.cancel_scope.cancel()
 
     await scenario()
+
+
+async def test_a_fleet_control_request_reauthenticates_too(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A sidecar's link to another's fleet listener sends ``FleetControl`` (raw bodies) too:
+    past 85% of the session it authenticates again first, as before a request, else the
+    fleet listener closes the connection (KIP-368)."""
+    broker = Broker({"groupgate": "pw"}, lifetime_ms=10_000)
+    async with trio.open_nursery() as nursery:
+        client = await connected(broker, Identity("SCRAM-SHA-512", "groupgate", "pw"),
+                                 nursery)
+        assert await client.exchange_raw(FLEET_CONTROL, 0, b"{}") == b"\x00\x00"
+        await trio.sleep(9)
+        assert await client.exchange_raw(FLEET_CONTROL, 0, b"{}") == b"\x00\x00"
+        assert broker.authentications == 2
+        assert broker.requests[-4:] == [ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE,
+                                        ApiKey.SASL_AUTHENTICATE, FLEET_CONTROL]
+        nursery.cancel_scope.cancel()
