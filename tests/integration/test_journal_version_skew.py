@@ -6,9 +6,11 @@ only. During a rolling update both write to one journal topic, and either versio
 ``groupgate report`` may read it:
 
 * **0.2.0's report on a journal with version-2 events** (this build's encoder): the command
-  as a user runs it, from 0.2.0's own ``proxy/`` (``tests.testbed.releases``), must succeed and
-  say exactly what it says of the same journal without its version-2 lines: it leaves them out
-  (its reader keeps ``v == 1``), silently, since it knows no other version to count.
+  as a user runs it (its command line's ``main``), from 0.2.0's own ``proxy/``
+  (``tests.testbed.releases``), must succeed and say exactly what it says of the same journal
+  without its version-2 lines: it leaves them out (its reader keeps ``v == 1``), silently,
+  since it knows no other version to count. Both reports run in one process of 0.2.0, one
+  after the other (one JVM: each report's Spark session is started and stopped in it).
 * **This build's report on a journal 0.2.0 wrote** (0.2.0's encoder and ``check()``, in a
   process of its own): every table and ``summary.json`` equal to this build's report on the
   same events as this build encodes them; nothing skipped, no conversion. Likewise on the
@@ -68,13 +70,38 @@ def write(path: Path, events: list[Event]) -> Path:
     return path
 
 
-def report_command(tree: Path, source: Path, out: Path) -> subprocess.CompletedProcess[str]:
-    """``groupgate report`` of the release in ``tree`` (its ``proxy`` imported first)."""
+REPORTS_AS_0_2_0 = """
+import json, sys
+from proxy.cli import main
+for name, argv in json.loads(sys.argv[1]).items():
+    print(json.dumps({"report": name, "exit": main(argv)}), flush=True)
+"""
+"""Run in 0.2.0's tree: 0.2.0's command line (``proxy.cli.main``, as ``groupgate`` calls it)
+once per report, in one process: one JVM for all of them (each report starts and stops its
+own Spark session in it)."""
+
+
+def report_commands(tree: Path, reports: dict[str, tuple[Path, Path]]
+                    ) -> subprocess.CompletedProcess[str]:
+    """``groupgate report --input SOURCE --out OUT`` of the release in ``tree`` (its ``proxy``
+    imported first) for each ``name: (source, out)``; its output says each one's exit code."""
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(tree))
-    return subprocess.run(
-        [sys.executable, "-m", "proxy.cli", "report", "--input", str(source), "--out", str(out),
-         "--master", "local[2]", "--driver-memory", "1g", "--shuffle-partitions", "4"],
-        cwd=tree, env=env, capture_output=True, text=True, timeout=600, check=False)
+    argvs = {name: ["report", "--input", str(source), "--out", str(out), "--master", "local[2]",
+                    "--driver-memory", "1g", "--shuffle-partitions", "4"]
+             for name, (source, out) in reports.items()}
+    return subprocess.run([sys.executable, "-c", REPORTS_AS_0_2_0, json.dumps(argvs)],
+                          cwd=tree, env=env, capture_output=True, text=True, timeout=900,
+                          check=False)
+
+
+def exits(done: subprocess.CompletedProcess[str]) -> dict[str, int]:
+    """Each report's exit code, as :data:`REPORTS_AS_0_2_0` printed them."""
+    found = {}
+    for line in done.stdout.splitlines():
+        if line.startswith('{"report": '):
+            said = json.loads(line)
+            found[said["report"]] = said["exit"]
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +113,8 @@ def old_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     events = [*journal(), *online_upgrade()]
     mixed = write(base / "mixed.jsonl", events)
     v1 = write(base / "v1.jsonl", [e for e in events if e.type not in VERSION_2])
-    runs = {name: report_command(tree, source, base / name)
-            for name, source in (("mixed", mixed), ("v1", v1))}
-    return {"base": base, "runs": runs, "events": events,
+    done = report_commands(tree, {"mixed": (mixed, base / "mixed"), "v1": (v1, base / "v1")})
+    return {"base": base, "done": done, "events": events,
             "v2_lines": sum(1 for e in events if e.type in VERSION_2)}
 
 
@@ -102,11 +128,20 @@ def spark(old_reports: dict[str, Any]) -> Iterator[Any]:
         stop_session(session)
 
 
+@pytest.fixture(scope="module")
+def ours_from_v1(spark: Any, old_reports: dict[str, Any]) -> Path:
+    """This build's report on the journal's version-1 lines as this build encodes them: what
+    this build must report from what 0.2.0 wrote (its journal, its events table)."""
+    base: Path = old_reports["base"]
+    run_report(spark, Options(Source(paths=(str(base / "v1.jsonl"),)), base / "ours-from-json"))
+    return base / "ours-from-json"
+
+
 def test_the_report_of_0_2_0_leaves_version_2_events_out(spark: Any,
                                                           old_reports: dict[str, Any]) -> None:
-    base, runs = old_reports["base"], old_reports["runs"]
-    for name, done in runs.items():
-        assert done.returncode == 0, (name, done.stdout[-2000:], done.stderr[-3000:])
+    base, done = old_reports["base"], old_reports["done"]
+    assert done.returncode == 0 and exits(done) == {"mixed": 0, "v1": 0}, \
+        (done.stdout[-2000:], done.stderr[-3000:])
     assert old_reports["v2_lines"] == 3
     # Every older type stays at version 1 (else 0.2.0 would leave it out: the count below).
     assert {json.loads(line)["v"] for line in (base / "v1.jsonl").read_text().splitlines()} \
@@ -127,7 +162,8 @@ def test_the_report_of_0_2_0_leaves_version_2_events_out(spark: Any,
     assert "g4" not in groups  # only a conversion_aborted: nothing 0.2.0 reads
 
 
-def test_this_build_reads_a_journal_written_by_0_2_0(spark: Any, tmp_path: Path) -> None:
+def test_this_build_reads_a_journal_written_by_0_2_0(spark: Any, ours_from_v1: Path,
+                                                     tmp_path: Path) -> None:
     tree = old_tree()
     events = [e for e in [*journal(), *online_upgrade()] if e.type not in VERSION_2]
     given = tmp_path / "events.json"
@@ -141,27 +177,25 @@ def test_this_build_reads_a_journal_written_by_0_2_0(spark: Any, tmp_path: Path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(old.read_text().splitlines()) == len(events)
     assert {json.loads(line)["v"] for line in old.read_text().splitlines()} == {1}
+    # the same events as this build encodes them: the version-1 lines of the journal above
     ours = write(tmp_path / "written-by-this-build.jsonl", events)
+    assert ours.read_text() == (ours_from_v1.parent / "v1.jsonl").read_text()
 
     from_old = run_report(spark, Options(Source(paths=(str(old),)), tmp_path / "from-old"))
-    run_report(spark, Options(Source(paths=(str(ours),)), tmp_path / "from-ours"))
-    found = differences(spark, tmp_path / "from-old", tmp_path / "from-ours",
-                        (*TABLES, "conversions"))
+    found = differences(spark, tmp_path / "from-old", ours_from_v1, (*TABLES, "conversions"))
     assert found == [], "\n".join(found)
     assert from_old["events_skipped"] == {} and from_old["events"] == len(events)
     assert (from_old["conversions"], from_old["conversions_aborted"]) == (0, 0)
     assert from_old["rebalances"] == 5 and from_old["downtimes"] == 6
 
 
-def test_this_build_reads_the_events_table_of_0_2_0(spark: Any,
-                                                    old_reports: dict[str, Any]) -> None:
+def test_this_build_reads_the_events_table_of_0_2_0(spark: Any, old_reports: dict[str, Any],
+                                                    ours_from_v1: Path) -> None:
     """``--input report/events`` (Parquet) of a 0.2.0 report: the same report as from the
     journal's version-1 lines."""
     base = old_reports["base"]
     from_table = run_report(spark, Options(Source(paths=(str(base / "mixed" / "events"),),
                                                   fmt="parquet"), base / "ours-from-table"))
-    run_report(spark, Options(Source(paths=(str(base / "v1.jsonl"),)), base / "ours-from-json"))
-    found = differences(spark, base / "ours-from-table", base / "ours-from-json",
-                        (*TABLES, "conversions"))
+    found = differences(spark, base / "ours-from-table", ours_from_v1, (*TABLES, "conversions"))
     assert found == [], "\n".join(found)
     assert from_table["events_skipped"] == {} and from_table["conversions"] == 0

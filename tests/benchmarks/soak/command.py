@@ -40,7 +40,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--script", action="append", default=[],
                         metavar="SECONDS:KIND[:GROUP[:WHO]]",
                         help="an event at a fixed time instead of random ones (repeat); WHO: "
-                             "LIBRARY/PROTOCOL of the member a leave, kill or stall picks")
+                             "LIBRARY/PROTOCOL of the member a leave, kill or stall picks (it "
+                             "waits until its group has formed)")
     parser.add_argument("--fault-seconds", type=float, default=10.0,
                         help="how long coordinator-freeze, join-coordinator-freeze, "
                              "coordinator-cutoff and slow-link last")

@@ -37,7 +37,7 @@ from typing import Any
 
 from proxy.commands import machine
 from proxy.process import ProxyProcess
-from tests.benchmarks.rebalance.timeline import Event, compute
+from tests.benchmarks.rebalance.timeline import Event, State, compute
 from tests.benchmarks.soak import checks
 from tests.testbed.artifacts import java_executable
 from tests.testbed.broker import KafkaBroker, KafkaCluster, free_ports
@@ -154,7 +154,9 @@ class Settings:
     else the pods in turn); empty: two random kinds per group."""
     script: tuple[str, ...] = ()
     """Events at fixed times instead of random ones, each ``SECONDS:KIND[:GROUP[:WHO]]``
-    (WHO, for leave, kill and stall: ``LIBRARY/PROTOCOL``, a live member of that kind)."""
+    (WHO, for leave, kill and stall: ``LIBRARY/PROTOCOL``, a live member of that kind). The
+    seconds count from the start of the run (before the broker starts); a leave, kill or stall
+    due then waits until its group has formed (:meth:`Soak.formed`)."""
     restart_delay_s: float = 1.0
     """After a sidecar is SIGKILLed, how long until it is started again (Kubernetes restarts
     a crashed container at once, then with back-off)."""
@@ -839,7 +841,42 @@ class Soak:
             wait = started + at - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
+            if kind in MEMBER_EVENTS:
+                for g in [group] if group else self.settings.groups:
+                    self.wait_formed(g, FORMED_WAIT_S)
             self._apply(kind, group, started, who)
+
+    def formed(self, group: str) -> bool:
+        """Whether every live member of ``group`` has been given its assignment (an assignment
+        callback since it joined, empty or not) and the group has converged on the members' own
+        callbacks (every partition owned once, nobody inside a callback, every member owning
+        something where there are enough partitions)."""
+        with self.lock:
+            events = sorted(self.groups[group].events, key=lambda e: e.t)  # stable: ties kept
+            live = {m.name for m in self.live(group)}
+        state = State(self.settings.partitions)
+        assigned: set[str] = set()
+        for event in events:
+            state.apply(event)
+            if event.kind == "assign":
+                assigned.add(event.member)
+            elif event.kind in ("join", "leave", "crash"):
+                assigned.discard(event.member)
+        return live <= assigned and state.converged()
+
+    def wait_formed(self, group: str, timeout_s: float) -> bool:
+        """Wait until :meth:`formed` (a scripted kill, leave or stall is of a member of a
+        served group: on a busy machine the members may still be starting at the scripted
+        time, and a process killed before it joined is no member); False if ``timeout_s``
+        passed first (the event goes on)."""
+        deadline = time.monotonic() + timeout_s
+        while not self.formed(group):
+            if time.monotonic() >= deadline:
+                self.out(f"soak: {group} had not formed within {timeout_s:.0f} s; "
+                         "the event goes on")
+                return False
+            time.sleep(0.2)
+        return True
 
     def _apply(self, event: str, group: str | None, started: float, who: str | None = None
                ) -> None:
@@ -1002,6 +1039,11 @@ def parse_member(spec: str) -> tuple[str, Kind, int | None]:
                             "range")
     assignor = classic_assignor if protocol == "classic" else "uniform"
     return group, Kind(library, protocol, assignor, commit), int(pod) if pod else None
+
+
+MEMBER_EVENTS = frozenset({"kill", "leave", "stall"})
+"""Scripted events of one member, applied once the group has formed (:meth:`Soak.formed`)."""
+FORMED_WAIT_S = 60.0
 
 
 def parse_scripted(spec: str) -> tuple[float, str, str | None, str | None]:
