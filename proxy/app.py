@@ -92,6 +92,8 @@ def make_router_factory(config: ProxyConfig, service: CoordinatorService | None 
     accepted = parse_table(fetch_node_endpoints=config.fetch_node_endpoints)
     handlers = handler_table(service) if service is not None else {}
     control = dict(service.upgrades.control_handlers(service)) if service is not None else {}
+    if service is not None:
+        control.update(service.fleet_release.handlers())  # the hand-back in a fleet
     if liveness is not None:
         control["MemberGone"] = liveness.on_member_gone
     mode = authorization_mode(config)

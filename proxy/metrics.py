@@ -153,9 +153,10 @@ GROUP_CONVERSION_TURNED_BACK = Counter(
 
 GROUP_RELEASES = Counter(
     "groupgate_group_releases",
-    "Hand-backs of a group to the broker's classic coordinator (groupgate release, or the "
-    "downgrade policy), by outcome: started, released, aborted (the group was lost "
-    "meanwhile)",
+    "Hand-backs of a group to the broker's classic coordinator, or to Kafka 4.x's KIP-848 "
+    "coordinator (groupgate release [--to native], or the downgrade policy), by outcome: "
+    "started, released, aborted (the group was lost meanwhile, or a sidecar relaying for it "
+    "could not be told)",
     ["outcome"], registry=REGISTRY)
 BRIDGED_MEMBERS = Counter(
     "groupgate_bridged_members",
@@ -163,7 +164,8 @@ BRIDGED_MEMBERS = Counter(
     "client while the group has members connected straight to the broker), by event: "
     "started, carried (carried over from a group handed back), left (the client left), "
     "expired (the client stopped heartbeating), failed (the group cannot take one, or its "
-    "task failed), stopped (the proxy stopped), refused (migration-policy disabled: the "
+    "task failed), stopped (the proxy stopped), refused (migration-policy disabled or "
+    "downgrade: the "
     "client was answered GROUP_ID_NOT_FOUND), converted (the group moved to the engine, which "
     "adopted the client)",
     ["event"], registry=REGISTRY)

@@ -28,6 +28,16 @@ coordinator watched) is the group epoch bumped, as
 target was behind (a computation deferred by the assignment interval) computes it on its next
 request, as a group that never computed one; what the old coordinator held for the classic
 layer (requests, when a member was told to revoke) is not state and starts afresh.
+
+**A released group** (handed back to the broker's coordinator, decision record 0018: the
+release) leaves one record behind its tombstones, within record version 1: a ``GROUP``
+record whose preferred assignor is :data:`RELEASED_PREFIX` and the coordinator it went to
+(:func:`release_marker`), no member records. It says, across sidecar restarts, that the
+group was handed back and when (``empty_since_wall_ms``); :func:`released_to` reads it. This
+build never loads it as a group (as a tombstone, it loads nothing); groupgate 0.2.0, which
+does not know it, loads an empty group whose first join picks a real assignor again (the
+preferred assignor is recomputed on every membership change before any target is computed),
+and which expires as any empty group does (``tests/integration/test_release_version_skew.py``).
 """
 
 from __future__ import annotations
@@ -186,6 +196,25 @@ def _epochs_out(partitions: PartitionEpochs) -> PartitionEpochList:
 
 # ---------------------------------------------------------------------------------- load
 
+RELEASED_PREFIX = "groupgate-released:"
+"""The preferred assignor of a released group's marker record, followed by the coordinator
+it was handed to (``classic`` or ``native``)."""
+
+
+def release_marker(group_id: str, to: str, epoch: int, wall_ms: int) -> StateRecord:
+    """The record a released group leaves behind its tombstones (written last)."""
+    return StateRecord(RecordKey(RecordKind.GROUP, group_id), GroupValue(
+        group_epoch=epoch, assignment_epoch=epoch, preferred_assignor=RELEASED_PREFIX + to,
+        subscription_metadata=(), empty_since_wall_ms=wall_ms))
+
+
+def released_to(value: StateValue | None) -> str | None:
+    """The coordinator a released group's marker names; None if ``value`` is no marker."""
+    if isinstance(value, GroupValue) and value.preferred_assignor.startswith(RELEASED_PREFIX):
+        return value.preferred_assignor[len(RELEASED_PREFIX):] or None
+    return None
+
+
 def load_groups(state: CoordinatorState, records: Iterable[StateRecord], now_ms: int,
                 wall_ms: int, *, only: str | None = None) -> list[Effect]:
     """Rebuild every group ``records`` hold (read from the topic in order; ``only``: just that
@@ -216,10 +245,10 @@ def _load_group(state: CoordinatorState, group_id: str, values: dict[RecordKey, 
             members[key.member_id] = value
         elif isinstance(value, AssignmentValue):
             assignments[key.member_id] = value
-    if stored is None:
-        if members or assignments:
+    if stored is None or (released_to(stored) is not None and not members and not assignments):
+        if stored is None and (members or assignments):
             raise StateLoadError(f"group {group_id}: member records without a group record")
-        return
+        return  # nothing, or the marker a released group left: not a group to load
     if members.keys() != assignments.keys():
         odd = sorted(members.keys() ^ assignments.keys())
         raise StateLoadError(

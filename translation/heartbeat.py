@@ -21,9 +21,9 @@ timer. Everything that can fail is checked before anything is changed,
 so an error response leaves the group as it was.
 
 A consumer-protocol member joining a live group whose members all use the classic protocol is
-Kafka's online upgrade: GROUP_ID_NOT_FOUND under migration policy ``disabled``. Kafka refuses
-it under ``downgrade`` too; groupgate admits it there, as its sidecars bridge such a member
-in the broker phase, so a hand-back never strands a KIP-848 client (decision record 0018).
+Kafka's online upgrade: GROUP_ID_NOT_FOUND under the migration policies without upgrades
+(``disabled``, ``downgrade``), as Kafka answers; the sidecars refuse it in the broker phase
+alike, except a KIP-848 member a hand-back carried over (decision record 0018).
 
 Differences from Kafka, on purpose: a member joining always bumps the group epoch (Kafka
 skips the bump when a new member subscribes to nothing; the KIP bumps on every join); a
@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from translation import limits
 from translation import regex as regex_mod
-from translation.config import MigrationPolicy
 from translation.durable import member_value
 from translation.effects import (
     Effect,
@@ -227,19 +226,18 @@ def handle_regular(
     if (
         group is not None
         and epoch == 0
-        and config.migration_policy is MigrationPolicy.DISABLED
+        and not config.migration_policy.upgrade_enabled
         and members
         and member_id not in members
         and all(m.protocol is MemberProtocol.CLASSIC for m in members.values())
     ):
         # a live group of classic members only is a classic group to Kafka: a consumer-protocol
-        # member joining it is an online upgrade, which ``disabled`` forbids
-        # (``GroupMetadataManager.validateOnlineUpgrade``); ``downgrade`` admits it here,
-        # as the sidecars bridge it in the broker phase (decision record 0018, section 1)
+        # member joining it is an online upgrade, which ``disabled`` and ``downgrade`` forbid
+        # (``GroupMetadataManager.validateOnlineUpgrade``)
         raise GroupError(
             ErrorCode.GROUP_ID_NOT_FOUND,
             f"Cannot upgrade classic group {group_id} to consumer group because the online "
-            "upgrade is disabled (migration policy disabled).",
+            f"upgrade is disabled (migration policy {config.migration_policy.value}).",
         )
     if (
         group is not None

@@ -234,9 +234,12 @@ def _relayed_request(chain: Chain, api_key: int, version: int, mark_: str, paylo
     value, _ = messages.decode_request(api_key, version, payload, 0)
     if relayed.software is not None and chain.software is not None:
         chain.software.note(relayed.client_host, relayed.client_id, *relayed.software)
-    return handler, GroupRequest(handler.api_key, version, 0, relayed.client_id,
-                                 relayed.client_host, relayed.node_id, b"", value,
-                                 relayed.principal)
+    request = GroupRequest(handler.api_key, version, 0, relayed.client_id, relayed.client_host,
+                           relayed.node_id, b"", value, relayed.principal,
+                           relayed_by=relayed.follower)
+    if relayed.follower is not None:  # who relays for the group: a hand-back tells it
+        chain.service.relayers.note(handler.group_ids(request), relayed.follower)
+    return handler, request
 
 
 async def _remainder_answer(chain: Chain, body: dict[str, Any]) -> bytes:

@@ -85,9 +85,12 @@ class JoinGroupHandler(ClassicHandler):
             return PASS
         group_id, member_id = request.value["group_id"], request.value.get("member_id") or ""
         if service.releasing(group_id):
-            # the group is being handed back: once it is, the member joins the broker's group
-            if not owns_partitions(request):
-                service.releases.gave_up(group_id, member_id, trio.current_time())
+            # the group is being handed back: a member still owning partitions (a cooperative
+            # one rejoining) is told to give them up first, as its Heartbeat would be; once
+            # it owns nothing its join waits, and after the hand-back it joins the broker's
+            if owns_partitions(request):
+                return Answer(self.failure(request, int(ErrorCode.ILLEGAL_GENERATION)))
+            service.releases.gave_up(group_id, member_id, trio.current_time())
             return Answer(self._after_release(request))
         if service.released_member(group_id, member_id):
             # the member id is the engine's: the broker gives the member one of its own

@@ -1,10 +1,13 @@
 """ConsumerGroupHeartbeat and ConsumerGroupDescribe: the KIP-848 APIs the proxy always serves.
 
-A classic broker has no KIP-848 coordinator, so these never go upstream: the engine answers
+A classic broker has no KIP-848 coordinator, so these go upstream only for a group handed to
+Kafka 4.x's own coordinator (below); otherwise the engine answers
 them (through the coordinator service, which may first take the broker's group over or wait
 for topic metadata), and ApiVersions advertises them as v0-v1 whatever the broker says. A group
 in the broker phase (its members bridged into the broker's classic group, :mod:`.bridged`) is
 described as Kafka 4.x describes a classic group: GROUP_ID_NOT_FOUND, with a message saying so.
+A group handed to Kafka 4.x's own KIP-848 coordinator (:mod:`.native_exit`) is the broker's:
+its requests go there untouched.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from proxy.codec.api_keys import ApiKey
-from proxy.coordination import convert
+from proxy.coordination import convert, native_exit
 from proxy.coordination.handler import Answer, ApiHandler, GroupRequest, Outcome, Value
 from translation.errors import ErrorCode
 
@@ -29,6 +32,8 @@ class ConsumerGroupHeartbeatHandler(ApiHandler):
     served_versions = VERSIONS
 
     def decide(self, request: GroupRequest) -> Outcome:
+        if (native := native_exit.heartbeat_outcome(self.service, request)) is not None:
+            return native  # the group is the broker's KIP-848 coordinator's
         return Answer(self._heartbeat(request))
 
     async def _heartbeat(self, request: GroupRequest) -> Value:
@@ -50,6 +55,8 @@ class ConsumerGroupDescribeHandler(ApiHandler):
         return tuple(request.value["group_ids"])
 
     def decide(self, request: GroupRequest) -> Outcome:
+        if (native := native_exit.describe_outcome(self.service, request)) is not None:
+            return native
         value = convert.consumer_group_describe_response(
             self.service.engine.describe(request.value["group_ids"]))
         bridges = self.service.bridges

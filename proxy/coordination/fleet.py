@@ -41,7 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from proxy.codec import messages
@@ -63,6 +63,14 @@ node, the application's host, software and client id."""
 FORWARD_MARK_2: Final = "groupgate-fleet2|"
 """Client ids of relayed requests to a protocol-2 holder open with this; the principal follows
 the software (percent-encoded; empty when the relaying sidecar cannot know it)."""
+FORWARD_MARK_3: Final = "groupgate-fleet3|"
+"""Client ids of requests relayed to a protocol-3 holder by a sidecar with a fleet address open
+with this: as protocol 2, then the relaying sidecar's fleet address and flags (none yet) before
+the client id (decision record 0018, section 5). The holder learns from it which sidecars
+relay for a group (a hand-back tells them: :mod:`.release`)."""
+OLD_FOLLOWER: Final = "0.2.0@"
+"""How the sidecar that relayed a request is named when its mark names no fleet address
+(fleet protocol 1 or 2): this, then the relaying connection's host."""
 VIEW_SECONDS: Final = 3.0
 """How long a follower trusts DescribeGroups saying that nobody holds a group."""
 SETTLED_VIEW_SECONDS: Final = 30.0
@@ -260,16 +268,21 @@ def _assigned_card(assignment: bytes | bytearray | memoryview | None) -> bool:
 
 def mark_forwarded(client_id: str | None, client_host: str, node_id: int | None = None,
                    software: tuple[str, str] | None = None, principal: str | None = None,
-                   protocol: int = FLEET_PROTOCOL) -> str:
+                   protocol: int = FLEET_PROTOCOL, follower: str | None = None) -> str:
     """The client id a relayed request carries: the mark, the broker node whose listener the
     application sent it to (empty: the bootstrap listener), its host, the client software it
     named in ApiVersions (KIP-511; ``name/version``, empty if unknown), with ``protocol`` 2 or
-    later its principal (``User:name``, empty if unknown), and its client id."""
+    later its principal (``User:name``, empty if unknown), with ``protocol`` 3 and a
+    ``follower`` (the relaying sidecar's fleet address, ``host:port``) that address and the
+    flags, and its client id."""
     node = "" if node_id is None else str(node_id)
     named = f"{software[0]}/{software[1]}" if software is not None else ""
     if protocol < 2:
         return f"{FORWARD_MARK}{node}|{client_host}|{named}|{client_id or ''}"
     who = _escape(principal or "")
+    if protocol >= 3 and follower:
+        return (f"{FORWARD_MARK_3}{node}|{client_host}|{named}|{who}|{_escape(follower)}||"
+                f"{client_id or ''}")
     return f"{FORWARD_MARK_2}{node}|{client_host}|{named}|{who}|{client_id or ''}"
 
 
@@ -291,12 +304,17 @@ class Relayed:
     software: tuple[str, str] | None
     principal: str | None = None
     """The principal the application authenticated as (None: not said, or not knowable)."""
+    follower: str | None = None
+    """The relaying sidecar's fleet address (protocol 3; None: not said)."""
+    protocol: int = field(default=1, compare=False)
+    """The fleet protocol of the mark."""
 
 
 def is_marked(client_id: str | None) -> bool:
     """Whether ``client_id`` opens with a relay mark of any fleet protocol."""
     return client_id is not None and (client_id.startswith(FORWARD_MARK)
-                                      or client_id.startswith(FORWARD_MARK_2))
+                                      or client_id.startswith(FORWARD_MARK_2)
+                                      or client_id.startswith(FORWARD_MARK_3))
 
 
 def unmark(client_id: str | None) -> Relayed | None:
@@ -304,12 +322,20 @@ def unmark(client_id: str | None) -> Relayed | None:
     if client_id is None:
         return None
     principal: str | None = None
-    if client_id.startswith(FORWARD_MARK_2):
+    follower: str | None = None
+    protocol = 1
+    if client_id.startswith(FORWARD_MARK_3):
+        parts = client_id[len(FORWARD_MARK_3):].split("|", 6)
+        if len(parts) != 7:
+            return None
+        node, host, named, who, by, _flags, original = parts
+        principal, follower, protocol = _unescape(who) or None, _unescape(by) or None, 3
+    elif client_id.startswith(FORWARD_MARK_2):
         parts = client_id[len(FORWARD_MARK_2):].split("|", 4)
         if len(parts) != 5:
             return None
         node, host, named, who, original = parts
-        principal = _unescape(who) or None
+        principal, protocol = _unescape(who) or None, 2
     elif client_id.startswith(FORWARD_MARK):
         parts = client_id[len(FORWARD_MARK):].split("|", 3)
         if len(parts) != 4:
@@ -323,4 +349,4 @@ def unmark(client_id: str | None) -> Relayed | None:
         return None
     name, _, version = named.partition("/")
     return Relayed(original, host, node_id, (name, version) if name and version else None,
-                   principal)
+                   principal, follower, protocol)

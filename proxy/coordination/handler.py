@@ -59,6 +59,10 @@ class GroupRequest:
     topic_rights: TopicRights | None = None
     """ConsumerGroupHeartbeat: what the client may DESCRIBE of the topics its group's regexes
     match, when the authorization stage asked (the engine resolves the regexes under them)."""
+    relayed_by: str | None = None
+    """A request relayed by another sidecar: its fleet address (protocol-3 mark), or
+    ``0.2.0@<host>`` for a sidecar whose mark does not say (protocol 1 or 2); None: not
+    relayed."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -320,8 +320,16 @@ class Routes:
         self.claims = claims
         self.directory = directory
         self.own_address = own_address
+        self.own_fleet_address = (f"{own_address[0]}:{own_address[1]}"
+                                  if own_address is not None else None)
+        """``own_address`` as relay marks carry it (:func:`~.fleet.mark_forwarded`)."""
         self.own_card = own_card
         """This sidecar's card (its state-log settings are compared with holders')."""
+        self.decided_here: Callable[[str], bool] = lambda _group_id: False
+        """Groups whose requests this sidecar decides itself without asking the broker who
+        holds them: groups handed back to the broker (:mod:`.release`), whose requests go
+        to the broker's group, which a lookup during the broker's own rebalance could not
+        name (and would refuse, keeping the members from rejoining it)."""
         self.problems = FleetProblems()
         self._mismatches_logged: TTLCache[str, bool] = TTLCache(
             maxsize=REMEMBERED_MAX, ttl=REFUSAL_LOG_SECONDS, timer=trio.current_time)
@@ -349,7 +357,7 @@ class Routes:
         return refused[0] if refused else LOCAL_ROUTE
 
     def _route_one(self, group_id: str) -> Route:
-        if not group_id.strip() or self.claims(group_id):
+        if not group_id.strip() or self.claims(group_id) or self.decided_here(group_id):
             return LOCAL_ROUTE
         holder = self.directory.view(group_id)
         if holder is None:

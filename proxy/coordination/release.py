@@ -15,8 +15,10 @@ kept by :class:`ReleaseBook` (sans-I/O: the times are passed in):
   can form: a classic member's next Heartbeat or SyncGroup is answered ILLEGAL_GENERATION (it
   treats its partitions as lost and joins again, keeping its member id; its JoinGroup is held
   until the group is released, then answered REBALANCE_IN_PROGRESS, and it joins the broker's
-  group); a KIP-848 member's heartbeats are answered with an empty assignment at its epoch
-  until it reports owning nothing; a new KIP-848 member waits (COORDINATOR_LOAD_IN_PROGRESS).
+  group; a JoinGroup still naming owned partitions, or one the engine held when the phase
+  began, is answered ILLEGAL_GENERATION too); a KIP-848 member's heartbeats are answered with
+  an empty assignment at its epoch until it reports owning nothing; a new KIP-848 member waits
+  (COORDINATOR_LOAD_IN_PROGRESS). Members the engine gave nothing are not waited for.
   The phase ends when every member gave up, or after half the shortest member session
   (:func:`release_bound_s`), whichever is first: every member heartbeats well within that, and
   nobody waits for partitions longer than one session. So the broker's first generation never
@@ -39,27 +41,42 @@ kept by :class:`ReleaseBook` (sans-I/O: the times are passed in):
 
 Journal ``group_released`` (schema version 2), metric ``groupgate_group_releases_total``.
 The command is decided by the sidecar it reaches and never relayed (:class:`ReleaseCommandHandler`).
-Not built: the fleet messages (``GroupReleasing`` / ``GroupReleased`` to the followers that
-relayed for the group): members behind other sidecars take part only through their relayed
-requests, and a follower could take the group over in the moment the broker's group is Empty,
-so only groups whose members are all behind the holder should be handed back; the release is
-remembered in memory only (a restarted sidecar under ``bidirectional`` may convert the group
-again once all its members are behind it: roll ``downgrade`` first).
+In a fleet the sidecars that relay for the group are told (:mod:`.release_fleet`); the
+release is remembered across restarts in the state log (:class:`DurableReleases`, the marker
+of :func:`translation.durable.release_marker`); ``--to native`` hands the group to Kafka 4.x's
+own KIP-848 coordinator (:mod:`.native_exit`).
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
+import trio
+from cachetools import TTLCache
+
 from proxy.codec.api_keys import ApiKey
-from proxy.coordination.handler import PASS, ApiHandler, GroupRequest, Outcome, Upstream, Value
+from proxy.coordination.handler import (
+    PASS,
+    Answer,
+    ApiHandler,
+    GroupRequest,
+    Outcome,
+    Upstream,
+    Value,
+)
+from proxy.state_log.errors import StateLogError
+from translation.durable import released_to
 from translation.errors import ErrorCode
+from translation.records import RecordError, RecordKey, RecordKind, decode_record, fold
 
 if TYPE_CHECKING:
-    pass
+    from proxy.coordination.durability import Durability
+
+log = logging.getLogger("groupgate.coordination")
 
 RELEASE_CONFIG: Final = "groupgate.release"
 """The GROUP config ``groupgate release`` sets (IncrementalAlterConfigs) to hand a group back."""
@@ -72,11 +89,24 @@ RELEASED_SECONDS = 3600.0
 RELEASES_MAX = 10_000
 """Groups remembered at once (the oldest released ones go first)."""
 MIN_BOUND_SECONDS = 1.0
+CHECKED_SECONDS = 60.0
+"""How long what the state log said of a group's release is believed (:class:`DurableReleases`)."""
+READ_SECONDS = 10.0
 
 
 class ReleasePhase(enum.Enum):
     RELEASING = "releasing"
     RELEASED = "released"
+
+
+class ReleaseTarget(enum.Enum):
+    """Which of the broker's coordinators the group is handed to."""
+
+    CLASSIC = "classic"
+    """The broker's classic coordinator (any Kafka): KIP-848 members become bridged members."""
+    NATIVE = "native"
+    """Kafka 4.x's own KIP-848 coordinator (the exit, :mod:`.native_exit`): KIP-848 members
+    are told to rejoin there, classic members join the consumer group the broker keeps."""
 
 
 @dataclass(slots=True)
@@ -99,6 +129,13 @@ class GroupRelease:
     """KIP-848 members that left meanwhile (nothing to carry over)."""
     until: float = float("inf")
     """When a released group is forgotten."""
+    to: ReleaseTarget = ReleaseTarget.CLASSIC
+    told: set[str] = field(default_factory=set)
+    """``NATIVE``: KIP-848 members already told to rejoin at the broker (at most
+    ``consumers``)."""
+    peer: str | None = None
+    """Another sidecar hands the group back (its fleet address): this one follows
+    (:mod:`.release_fleet`)."""
 
 
 def release_bound_s(session_timeouts_ms: Iterable[int], default_ms: int) -> float:
@@ -132,16 +169,18 @@ class ReleaseBook:
         return None if release is None else release.phase
 
     def start(self, group_id: str, reason: str, classic_members: Iterable[str],
-              consumer_members: Iterable[str], now: float, bound_s: float
+              consumer_members: Iterable[str], now: float, bound_s: float,
+              to: ReleaseTarget = ReleaseTarget.CLASSIC, peer: str | None = None
               ) -> GroupRelease | str:
-        """Begin releasing ``group_id``; why not (it is being released already)."""
+        """Begin releasing ``group_id`` (to the broker's coordinator ``to``; ``peer``: the
+        holder that does, this sidecar following); why not (it is being released already)."""
         known = self.get(group_id, now)
         if known is not None and known.phase is ReleasePhase.RELEASING:
             return "the group is being released already"
         self._make_room(now)
         members, consumers = frozenset(classic_members), frozenset(consumer_members)
         release = GroupRelease(group_id, reason, ReleasePhase.RELEASING, now, now + bound_s,
-                               members, consumers, set(members | consumers))
+                               members, consumers, set(members | consumers), to=to, peer=peer)
         self._groups.pop(group_id, None)
         self._groups[group_id] = release
         return release
@@ -171,6 +210,12 @@ class ReleaseBook:
         return (release is not None and release.phase is ReleasePhase.RELEASING
                 and member_id in release.consumers)
 
+    def had_consumer(self, group_id: str, member_id: str, now: float) -> bool:
+        """Whether ``member_id`` was a KIP-848 member of ``group_id`` when it was handed back
+        here (it takes part in the broker's group as a bridged member, whatever the policy)."""
+        release = self.get(group_id, now)
+        return release is not None and member_id in release.consumers
+
     def gave_up(self, group_id: str, member_id: str, now: float, *, left: bool = False
                 ) -> None:
         """``member_id`` owns nothing of the group any more: a classic member's JoinGroup or
@@ -199,6 +244,25 @@ class ReleaseBook:
         release.members = release.members | frozenset(classic_members)
         release.until = now + self.remember_s
 
+    def native(self, group_id: str, now: float) -> GroupRelease | None:
+        """The release of ``group_id`` if it was handed to the broker's KIP-848 coordinator
+        (its requests go to the broker: :mod:`.native_exit`)."""
+        release = self.get(group_id, now)
+        return (release if release is not None and release.phase is ReleasePhase.RELEASED
+                and release.to is ReleaseTarget.NATIVE else None)
+
+    def found_native(self, group_id: str, reason: str, now: float) -> None:
+        """The broker's KIP-848 coordinator has ``group_id`` (it was handed there by a sidecar
+        that is gone, or the group never had groupgate): remembered as a release to it."""
+        started = self.start(group_id, reason, (), (), now, 0.0, ReleaseTarget.NATIVE)
+        if not isinstance(started, str):
+            self.released(group_id, now)
+
+    def forget(self, group_id: str) -> None:
+        """Forget whatever is known of ``group_id``'s release (a holder's replaced one, or one
+        that did not happen)."""
+        self._groups.pop(group_id, None)
+
     def abort(self, group_id: str) -> None:
         """The release did not happen (the group was lost meanwhile): forget it."""
         release = self._groups.get(group_id)
@@ -206,7 +270,49 @@ class ReleaseBook:
             del self._groups[group_id]
 
 
+# ---- the release remembered in the state log ---------------------------------------------------
+
+
+class DurableReleases:
+    """What the state log says of a group released earlier, by any sidecar: the marker its
+    holder wrote behind its tombstones (:func:`translation.durable.release_marker`). Asked by
+    the online upgrade before it converts a group, so that a sidecar restarted since (whose
+    :class:`ReleaseBook` is empty) does not convert a group handed back under ``bidirectional``;
+    answers are kept for :data:`CHECKED_SECONDS` (bounded), a marker for as long as it is
+    remembered in the book."""
+
+    def __init__(self, *, max_groups: int = RELEASES_MAX) -> None:
+        self._checked: TTLCache[str, str | None] = TTLCache(
+            maxsize=max_groups, ttl=CHECKED_SECONDS, timer=trio.current_time)
+
+    async def lookup(self, durability: Durability, group_id: str) -> str | None:
+        """The coordinator ``group_id`` was handed to (``classic``, ``native``), if the state
+        log says it was released; None if not (or if the log cannot be read now)."""
+        if group_id in self._checked:
+            return self._checked[group_id]
+        try:
+            with trio.fail_after(READ_SECONDS):
+                loaded = await durability.log.load_group(group_id)
+            records = [decode_record(key, value) for key, value in loaded.records]
+        except (StateLogError, RecordError, trio.TooSlowError) as exc:
+            log.info("group %s: could not read the state log for a release: %s", group_id, exc)
+            return None
+        to = released_to(fold(records).get(RecordKey(RecordKind.GROUP, group_id)))
+        self._checked[group_id] = to
+        return to
+
+
 # ---- the command -------------------------------------------------------------------------------
+
+
+TARGET_VALUES: Final = {"true": ReleaseTarget.CLASSIC, "classic": ReleaseTarget.CLASSIC,
+                        "native": ReleaseTarget.NATIVE}
+"""The values of :data:`RELEASE_CONFIG` and the coordinator each hands the group to."""
+
+
+def release_target(value: str | None) -> ReleaseTarget | None:
+    """The coordinator a :data:`RELEASE_CONFIG` value names (None: not a value it takes)."""
+    return TARGET_VALUES.get((value or "").strip().lower())
 
 
 def release_groups(value: Value) -> list[str]:
@@ -221,6 +327,17 @@ def release_groups(value: Value) -> list[str]:
     return out
 
 
+def release_targets(value: Value) -> dict[str, ReleaseTarget | None]:
+    """Per group of :func:`release_groups`, the coordinator its config value names (None: a
+    value groupgate does not take; the last value set counts)."""
+    out: dict[str, ReleaseTarget | None] = {}
+    for resource in value.get("resources") or ():
+        configs = resource.get("configs") or []
+        if resource.get("resource_type") == GROUP_RESOURCE and configs:
+            out[resource["resource_name"]] = release_target(configs[-1].get("value"))
+    return out
+
+
 class ReleaseCommandHandler(ApiHandler):
     """IncrementalAlterConfigs: a request setting :data:`RELEASE_CONFIG` on a GROUP resource is
     the ``groupgate release`` command; every other one passes to the broker untouched.
@@ -230,9 +347,13 @@ class ReleaseCommandHandler(ApiHandler):
     before it looks at the config (which it does not know, so it changes nothing). A resource
     the broker refuses for authorization keeps the broker's answer; for the others this
     sidecar starts the release and answers NONE, or the reason it cannot
-    (NOT_COORDINATOR: this sidecar does not hold the group)."""
+    (NOT_COORDINATOR: this sidecar does not hold the group). The value says where to:
+    ``true`` or ``classic``, the broker's classic coordinator; ``native``, Kafka 4.x's own
+    KIP-848 coordinator (refused, INVALID_REQUEST, in front of a broker without one)."""
 
     api_key = ApiKey.INCREMENTAL_ALTER_CONFIGS
+    answers_upstream_later = True
+    """A native release asks the broker's ApiVersions first (:mod:`.native_exit`)."""
 
     def group_ids(self, request: GroupRequest) -> tuple[str, ...]:
         """None: the sidecar the command reaches decides it (never relayed: the holder would
@@ -244,6 +365,21 @@ class ReleaseCommandHandler(ApiHandler):
         groups = release_groups(request.value)
         if not groups or len(groups) != len(request.value.get("resources") or ()):
             return PASS
+        targets = release_targets(request.value)
+        if any(to is ReleaseTarget.NATIVE for to in targets.values()):
+            return Answer(self._after_asking_the_broker(request, targets))
+        return self._probe(request, targets, {})
+
+    async def _after_asking_the_broker(self, request: GroupRequest,
+                                       targets: dict[str, ReleaseTarget | None]) -> Upstream:
+        native = await self.service.exits.broker_has_kip848()
+        refused = {} if native else {
+            group_id: NO_KIP848 for group_id, to in targets.items()
+            if to is ReleaseTarget.NATIVE}
+        return self._probe(request, targets, refused)
+
+    def _probe(self, request: GroupRequest, targets: dict[str, ReleaseTarget | None],
+               refused: dict[str, str]) -> Upstream:
         service = self.service
         probe = dict(request.value, validate_only=True)
 
@@ -254,7 +390,9 @@ class ReleaseCommandHandler(ApiHandler):
                 if resource.get("error_code") in AUTHORIZATION_ERRORS:
                     continue
                 group_id = resource["resource_name"]
-                why = service.start_release(group_id, "groupgate release")
+                to = targets.get(group_id)
+                why = (BAD_VALUE if to is None else refused.get(group_id)
+                       or service.start_release(group_id, REASONS[to], to))
                 resource["error_code"] = int(ErrorCode.NONE if why is None
                                              else ErrorCode.NOT_COORDINATOR
                                              if why == NOT_HELD else ErrorCode.INVALID_REQUEST)
@@ -270,6 +408,12 @@ class ReleaseCommandHandler(ApiHandler):
             for r in request.value.get("resources") or ()]}
 
 
+REASONS: Final = {ReleaseTarget.CLASSIC: "groupgate release",
+                  ReleaseTarget.NATIVE: "groupgate release --to native"}
+BAD_VALUE: Final = (f"{RELEASE_CONFIG} takes true (or classic: the broker's classic "
+                    "coordinator) or native (Kafka 4.x's KIP-848 coordinator)")
+NO_KIP848: Final = ("the broker has no KIP-848 coordinator (ConsumerGroupHeartbeat is not in "
+                    "its ApiVersions): --to native needs Kafka 4.0 or later")
 NOT_HELD: Final = "this sidecar does not coordinate the group"
 AUTHORIZATION_ERRORS: Final = frozenset({int(ErrorCode.GROUP_AUTHORIZATION_FAILED),
                                          int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)})

@@ -24,8 +24,8 @@ This module composes the two lists (:func:`client_facing`, :func:`from_a_sidecar
     an application's connection:  decode ─ pod-local liveness ─ authorization ─ conversion
                                   hold ─ fleet route ─ stale retries ─ relay ─ stepped down ─
                                   dispatch ─ (answers back through them) ─ encode
-    a relay from another sidecar: decode the relay mark ─ held here ─ stepped down ─
-                                  dispatch to the group's broker ─ encode
+    a relay from another sidecar: decode the relay mark ─ relayers noted ─ held here ─
+                                  stepped down ─ dispatch to the group's broker ─ encode
 
 A relayed request arriving from another sidecar is never relayed again. Its mark (client id,
 host, listener, software, principal) is believed only on a connection that proved it comes
@@ -70,6 +70,7 @@ from proxy.coordination.stages.fleet_route import FleetRoute
 from proxy.coordination.stages.held_here import HeldHere
 from proxy.coordination.stages.liveness import PodLiveness
 from proxy.coordination.stages.relay import Relay
+from proxy.coordination.stages.relayers import NoteRelayers
 from proxy.coordination.stages.stage import Chain, Decoder, Stage
 from proxy.coordination.stages.stepped_down import SteppedDown
 from proxy.journal.clients import ClientSoftwareDirectory
@@ -108,6 +109,7 @@ def served_versions(handlers: dict[int, ApiHandler]) -> dict[int, tuple[int, int
 
 CONVERSION_HOLD = ConversionHold()
 FLEET_ROUTE = FleetRoute()
+NOTE_RELAYERS = NoteRelayers()
 SENT_HERE = (ticketed.commit_ticket, as_the_client.remainder)
 """The relay stage's ways to the broker as the client's own that keep nothing of a
 connection (the relayed heartbeats' keeps the connection's authorization stage)."""
@@ -145,7 +147,7 @@ def from_a_sidecar(node_id: int | None, client_host: str, session: Session,
     """A connection on the fleet listener: requests another sidecar relayed, authorized there,
     decided here or refused, never relayed again."""
     return (RelayedDecoder(node_id, client_host, session, software),
-            [HELD_HERE, STEPPED_DOWN, DISPATCH_RELAYED])
+            [NOTE_RELAYERS, HELD_HERE, STEPPED_DOWN, DISPATCH_RELAYED])
 
 
 # -- the router ---------------------------------------------------------------------------------

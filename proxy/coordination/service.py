@@ -60,15 +60,26 @@ from cachetools import TTLCache
 
 from proxy import __version__, metrics
 from proxy.config import ProxyConfig, shortest_classic_fleet_session_ms
+from proxy.coordination import release_fleet
 from proxy.coordination.bridged import Bridges, BridgeSettings
 from proxy.coordination.commit_retries import CommitRetries
 from proxy.coordination.durability import Durability
-from proxy.coordination.fleet import Card, StateLogSettingsId
+from proxy.coordination.fleet import OLD_FOLLOWER, Card, StateLogSettingsId
 from proxy.coordination.funnel import Funnel
 from proxy.coordination.handoff import HandOff
 from proxy.coordination.membership import BrokerMembership
+from proxy.coordination.native_exit import NativeExits
 from proxy.coordination.peers import Directory, Routes
-from proxy.coordination.release import NOT_HELD, ReleaseBook, ReleasePhase, release_bound_s
+from proxy.coordination.release import (
+    NOT_HELD,
+    DurableReleases,
+    GroupRelease,
+    ReleaseBook,
+    ReleasePhase,
+    ReleaseTarget,
+    release_bound_s,
+)
+from proxy.coordination.release_fleet import FleetRelease, Relayers
 from proxy.coordination.tickets import Tickets
 from proxy.coordination.topics import TopicWatcher
 from proxy.coordination.upgrade import Upgrades, adopt_snapshot
@@ -96,6 +107,7 @@ from translation.classic.migration import ClassicGroupSnapshot
 from translation.classic.routing import classify_classic_join
 from translation.config import GroupConfig, MigrationPolicy
 from translation.coordinator import GroupCoordinator
+from translation.durable import release_marker
 from translation.effects import (
     Effect,
     GroupCreated,
@@ -109,6 +121,7 @@ from translation.effects import (
     MemberFenced,
     MemberJoined,
     MemberLeft,
+    MemberReplaced,
     MemberTooLarge,
     SyncCompleted,
     TargetAssignmentComputed,
@@ -149,6 +162,10 @@ REMEMBERED_MAX = 10_000
 SYNC_HOLD_SLACK = 5.0
 """Seconds a held SyncGroup may wait beyond ``classic-sync-hold-ms`` before the proxy answers
 it itself (the engine's own hold timer normally answers it at ``classic-sync-hold-ms``)."""
+PEER_RELEASE_LOOKUPS = 4
+PEER_RELEASE_RETRY_SECONDS = 5.0
+"""A follower never told how a hand-back ended asks the broker's group this many times, this
+far apart (:meth:`CoordinatorService._peer_release_bound`)."""
 RELEASE_POLL_SECONDS = 0.05
 """How often a release under way looks whether every classic member has been told."""
 ISSUED_ID_SECONDS = 60.0
@@ -376,6 +393,15 @@ class CoordinatorService:
         self.releases = ReleaseBook()
         """Groups handed back to the broker's classic coordinator here (:mod:`.release`)."""
         self._release_done: dict[str, trio.Event] = {}
+        self.routes.decided_here = self.released  # the broker's group: no lookup needed
+        self.relayers = Relayers(config.group_session_timeout_ms / 1000)
+        """Who relayed each group's requests here (:mod:`.release_fleet`)."""
+        self.fleet_release = FleetRelease(self)
+        """What this sidecar answers of another's hand-back (FleetControl)."""
+        self.durable_releases = DurableReleases()
+        """Releases the state log remembers (:mod:`.release`)."""
+        self.exits = NativeExits(lambda: self.pool, config.upstream)
+        """Groups handed to Kafka 4.x's own KIP-848 coordinator (:mod:`.native_exit`)."""
         self._had_consumer_members: set[str] = set()
         """Engine groups that have had a KIP-848 member (the downgrade policy hands such a
         group back when its last one leaves); bounded by the engine's groups."""
@@ -398,6 +424,7 @@ class CoordinatorService:
                                    lambda: self.upgrades.run(self))
             if self.durability is not None:
                 nursery.start_soon(self._supervised, "state log", self.durability.run)
+            nursery.start_soon(self._ask_broker_features)
             if self.journal is not None and self.observer is not None:
                 nursery.start_soon(self._supervised, "journal writer", self.journal.run)
                 interval = self.config.journal.snapshot_interval_ms / 1000
@@ -405,6 +432,14 @@ class CoordinatorService:
                 nursery.start_soon(self._supervised, "journal snapshots",
                                    lambda: run_snapshots(observer, journal, interval))
             task_status.started()
+
+    async def _ask_broker_features(self) -> None:
+        """Whether the broker has a KIP-848 coordinator, asked at the start (:mod:`.native_exit`)
+        so that the first takeover does not wait for it."""
+        try:
+            await self.exits.broker_has_kip848()
+        except Exception:  # asked again by the first takeover
+            log.exception("asking the broker's ApiVersions failed")
 
     async def _supervised(self, name: str, task: Callable[[], Awaitable[None]]) -> None:
         """Run one of the service's own tasks; a bug in it is logged and the task started
@@ -707,16 +742,20 @@ class CoordinatorService:
         """A KIP-848 member joining a group whose broker group has members connected straight
         to the broker: it gets a bridged member there (decision record 0018); the heartbeat
         waits for its first assignment until :attr:`heartbeat_wait_s` after it ``arrived``.
-        With ``migration-policy=disabled`` it is refused as Kafka refuses a KIP-848 member
-        into a classic group it may not upgrade: GROUP_ID_NOT_FOUND."""
+        With a ``migration-policy`` that forbids upgrades (``disabled``, ``downgrade``) it is
+        refused as Kafka refuses a KIP-848 member into a classic group it may not upgrade:
+        GROUP_ID_NOT_FOUND; a member the engine had when the group was handed back is not
+        (:meth:`.release.ReleaseBook.had_consumer`: it takes part in the broker's group)."""
         group_id = request.group_id
-        if self.engine.config.migration_policy is MigrationPolicy.DISABLED:
+        policy = self.engine.config.migration_policy
+        if not policy.upgrade_enabled and not self.releases.had_consumer(
+                group_id, request.member_id, trio.current_time()):
             metrics.BRIDGED_MEMBERS.labels("refused").inc()
             return ConsumerGroupHeartbeatResponse(
                 error_code=int(ErrorCode.GROUP_ID_NOT_FOUND),
                 error_message=f"Cannot upgrade the classic group {group_id} to a consumer "
-                              "group: migration-policy is disabled (members connected "
-                              "straight to the broker hold it)")
+                              f"group: migration-policy is {policy.value} (the broker's "
+                              "classic coordinator holds it)")
         if not self.bridges.has_group(group_id):
             metrics.BROKER_PHASE_GROUPS.inc()
             log.warning("group %s: in the broker phase here: clients connected straight to the "
@@ -769,6 +808,9 @@ class CoordinatorService:
         if membership is None:
             if self.hand_off.active or self.stepping_down:
                 return NotTaken("the proxy is stopping", "unavailable")
+            if converting is None and self.releases.native(group_id, trio.current_time()):
+                return NotTaken("the group was handed to the broker's KIP-848 coordinator",
+                                "native")
             if converting is None and self.releases.get(group_id, trio.current_time()):
                 # handed back here: the broker's classic coordinator keeps it (even while its
                 # group is Empty); KIP-848 members are bridged, classic ones forwarded
@@ -777,6 +819,10 @@ class CoordinatorService:
             if len(self.memberships) >= self.config.max_groups:
                 return NotTaken(f"the proxy coordinates its maximum of "
                                 f"{self.config.max_groups} groups (max-groups)")
+            if converting is None and (native := await self._native_at_broker(group_id)):
+                return native
+            membership = self.memberships.get(group_id)
+        if membership is None:
             assert self._nursery is not None
             first = tuple(topics)
             membership = BrokerMembership(
@@ -1247,6 +1293,12 @@ class CoordinatorService:
                 error_message=f"groupgate is not holding the broker's group {group_id} now")
         response, effects = classic.join_group(request, self.now_ms())
         self.apply(effects)  # before holding: may answer this member's previous held join
+        if self.releasing(group_id) and not any(
+                ps for p in request.protocols[:1] if p.subscription is not None
+                for _, ps in p.subscription.owned_partitions):
+            # this join started a hand-back (a static replacement), or came in while one
+            # started: its member owns nothing to give up
+            self.releases.gave_up(group_id, response.member_id, trio.current_time())
         if not isinstance(response, HeldRequest):
             if response.error_code not in (int(ErrorCode.NONE),
                                            int(ErrorCode.MEMBER_ID_REQUIRED)):
@@ -1257,6 +1309,9 @@ class CoordinatorService:
             return await self._recorded_join(group_id, response)
         self._refresh_if_unknown(topics)
         member_id = response.member_id
+        if self.releasing(group_id):  # this join started a hand-back (a static replacement)
+            return JoinGroupResponse(error_code=int(ErrorCode.REBALANCE_IN_PROGRESS),
+                                     member_id=member_id)
         held: Held[JoinGroupResponse] = Held()
         key = (group_id, member_id)
         self.held_joins[key] = held
@@ -1356,8 +1411,9 @@ class CoordinatorService:
         for effect in effects:
             if isinstance(effect, MemberJoined | GroupLoaded):
                 self._note_consumer_members(effect.group_id)
-            elif isinstance(effect, MemberLeft | MemberFenced):
-                left.add(effect.group_id)
+            elif isinstance(effect, MemberLeft | MemberFenced | MemberReplaced):
+                left.add(effect.group_id)  # (a classic static member replacing the last
+                # KIP-848 one downgrades too, as in Kafka)
             elif isinstance(effect, GroupExpired | GroupLost | GroupHandedBack | GroupReleased):
                 self._had_consumer_members.discard(effect.group_id)
         for effect in effects:
@@ -1414,9 +1470,11 @@ class CoordinatorService:
 
     # -- hand-back to the broker's classic coordinator (release) -------------------------------
 
-    def start_release(self, group_id: str, reason: str) -> str | None:
-        """Start handing ``group_id`` back to the broker's classic coordinator
-        (:mod:`.release`); why not, or None (started, or under way already)."""
+    def start_release(self, group_id: str, reason: str,
+                      to: ReleaseTarget = ReleaseTarget.CLASSIC) -> str | None:
+        """Start handing ``group_id`` back to the broker's classic coordinator, or ``to`` its
+        KIP-848 one (:mod:`.release`, :mod:`.native_exit`); why not, or None (started, or
+        under way already)."""
         now = trio.current_time()
         if self.releases.phase(group_id, now) is ReleasePhase.RELEASING:
             return None
@@ -1430,6 +1488,11 @@ class CoordinatorService:
                 or self.funnel.not_coordinating(group_id) or self.hand_off.active
                 or self._nursery is None):
             return NOT_HELD
+        old = release_fleet.old_followers(self.relayers.of(group_id))
+        if old:
+            return (f"groupgate sidecar(s) without fleet protocol 3 (0.2.0) at "
+                    f"{', '.join(old)} relayed for the group within the last session and "
+                    "cannot be told of a hand-back: roll them first")
         classic = [m for m in group.members.values() if m.protocol is MemberProtocol.CLASSIC]
         consumers = [m for m in group.members.values()
                      if m.protocol is MemberProtocol.CONSUMER]
@@ -1438,15 +1501,29 @@ class CoordinatorService:
             + [self.config.group_session_timeout_ms] * bool(consumers),
             self.config.group_session_timeout_ms)
         started = self.releases.start(group_id, reason, (m.member_id for m in classic),
-                                      (m.member_id for m in consumers), now, bound)
+                                      (m.member_id for m in consumers), now, bound, to)
         if isinstance(started, str):
             return started
+        for member in group.members.values():
+            if not any(member.assigned.values()) and not any(
+                    member.pending_revocation.values()):
+                self.releases.gave_up(group_id, member.member_id, now)  # nothing to give up
         self.engine.suspend(group_id)  # nobody is fenced while the members are told
+        for (held_group, member_id), held in list(self.held_joins.items()):
+            if held_group == group_id:  # it gives up what it owns and joins again
+                held.resolve(JoinGroupResponse(error_code=int(ErrorCode.ILLEGAL_GENERATION),
+                                               member_id=member_id))
+        for (held_group, _member_id), held_sync in list(self.held_syncs.items()):
+            if held_group == group_id:  # as its Heartbeat would be (:mod:`.classic`)
+                held_sync.resolve(SyncGroupResponse(
+                    error_code=int(ErrorCode.ILLEGAL_GENERATION)))
         done = self._release_done[group_id] = trio.Event()
         metrics.GROUP_RELEASES.labels("started").inc()
-        log.warning("group %s: handing it back to the broker's classic coordinator (%s): its "
+        log.warning("group %s: handing it back to the broker's %s coordinator (%s): its "
                     "%d classic and %d KIP-848 member(s) give up their partitions first (at "
-                    "most %.1f s)", group_id, reason, len(classic), len(consumers), bound)
+                    "most %.1f s)", group_id,
+                    "KIP-848" if to is ReleaseTarget.NATIVE else "classic", reason,
+                    len(classic), len(consumers), bound)
         self._nursery.start_soon(self._release, group_id, reason, done)
         return None
 
@@ -1471,8 +1548,14 @@ class CoordinatorService:
         waits; None: not such a heartbeat."""
         group_id, member_id = request.group_id, request.member_id
         now = trio.current_time()
-        if self.releases.phase(group_id, now) is not ReleasePhase.RELEASING:
+        release = self.releases.get(group_id, now)
+        if release is None or release.phase is not ReleasePhase.RELEASING:
             return None
+        if release.peer is not None:  # another sidecar hands it back: wait for the outcome
+            return ConsumerGroupHeartbeatResponse(
+                error_code=int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
+                error_message=f"group {group_id} is being handed back to the broker's "
+                              f"coordinator by the sidecar at {release.peer}")
         if not self.releases.consumer_member(group_id, member_id, now):
             if request.member_epoch == 0:
                 return ConsumerGroupHeartbeatResponse(
@@ -1503,7 +1586,19 @@ class CoordinatorService:
         """The release's ``releasing`` phase, then the hand-back itself."""
         classic = self.classic
         assert classic is not None
+        holder = self.routes.own_fleet_address
+        told = self._followers(group_id)
         try:
+            release = self.releases.get(group_id, trio.current_time())
+            if told and release is not None and holder is not None:
+                # step 1 in a fleet: every sidecar relaying for the group is told first
+                why = await release_fleet.announce(self, release, holder, told)
+                if why is not None:
+                    self._abort_release(group_id, f"not every sidecar relaying for it could be "
+                                                  f"told: {why}")
+                    return
+                log.info("group %s: %d sidecar(s) relaying for it were told of the hand-back",
+                         group_id, len(told))
             while not self.releases.ready(group_id, trio.current_time()):
                 if self.engine.group(group_id) is None or not self.coordinates(group_id):
                     self.releases.abort(group_id)
@@ -1515,23 +1610,147 @@ class CoordinatorService:
             release = self.releases.get(group_id, trio.current_time())
             untold = sorted(release.unreleased) if release is not None else []
             membership = self.memberships.get(group_id)
-            _released, effects = classic.release(group_id, reason)
+            group = self.engine.group(group_id)
+            epoch = group.group_epoch if group is not None else 0
+            released, effects = classic.release(group_id, reason)
             self.apply(effects)  # GroupReleased: its KIP-848 members carried over
+            if self.durability is not None and release is not None:
+                # behind the tombstones: the release remembered across restarts (.release)
+                self.durability.submit([release_marker(group_id, release.to.value, epoch,
+                                                       wall_ms())])
             if membership is not None and self.memberships.get(group_id) is membership:
                 del self.memberships[group_id]
                 await self._give_up(group_id, membership)  # tombstones, then the lock leaves
             self._loading.pop(group_id, None)
             self.directory.forget(group_id)
-            carried = self.bridges.start_carried(group_id)
-            metrics.GROUP_RELEASES.labels("released").inc()
-            log.warning("group %s: handed back to the broker's classic coordinator; %d KIP-848 "
-                        "member(s) joining it as bridged members%s", group_id, carried,
-                        f"; still owning partitions (silent): {', '.join(untold)}"
-                        if untold else "")
+            if release is not None and release.to is ReleaseTarget.NATIVE:
+                await self._anchored(group_id, untold)
+            else:
+                carried = self.bridges.start_carried(group_id)
+                metrics.GROUP_RELEASES.labels("released").inc()
+                log.warning("group %s: handed back to the broker's classic coordinator; %d "
+                            "KIP-848 member(s) joining it as bridged members%s", group_id,
+                            carried, f"; still owning partitions (silent): {', '.join(untold)}"
+                            if untold else "")
+            followers = sorted(set(told) | set(self._followers(group_id)))
+            if followers and release is not None and holder is not None:
+                # step 2: the followers answer their members' requests themselves from now on
+                await release_fleet.tell_released(
+                    self, release, holder, followers,
+                    released.protocol if released is not None else None)
         finally:
             done.set()
             if self._release_done.get(group_id) is done:
                 del self._release_done[group_id]
+
+    def _followers(self, group_id: str) -> list[str]:
+        """The fleet addresses of the sidecars that relayed for ``group_id`` within the last
+        session (:mod:`.release_fleet`), this one's aside."""
+        own = self.routes.own_fleet_address
+        return [f for f in self.relayers.of(group_id)
+                if not f.startswith(OLD_FOLLOWER) and f != own]
+
+    def _abort_release(self, group_id: str, why: str) -> None:
+        """The hand-back does not happen: the engine goes on coordinating the group."""
+        self.releases.abort(group_id)
+        if self.engine.group(group_id) is not None:
+            self.apply(self.engine.resume(group_id, self.now_ms()))
+        metrics.GROUP_RELEASES.labels("aborted").inc()
+        log.warning("group %s: not handed back: %s; the engine goes on coordinating it",
+                    group_id, why)
+
+    def peer_release_started(self, group_id: str, release: GroupRelease) -> None:
+        """Another sidecar hands ``group_id`` back (``GroupReleasing``, :mod:`.release_fleet`):
+        this one's requests of the group that it decides itself wait for the outcome."""
+        previous = self._release_done.pop(group_id, None)
+        if previous is not None:
+            previous.set()
+        self._release_done[group_id] = trio.Event()
+        if self._nursery is not None:
+            self._nursery.start_soon(self._peer_release_bound, group_id, release)
+
+    def peer_release_ended(self, group_id: str, *, released: bool) -> None:
+        """The holder's hand-back of ``group_id`` is over: released (``GroupReleased``, or the
+        broker's group no longer held by it), or not."""
+        now = trio.current_time()
+        if released:
+            self.releases.released(group_id, now)
+            self.routes.forget([group_id])
+            self.directory.forget(group_id)
+        else:
+            self.releases.forget(group_id)
+        done = self._release_done.pop(group_id, None)
+        if done is not None:
+            done.set()
+
+    async def _peer_release_bound(self, group_id: str, release: GroupRelease) -> None:
+        """No ``GroupReleased`` by the announced bound: the broker's group decides (its holder
+        still holds it: no hand-back)."""
+        await trio.sleep_until(release.deadline)
+        for _ in range(PEER_RELEASE_LOOKUPS):
+            if (self.releases.get(group_id, trio.current_time()) is not release
+                    or release.phase is not ReleasePhase.RELEASING):
+                return
+            holder = await self.directory.lookup(group_id)
+            if holder.kind in ("free", "unused", "broker", "sidecar"):
+                held = holder.kind == "sidecar"  # the lock is still (or again) held
+                log.warning("group %s: the sidecar at %s did not say how its hand-back ended; "
+                            "the broker's group says it %s", group_id, release.peer,
+                            "did not happen" if held else "happened")
+                self.peer_release_ended(group_id, released=not held)
+                return
+            await trio.sleep(PEER_RELEASE_RETRY_SECONDS)
+        log.warning("group %s: the sidecar at %s did not say how its hand-back ended, nor can "
+                    "the broker; forgotten", group_id, release.peer)
+        self.peer_release_ended(group_id, released=False)
+
+    async def _anchored(self, group_id: str, untold: list[str]) -> None:
+        """A release to the broker's KIP-848 coordinator, after the lock left: the anchor
+        makes the broker's group a consumer group before the classic members' held joins are
+        answered (:mod:`.native_exit`)."""
+        assert self._nursery is not None
+        joined = self.exits.start_anchor(group_id, self._nursery)
+        with trio.move_on_after(10.0):
+            await joined.wait()
+        metrics.GROUP_RELEASES.labels("released").inc()
+        log.warning("group %s: handed to the broker's KIP-848 coordinator; its KIP-848 members "
+                    "rejoin there, its classic members join the broker's consumer group%s",
+                    group_id, f"; still owning partitions (silent): {', '.join(untold)}"
+                    if untold else "")
+
+    async def released_durably(self, group_id: str) -> bool:
+        """Whether the state log remembers ``group_id`` handed back (by any sidecar, before a
+        restart too): the online upgrade does not convert it then, except under
+        ``migration-policy=upgrade`` (the way back to the engine, docs/operations.md)."""
+        if (self.durability is None
+                or self.engine.config.migration_policy is MigrationPolicy.UPGRADE):
+            return False
+        to = await self.durable_releases.lookup(self.durability, group_id)
+        if to is None:
+            return False
+        now = trio.current_time()
+        if self.releases.get(group_id, now) is None:
+            log.info("group %s: the state log remembers it handed back to the broker's %s "
+                     "coordinator; not converted again (migration-policy %s)", group_id, to,
+                     self.engine.config.migration_policy.value)
+            target = ReleaseTarget.NATIVE if to == "native" else ReleaseTarget.CLASSIC
+            started = self.releases.start(group_id, "remembered in the state log", (), (),
+                                          now, 0.0, target)
+            if not isinstance(started, str):
+                self.releases.released(group_id, now)
+        return True
+
+    async def _native_at_broker(self, group_id: str) -> NotTaken | None:
+        """Before a takeover in front of a broker with a KIP-848 coordinator: if that
+        coordinator has the group, it is never taken (:mod:`.native_exit`)."""
+        if not await self.exits.at_broker(group_id):
+            return None
+        if self.releases.native(group_id, trio.current_time()) is None:
+            log.warning("group %s: the broker's KIP-848 coordinator has it; not taken over "
+                        "here: its requests go to the broker", group_id)
+            self.releases.found_native(group_id, "the broker's KIP-848 coordinator has it",
+                                       trio.current_time())
+        return NotTaken("the broker's KIP-848 coordinator has the group", "native")
 
     def _carry_over(self, released: GroupReleased) -> None:
         """The engine handed ``released`` back: remember it, and give each KIP-848 member a
@@ -1546,6 +1765,10 @@ class CoordinatorService:
         still_owning, left = set(release.unreleased), set(release.left)
         self.releases.released(group_id, now, [m.member_id for m in released.members
                                                if not m.consumer_protocol])
+        if release.to is ReleaseTarget.NATIVE:
+            log.info("group %s: released by the engine (%s); its KIP-848 members are told to "
+                     "rejoin at the broker's KIP-848 coordinator", group_id, released.reason)
+            return
         topics = dict(self.engine.image.by_name)
         for member in released.members:
             if (member.consumer_protocol and member.member_epoch > 0

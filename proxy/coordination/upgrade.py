@@ -596,8 +596,10 @@ class Upgrades:
                     if candidate is None or trio.current_time() < candidate.not_before:
                         continue
                     if (service.engine_claims(group_id) or not self.policy.upgrade_enabled
-                            or service.releases.get(group_id, trio.current_time()) is not None):
-                        # handed back here (:mod:`.release`): not converted again meanwhile
+                            or service.releases.get(group_id, trio.current_time()) is not None
+                            or await service.released_durably(group_id)):
+                        # handed back (:mod:`.release`; remembered here, or in the state
+                        # log): not converted again meanwhile
                         self.candidates.pop(group_id, None)
                         continue
                     if service.classic is None and not all(

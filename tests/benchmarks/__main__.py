@@ -13,6 +13,9 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "crash": ("tests.benchmarks.crash",
               "a SIGKILLed member's partitions reassigned: groupgate (pod-local) vs Kafka 4.4 "
               "and 3.9 (also: rebalance --scenario crash --profile P)"),
+    "migration": ("tests.benchmarks.migration",
+                  "the whole migration roll in the pod test bed, per step: groupgate vs Kafka "
+                  "4.4 native"),
     "soak": ("tests.benchmarks.soak.command",
              "real clients under random failures; offsets and ownership checked"),
     "engine": ("tests.benchmarks.engine",

@@ -10,6 +10,8 @@ must not take the group back while the old sidecar is there; once it is gone, it
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -249,7 +251,10 @@ def test_a_fleet_of_0_2_0_and_this_build_serves_one_group_either_way(
     holds the group, the other follows it: both members get partitions, none is owned twice,
     and every record is consumed (the protocol-3 card's new fields are unknown keys to 0.2.0;
     0.2.0 relays with the protocol-2 mark, which this build reads; this build relays to a 0.2.0
-    holder without FleetControl), and what they consumed is committed."""
+    holder without FleetControl, with the protocol-2 mark, the protocol-3 one naming the
+    follower only to protocol-3 holders), and what they consumed is committed. With this
+    build holding it, ``groupgate release`` is refused while the 0.2.0 sidecar relays (it
+    cannot be told of a hand-back)."""
     from proxy.process import ProxyProcess
     from tests.testbed.broker import free_ports
     from tests.testbed.releases import ReleaseUnavailable, release_tree
@@ -268,8 +273,10 @@ def test_a_fleet_of_0_2_0_and_this_build_serves_one_group_either_way(
 
     def sidecar(version: str) -> ProxyProcess:
         port = fleet_old if version == "0.2.0" else fleet_new
+        policy = [] if version == "0.2.0" else ["--migration-policy", "downgrade"]
         proxy = ProxyProcess.start(kafka39.bootstrap, tmp_path / f"groupgate-{version}.log",
-                                   args=[*flags, "--fleet-listen", f"127.0.0.1:{port}"],
+                                   args=[*flags, "--fleet-listen", f"127.0.0.1:{port}",
+                                         *policy],
                                    cwd=old_tree if version == "0.2.0" else None)
         started.append(proxy)
         return proxy
@@ -292,6 +299,18 @@ def test_a_fleet_of_0_2_0_and_this_build_serves_one_group_either_way(
                  "every record to be consumed")
         assert all(m.consumed for m in members), [m.consumed for m in members]
         assert not owned_twice(members), [m.history for m in members]
+        if first == "this build":
+            # the hand-back tells every sidecar that relays for the group (GroupReleasing,
+            # fleet protocol 3): a 0.2.0 follower cannot be told, so it is refused, naming it
+            released = subprocess.run(
+                [sys.executable, "-m", "proxy.cli", "release", "--group", group_id,
+                 "--bootstrap", holder.bootstrap], capture_output=True, text=True, timeout=60,
+                check=False)
+            assert released.returncode == 1, (released.stdout, released.stderr)
+            assert "0.2.0" in released.stderr and "roll them first" in released.stderr, \
+                released.stderr
+            assert "holding the broker's group" in holder.log()  # nothing changed
+            wait_for(lambda: all(m.owned for m in members), 30, "both members to go on")
         # the members commit what they consumed as they close (the one behind the follower
         # through it: relayed as before between these two versions, read at the broker)
         for m in members:

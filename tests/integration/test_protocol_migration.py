@@ -17,31 +17,51 @@ under ``upgrade`` (groupgate's default); under a policy without upgrades the con
 member's first heartbeat is GROUP_ID_NOT_FOUND and the classic member goes on as before
 (Kafka's ``validateOnlineUpgrade``), dynamic and static. Through groupgate with
 ``--migration-policy``; on Kafka 4.4 (``--run-slow``) on a broker started with
-``group.consumer.migration.policy``. One answer differs, on purpose: under ``downgrade``
-groupgate admits the consumer-protocol member (its sidecars bridge such a member in the broker
-phase, so a hand-back never strands a KIP-848 client), where Kafka refuses it.
+``group.consumer.migration.policy``; where the policy allows the downgrade too
+(``bidirectional``), the cases end with it (below). groupgate answers as Kafka under every
+policy: under ``downgrade`` the consumer-protocol member is refused, in the engine and in the
+broker phase alike (a KIP-848 member the engine had when it handed the group back is not: it
+takes part in the broker's group as a bridged member).
 
 Behind groupgate these requests reach the engine (the proxy holds the group: every member
 connects through it), which is what these cases exercise on Kafka 4.x. Not played here: the
-ListGroups group types and state names of Kafka's assertions (the engine's group is listed as a
-consumer group from the start), the downgrade at the end of Kafka's cases (a group handed back
-goes to the broker's classic coordinator: the release), and the cases whose classic members
-are connected straight to the broker (groupgate's broker phase: ``test_mixed_phase.py``; with
+ListGroups group types and state names of Kafka's assertions before the downgrade (the engine's
+group is listed as a consumer group from the start), and the cases whose classic members are
+connected straight to the broker (groupgate's broker phase: ``test_mixed_phase.py``; with
 ``migration-policy=disabled`` the KIP-848 member is answered GROUP_ID_NOT_FOUND there, as
 Kafka answers it, ``tests/unit/coordination/test_bridged.py``).
+
+**The downgrade cases.** Kafka's cases end with the downgrade: the last consumer-protocol
+member leaves (or, static, a classic member takes its instance id) and the group is a classic
+group again; ``testDowngradeFromEmptyConsumerToClassicGroup`` (any policy: an emptied
+consumer group takes a classic member) and ``testDowngradeMigrationPolicy`` (policy
+``downgrade``: then a consumer-protocol join is refused, GROUP_ID_NOT_FOUND) are the others.
+Behind groupgate the downgrade is the hand-back (``proxy/coordination/release.py``): the group
+goes to the broker's classic coordinator (ListGroups lists it as a classic group on both), but
+where Kafka keeps the classic members in the group it converts (PreparingRebalance; Stable
+after a static replacement), groupgate tells them to rejoin the broker's group
+(ILLEGAL_GENERATION on their next Heartbeat, their JoinGroup answered REBALANCE_IN_PROGRESS
+once the lock left: the broker's group is Empty meanwhile), and they join it with a member id
+the broker gives. So both are played to the same end: the classic member rejoins, leads the
+classic group, owns every partition, and finds the offsets it committed; the state names of
+Kafka's assertion right after the downgrade are asserted on Kafka only, and groupgate's own
+answers (the hand-back's) where they differ. An emptied engine group stays the engine's when a
+classic member joins it (every member is behind groupgate: nothing to hand back), so there the
+answers are compared, not the group type.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from proxy.codec import messages
+from tests.conftest import BrokerPool, _pooled
 from tests.integration.conftest import StartProxy
 from tests.integration.test_classic_translation import FLAGS
 from tests.integration.test_new_protocol import Wire, coordinator_of
@@ -50,9 +70,6 @@ from tests.testbed.broker import KafkaBroker
 NONE, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID = 0, 22, 25
 REBALANCE_IN_PROGRESS, INCONSISTENT_GROUP_PROTOCOL, MEMBER_ID_REQUIRED = 27, 23, 79
 GROUP_ID_NOT_FOUND = 69
-LOADING = frozenset({14, 15, 16})
-"""COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: the first join of a
-broker just started is asked again."""
 PROTOCOL = "range"
 """The classic member's protocol name (Kafka's test calls it ``consumer-range``: any name)."""
 OTHER = "roundrobin"
@@ -115,22 +132,14 @@ class Classic:
         return int(answer["error_code"])
 
     def first_join(self, partitions: list[int]) -> int:
-        """Join a new group and lead it with every partition; the generation."""
+        """Join a new group and lead it with every partition; the generation (retried while
+        the coordinator is not ready, as a client does: a broker just started loads its
+        offsets partitions)."""
         if self.instance is None:
-            required = self.join([])
-            for _ in range(100):  # a broker just started loads its group coordinator first
-                if required["error_code"] not in LOADING:
-                    break
-                time.sleep(0.2)
-                required = self.join([])
+            required = retried(lambda: self.join([]))
             assert required["error_code"] == MEMBER_ID_REQUIRED, required
             self.member_id = required["member_id"]
-        joined = self.join([])
-        for _ in range(100):
-            if joined["error_code"] not in LOADING:
-                break
-            time.sleep(0.2)
-            joined = self.join([])
+        joined = retried(lambda: self.join([]))
         assert joined["error_code"] == NONE, joined
         self.member_id = joined["member_id"]
         generation = int(joined["generation_id"])
@@ -139,6 +148,21 @@ class Classic:
         assert synced["error_code"] == NONE, synced
         assert assigned(synced["assignment"]) == partitions
         return generation
+
+
+NOT_READY = (14, 15, 16)
+"""COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: a client retries."""
+
+
+def retried(send: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``send()`` again while the answer says the coordinator is not ready (a broker that just
+    started, a proxy still taking the group over)."""
+    for _ in range(100):
+        answer = send()
+        if answer["error_code"] not in NOT_READY:
+            return answer
+        time.sleep(0.2)
+    return answer
 
 
 def settle_assignment_interval() -> None:
@@ -190,13 +214,16 @@ def upgraded(wire: Wire, group: str, topic: str, static: bool
     assert member1.first_join([0, 1, 2]) == 1
     settle_assignment_interval()
     instance2 = "instance-id-2" if static else None
-    joined = consumer_heartbeat(wire, group, uuid.uuid4().hex[:22], 0, topic, instance2)
+    joined = retried(lambda: consumer_heartbeat(wire, group, uuid.uuid4().hex[:22], 0, topic,
+                                                instance2))
     assert joined["error_code"] == NONE, joined
     return member1, joined["member_id"], instance2
 
 
-def eager(bootstrap: str, topic: str, static: bool) -> None:
-    """Kafka's ``testOnlineMigrationWithEagerAssignmentStrategy``, up to the downgrade."""
+def eager(bootstrap: str, topic: str, static: bool, behind: bool,
+          downgrades: bool) -> None:
+    """Kafka's ``testOnlineMigrationWithEagerAssignmentStrategy`` (``behind``: through
+    groupgate; ``downgrades``: the policy allows the downgrade at its end)."""
     group = f"migration-eager-{uuid.uuid4().hex[:8]}"
     wire = coordinator_of(bootstrap, group)
     try:
@@ -235,12 +262,17 @@ def eager(bootstrap: str, topic: str, static: bool) -> None:
         synced = member1.sync(2)
         assert synced["error_code"] == NONE, synced
         assert assigned(synced["assignment"]) == [p for p in (0, 1, 2) if p not in partitions2]
+
+        if downgrades:
+            downgrade(wire, group, topic, member1, 2, member2, instance2, behind)
     finally:
         wire.close()
 
 
-def cooperative(bootstrap: str, topic: str, static: bool) -> None:
-    """Kafka's ``testOnlineMigrationWithCooperativeAssignmentStrategy``, up to the downgrade."""
+def cooperative(bootstrap: str, topic: str, static: bool, behind: bool,
+                downgrades: bool) -> None:
+    """Kafka's ``testOnlineMigrationWithCooperativeAssignmentStrategy`` (``behind``: through
+    groupgate; ``downgrades``: the policy allows the downgrade at its end)."""
     group = f"migration-coop-{uuid.uuid4().hex[:8]}"
     wire = coordinator_of(bootstrap, group)
     try:
@@ -271,6 +303,122 @@ def cooperative(bootstrap: str, topic: str, static: bool) -> None:
         partitions2 = sorted(p for t in answer["assignment"]["topic_partitions"]
                              for p in t["partitions"])
         assert partitions2 == [p for p in (0, 1, 2) if p not in partitions1], answer
+
+        if downgrades:
+            downgrade(wire, group, topic, member1, 2, member2, instance2, behind)
+    finally:
+        wire.close()
+
+
+def consumer_leave(wire: Wire, group: str, member_id: str, instance: str | None
+                   ) -> dict[str, Any]:
+    """A consumer-protocol member leaves (epoch -1, as Kafka's ``leaveGroupWithNewProtocol``)."""
+    return wire.request(68, 0, {
+        "group_id": group, "member_id": member_id, "member_epoch": -1,
+        "instance_id": instance, "rack_id": None, "rebalance_timeout_ms": -1,
+        "subscribed_topic_names": None, "server_assignor": None, "topic_partitions": None})
+
+
+def listed(wire: Wire, group: str) -> tuple[str, str] | None:
+    """(group type, state) ListGroups v5 gives ``group``; None if it lists no such group."""
+    answer = wire.request(16, 5, {"states_filter": [], "types_filter": []})
+    for entry in answer["groups"]:
+        if entry["group_id"] == group:
+            return str(entry["group_type"]).lower(), entry["group_state"]
+    return None
+
+
+def listed_soon(wire: Wire, group: str, expected: tuple[str, str]) -> tuple[str, str] | None:
+    """:func:`listed`, asked again for a few seconds until it is ``expected`` (the hand-back
+    ends in the background, a moment after the request that completed it)."""
+    seen = None
+    for _ in range(50):
+        seen = listed(wire, group)
+        if seen == expected:
+            break
+        time.sleep(0.1)
+    return seen
+
+
+def rejoined(member: Classic, owned: list[int], partitions: list[int]) -> int:
+    """The classic member joins the classic group again (asking for the member id it is told
+    to, retrying while the coordinator rebalances), leads it, and gives itself ``partitions``;
+    its generation."""
+    for _ in range(50):
+        joined = member.join(owned)
+        error = joined["error_code"]
+        if error == MEMBER_ID_REQUIRED:
+            member.member_id = joined["member_id"]
+            continue
+        if error in (REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID):
+            if error == UNKNOWN_MEMBER_ID:
+                member.member_id = ""
+            time.sleep(0.1)
+            continue
+        assert error == NONE, joined
+        member.member_id = joined["member_id"]
+        assert joined["leader"] == member.member_id, joined
+        generation = int(joined["generation_id"])
+        synced = member.sync(generation, assignments=[
+            {"member_id": member.member_id, "assignment": assignment(member.topic, partitions)}])
+        assert synced["error_code"] == NONE, synced
+        assert assigned(synced["assignment"]) == partitions
+        return generation
+    raise AssertionError("the classic member could not join the classic group again")
+
+
+def downgrade(wire: Wire, group: str, topic: str, member1: Classic, generation: int,
+              member2: str, instance2: str | None, behind: bool) -> None:
+    """The end of Kafka's online-migration cases: the consumer-protocol member leaves
+    (dynamic), or a classic member takes its instance id (static), and the group is a classic
+    group; then (beyond Kafka's case) the classic member rejoins it, leads it with every
+    partition and finds its committed offsets."""
+    static = instance2 is not None
+    if not static:
+        left = consumer_leave(wire, group, member2, None)
+        assert left["error_code"] == NONE, left
+    else:
+        replacement = Classic(wire, group, topic, instance2)
+        replaced = replacement.join([])
+        # Kafka takes the replacement into the group it converts; groupgate's engine takes it
+        # too and starts the hand-back (the replacement owns nothing: nothing to wait for)
+        assert replaced["error_code"] == NONE, replaced
+    if not behind:
+        assert listed(wire, group) == ("classic", "Stable" if static else
+                                       "PreparingRebalance")
+        if static:
+            return  # Kafka's case ends here, the group Stable with both members
+        # (not in Kafka's case: either answer makes the member rejoin)
+        assert member1.heartbeat(generation) in (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION)
+    else:
+        # the hand-back: told to give everything up and rejoin (its partitions are lost);
+        # its join waits until the lock left the broker's group
+        assert member1.heartbeat(generation) == ILLEGAL_GENERATION
+        told = member1.join([])
+        assert told["error_code"] == REBALANCE_IN_PROGRESS, told
+        assert listed_soon(wire, group, ("classic", "Empty")) == ("classic", "Empty")
+    rejoined(member1, [], [0, 1, 2])
+    assert listed(wire, group) == ("classic", "Stable")
+    assert fetched(wire, group, "", -1, topic, False) == [(0, 180), (1, 181), (2, 182)]
+
+
+def empty_downgrade(bootstrap: str, topic: str, behind: bool) -> None:
+    """Kafka's ``testDowngradeFromEmptyConsumerToClassicGroup`` (every policy): a consumer
+    group whose member left takes a classic member. groupgate's engine keeps such a group
+    (all its members are behind groupgate): listed as a consumer group, where Kafka lists a
+    classic one; the classic member's answers are the same."""
+    group = f"downgrade-empty-{uuid.uuid4().hex[:8]}"
+    wire = coordinator_of(bootstrap, group)
+    try:
+        member_id = uuid.uuid4().hex[:22]
+        joined = retried(lambda: consumer_heartbeat(wire, group, member_id, 0, topic, None))
+        assert joined["error_code"] == NONE, joined
+        left = consumer_leave(wire, group, joined["member_id"], None)
+        assert left["error_code"] == NONE, left
+        assert listed(wire, group) == ("consumer", "Empty")
+        settle_assignment_interval()
+        assert Classic(wire, group, topic, None).first_join([0, 1, 2]) >= 1
+        assert listed(wire, group) == ("consumer" if behind else "classic", "Stable")
     finally:
         wire.close()
 
@@ -298,25 +446,69 @@ def refused(bootstrap: str, topic: str, static: bool) -> None:
         wire.close()
 
 
-CASES: dict[str, Callable[[str, str, bool], None]] = {"eager": eager,
-                                                      "cooperative": cooperative}
+def downgrade_policy(bootstrap: str, topic: str, behind: bool) -> None:
+    """Kafka's ``testDowngradeMigrationPolicy`` (policy ``downgrade``): a consumer-protocol
+    member and a classic one; the first revokes and leaves, the group is a classic group
+    again, and a consumer-protocol join is refused (GROUP_ID_NOT_FOUND). Then (beyond Kafka's
+    case) the classic member rejoins the classic group and leads it with every partition."""
+    group = f"downgrade-policy-{uuid.uuid4().hex[:8]}"
+    wire = coordinator_of(bootstrap, group)
+    try:
+        member1 = uuid.uuid4().hex[:22]
+        joined = retried(lambda: consumer_heartbeat(wire, group, member1, 0, topic, None))
+        assert joined["error_code"] == NONE, joined
+        member1, epoch1 = joined["member_id"], joined["member_epoch"]
+        settle_assignment_interval()
+        member2 = Classic(wire, group, topic, None)
+        required = member2.join([])
+        assert required["error_code"] == MEMBER_ID_REQUIRED, required
+        member2.member_id = required["member_id"]
+        joined2 = member2.join([])
+        # (Kafka's case sees generation 2; a group epoch bumped meanwhile, e.g. by the new
+        # topic's metadata, makes it one more: the member goes on with what it was given)
+        assert joined2["error_code"] == NONE and joined2["generation_id"] >= 2, joined2
+        generation = int(joined2["generation_id"])
+        synced = member2.sync(generation)
+        assert synced["error_code"] == NONE and assigned(synced["assignment"]) == [], synced
+        assert member2.heartbeat(generation) == NONE
+        revoked = consumer_heartbeat(wire, group, member1, epoch1, topic, None)
+        assert revoked["error_code"] == NONE, revoked
+        assert member2.heartbeat(generation) == REBALANCE_IN_PROGRESS
+        left = consumer_leave(wire, group, member1, None)
+        assert left["error_code"] == NONE, left
+        if behind:  # the hand-back (member 2 owns nothing: nobody to wait for)
+            assert listed_soon(wire, group, ("classic", "Empty")) == ("classic", "Empty")
+        else:
+            assert listed(wire, group) == ("classic", "PreparingRebalance")
+        refused = consumer_heartbeat(wire, group, member1, 0, topic, None)
+        assert refused["error_code"] == GROUP_ID_NOT_FOUND, refused
+        if behind:
+            assert member2.heartbeat(generation) == ILLEGAL_GENERATION  # the hand-back's
+        else:  # (not in Kafka's case: either answer makes the member rejoin)
+            assert member2.heartbeat(generation) in (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION)
+        rejoined(member2, [], [0, 1, 2])
+        assert listed(wire, group) == ("classic", "Stable")
+    finally:
+        wire.close()
+
+
+CASES: dict[str, Callable[[str, str, bool, bool, bool], None]] = {
+    "eager": eager, "cooperative": cooperative}
 POLICIES = ("upgrade", "downgrade", "disabled")
 """The policies other than ``bidirectional`` (the cases above run under it)."""
-UPGRADES_ON_KAFKA = {"bidirectional": True, "upgrade": True, "downgrade": False,
-                     "disabled": False}
-UPGRADES_THROUGH_GROUPGATE = dict(UPGRADES_ON_KAFKA, downgrade=True)
-"""Where groupgate answers otherwise, on purpose: under ``downgrade`` it admits the
-consumer-protocol member (its sidecars bridge such a member in the broker phase, so a
-hand-back never strands a KIP-848 client; decision record 0018, section 1)."""
+UPGRADES = {"bidirectional": True, "upgrade": True, "downgrade": False, "disabled": False}
+DOWNGRADES = {"bidirectional": True, "upgrade": False, "downgrade": True, "disabled": False}
+"""What each policy allows, on Kafka and through groupgate alike."""
 
 
-def every_case(bootstrap: str, topic: Callable[[], str], upgrades: bool) -> None:
+def every_case(bootstrap: str, topic: Callable[[], str], policy: str, behind: bool) -> None:
     """The four upgrade cases (eager and cooperative, dynamic and static) where the policy
-    lets the group upgrade, else the refusal, dynamic and static."""
+    lets the group upgrade (ending in the downgrade where it allows that too), else the
+    refusal, dynamic and static."""
     for static in (False, True):
-        if upgrades:
+        if UPGRADES[policy]:
             for case in sorted(CASES):
-                CASES[case](bootstrap, topic(), static)
+                CASES[case](bootstrap, topic(), static, behind, DOWNGRADES[policy])
         else:
             refused(bootstrap, topic(), static)
 
@@ -326,7 +518,7 @@ def every_case(bootstrap: str, topic: Callable[[], str], upgrades: bool) -> None
 def test_through_groupgate(kafka39: KafkaBroker, start_proxy: StartProxy,
                            topic: Callable[..., str], case: str, static: bool) -> None:
     proxy = start_proxy(kafka39, *FLAGS, "--migration-policy", "bidirectional")
-    CASES[case](proxy.bootstrap, topic(kafka39, partitions=3), static)
+    CASES[case](proxy.bootstrap, topic(kafka39, partitions=3), static, True, True)
 
 
 @pytest.mark.slow
@@ -336,7 +528,7 @@ def test_on_kafka_4_4(kafka4: KafkaBroker, topic: Callable[..., str], case: str,
                       static: bool) -> None:
     """The reference: the same requests straight at Kafka 4.4 (migration policy
     ``bidirectional``, its default)."""
-    CASES[case](kafka4.bootstrap, topic(kafka4, partitions=3), static)
+    CASES[case](kafka4.bootstrap, topic(kafka4, partitions=3), static, False, True)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -344,8 +536,7 @@ def test_each_policy_through_groupgate(kafka39: KafkaBroker, start_proxy: StartP
                                        topic: Callable[..., str], policy: str) -> None:
     """The cases under each other ``migration-policy``, one proxy per policy."""
     proxy = start_proxy(kafka39, *FLAGS, "--migration-policy", policy)
-    every_case(proxy.bootstrap, lambda: topic(kafka39, partitions=3),
-               UPGRADES_THROUGH_GROUPGATE[policy])
+    every_case(proxy.bootstrap, lambda: topic(kafka39, partitions=3), policy, True)
 
 
 @pytest.mark.slow
@@ -361,4 +552,48 @@ def test_each_policy_on_kafka_4_4(tmp_path: Path, policy: str) -> None:
             broker.create_topic(name, 3)
             return name
 
-        every_case(broker.bootstrap, fresh, UPGRADES_ON_KAFKA[policy])
+        every_case(broker.bootstrap, fresh, policy, False)
+
+
+@pytest.mark.parametrize("policy", ("bidirectional", *POLICIES))
+def test_an_emptied_group_takes_a_classic_member_through_groupgate(
+        kafka39: KafkaBroker, start_proxy: StartProxy, topic: Callable[..., str],
+        policy: str) -> None:
+    proxy = start_proxy(kafka39, *FLAGS, "--migration-policy", policy)
+    empty_downgrade(proxy.bootstrap, topic(kafka39, partitions=3), True)
+
+
+def test_the_downgrade_policy_through_groupgate(kafka39: KafkaBroker, start_proxy: StartProxy,
+                                                topic: Callable[..., str]) -> None:
+    proxy = start_proxy(kafka39, *FLAGS, "--migration-policy", "downgrade")
+    downgrade_policy(proxy.bootstrap, topic(kafka39, partitions=3), True)
+
+
+DOWNGRADE_KEY = "4.4-downgrade"
+
+
+@pytest.fixture
+def kafka4_downgrade(broker_pool: BrokerPool) -> Iterator[KafkaBroker]:
+    """Kafka 4.4 with ``group.consumer.migration.policy=downgrade``."""
+    broker_pool.factories.setdefault(DOWNGRADE_KEY, lambda d: KafkaBroker.start(
+        "4.4", d, properties={"group.consumer.migration.policy": "downgrade"}))
+    for cluster in _pooled(broker_pool, DOWNGRADE_KEY):
+        assert isinstance(cluster, KafkaBroker)
+        yield cluster
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["bidirectional", "downgrade"])
+def test_an_emptied_group_takes_a_classic_member_on_kafka_4_4(
+        request: pytest.FixtureRequest, topic: Callable[..., str], policy: str) -> None:
+    """The reference, on the broker's default policy and on ``downgrade`` (Kafka's case runs
+    all four; ``upgrade`` and ``disabled`` would need two more brokers)."""
+    broker: KafkaBroker = request.getfixturevalue(
+        "kafka4" if policy == "bidirectional" else "kafka4_downgrade")
+    empty_downgrade(broker.bootstrap, topic(broker, partitions=3), False)
+
+
+@pytest.mark.slow
+def test_the_downgrade_policy_on_kafka_4_4(kafka4_downgrade: KafkaBroker,
+                                           topic: Callable[..., str]) -> None:
+    downgrade_policy(kafka4_downgrade.bootstrap, topic(kafka4_downgrade, partitions=3), False)

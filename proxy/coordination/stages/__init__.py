@@ -10,8 +10,8 @@ connection             :mod:`.authorize`, :mod:`.conversion`, :mod:`.fleet_route
                        :mod:`~proxy.coordination.offsets.retries` (OffsetCommit),
                        :mod:`.relay` (commit tickets: :mod:`~proxy.coordination.offsets.ticketed`),
                        :mod:`.stepped_down`, :mod:`.dispatch` (:class:`~.dispatch.Dispatch`)
-a relay from another   :mod:`.decode` (the relay mark), :mod:`.held_here`, :mod:`.stepped_down`,
-sidecar                :mod:`.dispatch` (:class:`~.dispatch.DispatchRelayed`)
+a relay from another   :mod:`.decode` (the relay mark), :mod:`.relayers`, :mod:`.held_here`,
+sidecar                :mod:`.stepped_down`, :mod:`.dispatch` (:class:`~.dispatch.DispatchRelayed`)
 =====================  ========================================================================
 
 Every answer goes back through the list's answer hooks, last stage first, and is encoded at

@@ -19,7 +19,7 @@ from proxy.codec.api_keys import ApiKey
 from proxy.codec.errors import CodecError
 from proxy.codec.header import RequestHeader, parse_request_header
 from proxy.connection import RejectRequest, RequestInfo
-from proxy.coordination.fleet import unmark
+from proxy.coordination.fleet import OLD_FOLLOWER, unmark
 from proxy.coordination.handler import ApiHandler, GroupRequest, Value
 from proxy.coordination.heartbeat_answers import HeartbeatAnswers
 from proxy.coordination.stages.stage import Decoder
@@ -96,7 +96,8 @@ class ClientDecoder(Decoder):
 
 class RelayedDecoder(Decoder):
     """A connection on the fleet listener: what a peer sidecar's relay mark says of the
-    application (client id, address, listener, software, principal)."""
+    application (client id, address, listener, software, principal) and of the sidecar that
+    relayed it (its fleet address, protocol 3)."""
 
     __slots__ = ("_client_host", "_node_id", "_session", "_software")
 
@@ -113,11 +114,14 @@ class RelayedDecoder(Decoder):
         client_id, client_host, node_id = header.client_id, self._client_host, self._node_id
         principal = session.principal
         relayed = unmark(client_id) if session.fleet_peer else None
+        relayed_by = None
         if relayed is not None:
+            relayed_by = relayed.follower or f"{OLD_FOLLOWER}{client_host}"
             client_id, client_host, node_id, principal = (
                 relayed.client_id, relayed.client_host, relayed.node_id, relayed.principal)
             if relayed.software is not None and self._software is not None:
                 self._software.note(client_host, client_id, *relayed.software)
         return GroupRequest(handler.api_key, request.api_version, request.correlation_id,
                             client_id, client_host, node_id,
-                            bytes(request.frame[:header.header_length]), value, principal)
+                            bytes(request.frame[:header.header_length]), value, principal,
+                            relayed_by=relayed_by)

@@ -105,12 +105,14 @@ async def relay(chain: Chain, handler: ApiHandler, request: GroupRequest,
 
 def mark(chain: Chain, request: GroupRequest, route: Route) -> str:
     """The client id a relay of ``request`` carries: who the application is, as the holder's
-    fleet protocol reads it."""
+    fleet protocol reads it (protocol 3: and this sidecar's fleet address, so that a
+    hand-back of the group tells it, :mod:`..release_fleet`)."""
     software = chain.software
     return mark_forwarded(request.client_id, request.client_host, request.node_id,
                           software.lookup(request.client_host, request.client_id or "")
                           if software is not None else None,
-                          request.principal, route.protocol)
+                          request.principal, route.protocol,
+                          chain.fleet.routes.own_fleet_address if chain.fleet else None)
 
 
 def _is_join(request: GroupRequest) -> bool:

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from proxy.coordination.commit_retries import CommitRetries
     from proxy.coordination.membership import BrokerMembership
     from proxy.coordination.peers import FleetSide, Route
+    from proxy.coordination.release_fleet import Relayers
     from proxy.coordination.tickets import Tickets
     from proxy.coordination.upgrade import Upgrades
     from proxy.journal.clients import ClientSoftwareDirectory
@@ -62,6 +63,8 @@ class RouterCalls(Protocol):
     """What this sidecar's clients were told of their commits."""
     tickets: Tickets
     """Commit tickets, given out as a holder and reported as a follower."""
+    relayers: Relayers
+    """The sidecars that relayed each group's requests here (a hand-back tells them)."""
 
     def membership(self, group_id: str) -> BrokerMembership | None:
         """The established broker membership of a group this sidecar holds."""

@@ -75,6 +75,8 @@ class FakeLink:
     async def request(self, api_key: int, version: int, value: dict[str, Any], *,
                       timeout: float | None = None, client_id: str | None = None
                       ) -> dict[str, Any]:
+        if api_key == 18:  # ApiVersions (proxy.coordination.native_exit): a 3.x broker
+            return {"error_code": 0, "api_keys": [], "throttle_time_ms": 0}
         self.requests.append((api_key, version, value))
         self.client_ids.append(client_id)
         self.timeouts.append(timeout)

@@ -252,3 +252,16 @@ async def test_heartbeats_to_a_holder_that_takes_none_are_relayed_and_it_is_reme
         assert joined.action == "local"
     assert [k for k, _ in peer.relayed] == [ApiKey.CONSUMER_GROUP_HEARTBEAT] * 2
     assert len(peer.controls) == 1  # asked once, then relayed
+
+
+async def test_a_heartbeat_inside_fleet_control_names_its_follower_to_the_holder() -> None:
+    """The holder keeps who relays for a group, for a hand-back to tell each of them first
+    (:mod:`proxy.coordination.release_fleet`): a KIP-848 heartbeat that reaches it inside
+    ``FleetControl`` names the follower as a relayed one does."""
+    holder, follower, peer = fleet_of()
+    follower.routes.own_fleet_address = "10.0.0.9:9094"
+    joined = await exchange(router(follower, fleet=True), request(
+        ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, dict(HEARTBEAT_V0, member_id=str(uuid.uuid4()))))
+    assert joined.response is not None and joined.response["error_code"] == 0, joined.response
+    assert controls(peer, "Heartbeat") and peer.relayed == []
+    assert holder.relayers.of("g") == ["10.0.0.9:9094"]

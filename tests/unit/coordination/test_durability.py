@@ -156,6 +156,48 @@ async def test_an_answer_leaves_only_once_its_group_s_state_is_written() -> None
         nursery.cancel_scope.cancel()
 
 
+async def test_an_answer_written_leaves_even_if_its_group_is_given_up_right_after() -> None:
+    """The last KIP-848 member's leave hands the group back (the downgrade policy): the
+    hand-back waits for the same units as the leave's answer and gives the group up (its
+    tombstones) the moment they are written. The leave was written: it is answered, not
+    NOT_COORDINATOR."""
+    service, fake = durable_service(Log())
+    async with trio.open_nursery() as nursery:
+        await started(service, nursery)
+        coordinate(service, "g")
+        durability = service.durability
+        assert durability is not None
+        await durability.take_over("g")
+        writer = fake.writers["g"]
+        joined = await heartbeat(service, JOIN)
+        assert joined["error_code"] == 0, joined
+        writer.gate = trio.Event()
+
+        class GivesUp:
+            """Held first: released first, it gives the group up before the answer runs."""
+
+            def set(self) -> None:
+                durability.release("g")
+
+        answers: list[dict[str, Any]] = []
+
+        async def beat() -> None:
+            answers.append(await heartbeat(service, dict(
+                JOIN, member_id=joined["member_id"], member_epoch=-1)))
+
+        writes = durability.groups["g"]
+        # the next unit (the leave's) releases it first
+        assert not writes.barrier.hold(GivesUp(), writes.barrier.submitted + 1)
+        nursery.start_soon(beat)
+        await trio.sleep(0.1)
+        assert answers == [] and writes.barrier.waiting == 2
+        writer.gate.set()
+        await trio.sleep(0.1)
+        assert "g" not in durability.groups  # given up right after the write
+        assert len(answers) == 1 and answers[0]["error_code"] == 0, answers
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_failed_write_fails_the_answer_and_gives_the_group_up() -> None:
     service, fake = durable_service(Log())
     async with trio.open_nursery() as nursery:

@@ -794,3 +794,29 @@ async def test_a_group_held_with_other_state_log_settings_is_never_taken_over(
     assert table.route(["peer"]).kind == RELAY
     # progress: same settings, or a card that does not say, are taken over as before
     assert table.route(["same"]).kind == LOCAL and table.route(["older"]).kind == LOCAL
+
+
+def test_protocol_3_marks_name_the_relaying_sidecar() -> None:
+    from proxy.coordination.fleet import Relayed
+
+    marked = mark_forwarded("app|1", "/h", 2, ("java", "4.1"), "User:a", 3, "10.0.0.7:9094")
+    assert marked == "groupgate-fleet3|2|/h|java/4.1|User:a|10.0.0.7:9094||app|1"
+    relayed = unmark(marked)
+    assert relayed == Relayed("app|1", "/h", 2, ("java", "4.1"), "User:a", "10.0.0.7:9094")
+    assert relayed is not None and relayed.protocol == 3
+    # without a fleet address (or to a protocol-2 holder) the protocol-2 mark, as before
+    assert mark_forwarded("app", "/h", None, None, None, 3).startswith("groupgate-fleet2|")
+    assert mark_forwarded("app", "/h", None, None, None, 2, "x:1").startswith(
+        "groupgate-fleet2|")
+    assert unmark("groupgate-fleet3|1|/h||||app") is None  # cut short
+
+
+async def test_a_group_handed_back_is_decided_here_without_a_lookup() -> None:
+    """Its requests go to the broker's group, which a lookup during the broker's own
+    rebalance could not name (``unknown``: refused), keeping its members from rejoining."""
+    from proxy.coordination.peers import LOCAL, LOOKUP, REFUSE
+
+    table = routes(set(), {"settling": Holder("unknown", detail="PreparingRebalance")})
+    assert table.route(["settling"]).kind == REFUSE and table.route(["new"]).kind == LOOKUP
+    table.decided_here = {"settling", "new"}.__contains__
+    assert table.route(["settling"]).kind == LOCAL and table.route(["new"]).kind == LOCAL

@@ -22,6 +22,7 @@ from proxy.coordination.stages.fleet_route import FleetRoute
 from proxy.coordination.stages.held_here import HeldHere
 from proxy.coordination.stages.liveness import PodLiveness
 from proxy.coordination.stages.relay import Relay
+from proxy.coordination.stages.relayers import NoteRelayers
 from proxy.coordination.stages.stepped_down import SteppedDown
 from proxy.metrics import RequestCounters
 from proxy.rewrite import DictAddressMap
@@ -70,7 +71,8 @@ def test_a_relayed_request_is_decided_here_or_refused_never_routed_or_authorized
     service = make_service()
     inbound = router(service, inbound=True)
     assert isinstance(inbound.chain.decoder, RelayedDecoder)
-    assert _kinds(inbound.chain.stages) == [HeldHere, SteppedDown, DispatchRelayed]
+    assert _kinds(inbound.chain.stages) == [NoteRelayers, HeldHere, SteppedDown,
+                                            DispatchRelayed]
 
 
 def test_each_api_passes_only_the_stages_that_see_it() -> None:

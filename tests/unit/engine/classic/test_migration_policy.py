@@ -175,7 +175,7 @@ def test_upgrade_needs_the_policy(policy: MigrationPolicy) -> None:
 def mixed(policy: MigrationPolicy, adopt: bool) -> Classic:
     a = ScriptedAssignor()
     c = Classic.of(image(foo=(FOO, 4)), a, migration_policy=policy, adopt_classic_groups=adopt)
-    if policy is not MigrationPolicy.DISABLED:
+    if policy.upgrade_enabled:
         a.next = target(c1={FOO: [0, 1]}, n1={FOO: [2, 3]})
         c.joined(join_req("c1"))
         c.engine.heartbeat(join(G, "n1"), 0)
@@ -191,13 +191,12 @@ def mixed(policy: MigrationPolicy, adopt: bool) -> Classic:
 @pytest.mark.parametrize(
     ("policy", "accepted"),
     [(MigrationPolicy.BIDIRECTIONAL, True), (MigrationPolicy.UPGRADE, True),
-     (MigrationPolicy.DOWNGRADE, True), (MigrationPolicy.DISABLED, False)])
+     (MigrationPolicy.DOWNGRADE, False), (MigrationPolicy.DISABLED, False)])
 def test_a_consumer_member_joining_a_classic_group_is_an_upgrade(
         policy: MigrationPolicy, accepted: bool) -> None:
     """Kafka's rule for a live classic group (``validateOnlineUpgrade``): under ``disabled``
-    a consumer-protocol member's first heartbeat is GROUP_ID_NOT_FOUND, and the classic member
-    goes on as before. (Kafka refuses it under ``downgrade`` too; groupgate admits it, as its
-    sidecars bridge it in the broker phase.)"""
+    and ``downgrade`` a consumer-protocol member's first heartbeat is GROUP_ID_NOT_FOUND, and
+    the classic member goes on as before."""
     a = ScriptedAssignor()
     c = Classic.of(image(foo=(FOO, 4)), a, migration_policy=policy)
     a.next = target(c1={FOO: [0, 1, 2, 3]})

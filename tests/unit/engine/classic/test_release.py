@@ -18,7 +18,7 @@ from .helpers import Classic, G, join_req
 
 def mixed() -> Classic:
     a = ScriptedAssignor()
-    c = Classic.of(image(foo=(FOO, 4)), a, migration_policy=MigrationPolicy.DOWNGRADE,
+    c = Classic.of(image(foo=(FOO, 4)), a, migration_policy=MigrationPolicy.BIDIRECTIONAL,
                    durable_state=True)
     a.next = target(c1={FOO: [0, 1]}, n1={FOO: [2, 3]})
     c.joined(join_req("c1", protocols=("cooperative-sticky", "range")))
@@ -110,3 +110,25 @@ def test_the_effect_is_typed() -> None:
     c = mixed()
     released, _ = c.classic.release(G, "test")
     assert isinstance(released, GroupReleased)
+
+
+def test_the_release_marker_behind_the_tombstones_loads_no_group() -> None:
+    """The record a released group leaves (version 1: a ``GROUP`` record) says where it went
+    and when; folded behind the tombstones it is the group's only record, and this build's
+    load takes it for what it is: no group."""
+    from translation.durable import release_marker, released_to
+    from translation.records import decode_record, encode_record, fold
+
+    c = mixed()
+    epoch = c.engine.groups[G].group_epoch
+    c.classic.release(G, "groupgate release")
+    records = [*c.engine.drain_records(0), release_marker(G, "classic", epoch, 1234)]
+    read_back = [decode_record(*encode_record(r)) for r in records]
+    live = {k: v for k, v in fold(read_back).items() if v is not None}
+    assert list(live) == [records[-1].key]
+    value = live[records[-1].key]
+    assert released_to(value) == "classic"
+    assert getattr(value, "empty_since_wall_ms", None) == 1234
+    assert released_to(None) is None
+    assert c.engine.load_group(G, read_back, 0, 0) == []
+    assert G not in c.engine.groups
