@@ -103,6 +103,15 @@ class GroupConfig:
     revoking classic member hears that it must revoke), its rebalance timeout, and half its
     session timeout; then the member gets what is free and collects the rest later. 0: never
     hold (Kafka's behaviour)."""
+    classic_departure_wait_ms: int = 10_000
+    """When a member leaves (LeaveGroup, a leave heartbeat; not a fence) and the group still
+    has an eager classic member
+    (one offering a protocol other than ``cooperative-sticky``: it revokes everything at each
+    rebalance that touches it), hold the group's next target back until as many members have
+    arrived as departed, at most this long from the first departure, so that a restarted
+    application's departure and arrival are one target change (one round for eager members
+    instead of two). The departed members' partitions stay unassigned meanwhile. 0: compute at
+    once (Kafka's behaviour). See :mod:`translation.departures`."""
     durable_state: bool = False
     """Track which group and member records each call changes, for
     :meth:`~translation.coordinator.GroupCoordinator.drain_records` (the driver writes them to

@@ -108,6 +108,27 @@ class MemberFenced:
 
 
 @dataclass(frozen=True, slots=True)
+class DepartureWaitStarted:
+    """A member left a group that has eager classic members: its next target waits for a
+    replacement until ``until_ms`` at the latest (:mod:`translation.departures`)."""
+
+    group_id: str
+    member_id: str
+    until_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class DepartureWaitEnded:
+    """The group's departure wait is over: ``arrived`` came for ``departed`` (fewer: it ran
+    out, or no eager classic member is left) after ``waited_ms``; the target is computed."""
+
+    group_id: str
+    departed: tuple[str, ...]
+    arrived: tuple[str, ...]
+    waited_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class GroupEmptied:
     group_id: str
 
@@ -229,6 +250,8 @@ Effect = (
     | MemberReplaced
     | MemberLeft
     | MemberFenced
+    | DepartureWaitStarted
+    | DepartureWaitEnded
     | GroupEmptied
     | GroupExpired
     | GroupDeleted

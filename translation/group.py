@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from translation import regex as regex_mod
 from translation.assignors.base import MemberSubscription, SubscriptionType
@@ -52,6 +53,22 @@ def _decr(counter: dict[str, int], key: str) -> None:
         del counter[key]
 
 
+@dataclass(slots=True)
+class DepartureWait:
+    """A group's open departure wait (:mod:`translation.departures`)."""
+
+    since_ms: int
+    until_ms: int
+    """When the target is computed at the latest."""
+    departed: list[str] = field(default_factory=list)
+    arrived: list[str] = field(default_factory=list)
+
+    @property
+    def awaited(self) -> int:
+        """Arrivals still awaited."""
+        return max(0, len(self.departed) - len(self.arrived))
+
+
 class ConsumerGroup:
     __slots__ = (
         "_spec_kinds",
@@ -61,6 +78,7 @@ class ConsumerGroup:
         "assignor_counts",
         "changes",
         "dead",
+        "departure_wait",
         "empty_since_wall_ms",
         "group_epoch",
         "group_id",
@@ -113,6 +131,9 @@ class ConsumerGroup:
         came due meanwhile, with their payloads; None while active."""
         self.last_assignment_ms: int | None = None
         """When the target was last computed (None: never)."""
+        self.departure_wait: DepartureWait | None = None
+        """Members departed, the target held back for their replacements
+        (:mod:`translation.departures`); None: no wait open. Not part of the group's records."""
         self.journal: dict[str, ConsumerGroup] | None = None
         """The engine's groups with changes not yet drained (None: no durable state kept)."""
         self.changes: GroupChanges | None = None

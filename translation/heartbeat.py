@@ -482,6 +482,6 @@ def handle_leave(
     if request.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
         engine.static_leave(group, member, now_ms, effects)
     else:
-        engine.remove_member(group, member, "member left", now_ms, effects)
+        engine.remove_member(group, member, "member left", now_ms, effects, left=True)
         effects.append(MemberLeft(group_id, member_id, static=False))
     return ConsumerGroupHeartbeatResponse(member_id=member_id, member_epoch=request.member_epoch)

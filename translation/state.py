@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
+from translation import departures
 from translation.assignors.base import AssignorError, PartitionAssignor
 from translation.classic.member import ClassicMemberMetadata
 from translation.config import GroupConfig
@@ -169,6 +170,7 @@ class CoordinatorState:
         self.cancel_timer(TimerKey(TimerKind.GROUP_EXPIRY, group_id), effects)
         self.cancel_timer(TimerKey(TimerKind.ASSIGNMENT, group_id), effects)
         group.dead = True
+        group.departure_wait = None
         self.groups.pop(group_id, None)
         if self.journal is not None:
             if tombstones:
@@ -204,6 +206,7 @@ class CoordinatorState:
         if not group.members:
             self.cancel_timer(TimerKey(TimerKind.GROUP_EXPIRY, group.group_id), effects)
         group.add_member(member, self.image)
+        departures.arrived(group, member.member_id)
         effects.append(MemberJoined(group.group_id, member.member_id, member.instance_id))
 
     def replace_member(self, group: ConsumerGroup, old: ConsumerGroupMember,
@@ -297,12 +300,18 @@ class CoordinatorState:
         group.mark_assignment(member.member_id)
 
     def remove_member(self, group: ConsumerGroup, member: ConsumerGroupMember, reason: str,
-                      now_ms: int, effects: list[Effect]) -> None:
-        """Remove a member (leave or fence): its partitions become free, the epoch is bumped."""
+                      now_ms: int, effects: list[Effect], *, left: bool = False) -> None:
+        """Remove a member (leave or fence): its partitions become free, the epoch is bumped.
+        ``left``: the member said it leaves (LeaveGroup, a leave heartbeat), which may open a
+        departure wait (:mod:`translation.departures`); a fence never does."""
         self.cancel_member_timers(group.group_id, member.member_id, effects)
         group.remove_member(member.member_id)
         self.bump_group_epoch(group, reason, effects)
+        if left:
+            departures.departed(group, member.member_id,
+                                self.config.classic_departure_wait_ms, now_ms, effects)
         if not group.members:
+            departures.close(group, now_ms, effects)
             effects.append(GroupEmptied(group.group_id))
             key = TimerKey(TimerKind.GROUP_EXPIRY, group.group_id)
             self.arm_timer(key, now_ms + self.config.empty_group_expiry_ms, effects)
@@ -352,15 +361,18 @@ class CoordinatorState:
     ) -> None:
         """If the group epoch is ahead of the target: compute the target now, or arm the
         group's assignment timer if the last computation is less than the assignment interval
-        ago."""
+        ago or a departure wait holds it (:mod:`translation.departures`)."""
         if group.group_epoch <= group.target.epoch:
             return
         interval = self.config.assignment_interval_ms
         last = group.last_assignment_ms
         key = TimerKey(TimerKind.ASSIGNMENT, group.group_id)
+        due = departures.holds(group, now_ms, effects)
         if interval > 0 and last is not None and now_ms < last + interval:
-            if key not in self.timers:
-                self.arm_timer(key, last + interval, effects)
+            due = max(due or 0, last + interval)
+        if due is not None:
+            if self.timers.deadline(key) != due:
+                self.arm_timer(key, due, effects)
             return
         self.cancel_timer(key, effects)
         group.last_assignment_ms = now_ms

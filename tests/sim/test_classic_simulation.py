@@ -52,6 +52,8 @@ def test_classic_and_mixed_groups(share: float) -> None:
         "crashes",
         "slow-revocations",
         "poll-timeouts",
+        "departure-waits",
+        "departure-waits-folded",
     ):
         assert total.get(key, 0) > 0, (key, total)
     if share < 1.0:

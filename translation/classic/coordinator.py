@@ -786,7 +786,7 @@ class ClassicGroupCoordinator:
                     )
                 )
                 continue
-            engine.remove_member(group, member, "member left", now_ms, effects)
+            engine.remove_member(group, member, "member left", now_ms, effects, left=True)
             effects.append(MemberLeft(group.group_id, member.member_id, static=False))
             responses.append(LeavingMemberResponse(member.member_id, leaving.group_instance_id))
         top = 0

@@ -67,6 +67,7 @@ from translation.classic.messages import (
 from translation.config import GroupConfig, OffsetCommitRule
 from translation.coordinator import GroupCoordinator
 from translation.effects import (
+    DepartureWaitEnded,
     Effect,
     GroupExpired,
     JoinCompleted,
@@ -144,6 +145,8 @@ class Knobs:
     assignor: str | None = None
     """Force one configured assignor as the default; None: random per seed."""
     assignment_interval_ms: int = 0
+    classic_departure_wait_ms: int = 0
+    """``GroupConfig.classic_departure_wait_ms`` (:mod:`translation.departures`)."""
     classic_share: float = 0.0
     """Probability that a new client is a classic (JoinGroup/SyncGroup) consumer."""
     failover_rate: float = 0.0
@@ -204,6 +207,8 @@ def knobs_for_seed(seed: int, members: int | None = None, **overrides: Any) -> K
         classic_share=(
             0.0 if big else random.Random(seed * 104_729 + 3).choice([0.0, 0.0, 0.3, 0.6, 1.0])
         ),
+        # Its own stream too: the departure wait did not change the other draws of a seed.
+        classic_departure_wait_ms=random.Random(seed * 31_337 + 11).choice([0, 2_000, 10_000]),
     )
     return replace(knobs, **overrides)
 
@@ -260,6 +265,7 @@ class Simulation:
             empty_group_expiry_ms=10**9,
             offset_commit_rule=knobs.offset_commit_rule,
             assignment_interval_ms=knobs.assignment_interval_ms,
+            classic_departure_wait_ms=knobs.classic_departure_wait_ms,
             member_id_factory=self._random_id,
             durable_state=self.durable,
         )
@@ -405,6 +411,10 @@ class Simulation:
                 self.deliver_held_join(effect.member_id, effect.response)
             elif isinstance(effect, SyncCompleted):
                 self.deliver_held_sync(effect.member_id, effect.response)
+            elif isinstance(effect, DepartureWaitEnded):
+                self.stats["departure-waits"] += 1
+                if effect.arrived:
+                    self.stats["departure-waits-folded"] += 1
         group = self.engine.groups.get(GROUP_ID)
         if group is None:
             return

@@ -56,8 +56,10 @@ def make_engine(
     rule: OffsetCommitRule = OffsetCommitRule.RELAXED,
     **kwargs: object,
 ) -> GroupCoordinator:
-    """An engine computing targets on every heartbeat unless told otherwise (the KIP's model)."""
+    """An engine computing targets on every heartbeat unless told otherwise (the KIP's model),
+    without a departure wait (Kafka's)."""
     kwargs.setdefault("assignment_interval_ms", 0)
+    kwargs.setdefault("classic_departure_wait_ms", 0)
     config = GroupConfig(assignors=list(assignors), offset_commit_rule=rule, **kwargs)  # type: ignore[arg-type]
     return GroupCoordinator(config, topics)
 

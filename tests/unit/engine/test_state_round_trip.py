@@ -60,7 +60,8 @@ def engine(image: TopicsImage) -> tuple[GroupCoordinator, ClassicGroupCoordinato
     config = GroupConfig(
         assignors=[UniformAssignor(), RangeAssignor()], session_timeout_ms=6_000,
         assignment_interval_ms=0, classic_sync_hold_ms=0, empty_group_expiry_ms=20_000,
-        durable_state=True, member_id_factory=lambda: "generated")
+        durable_state=True, member_id_factory=lambda: "generated",
+        classic_departure_wait_ms=0)  # not in the records (translation.departures)
     core = GroupCoordinator(config, image)
     return core, ClassicGroupCoordinator(core)
 
