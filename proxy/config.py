@@ -333,6 +333,15 @@ SETTINGS: tuple[Setting, ...] = (
             "still own may be held, so it gets them the moment they are released (bounded by "
             "its rebalance timeout and half its session timeout). 0: answer at once with what "
             "is free (Kafka's behaviour)."),
+    Setting("classic-departure-wait-ms", _non_negative_int, "10000",
+            "When a member leaves (LeaveGroup or a leave heartbeat; a fenced member does not "
+            "count) a group that still has eager classic members "
+            "(assignors other than cooperative-sticky: they revoke everything at each "
+            "rebalance that touches them), hold the group's next assignment until as many "
+            "members have arrived as left, at most this long from the first departure: a "
+            "restarted application's departure and arrival become one rebalance instead of "
+            "two. The departed members' partitions stay unassigned meanwhile (until the "
+            "replacement arrives, or the whole wait). 0: assign at once (Kafka's behaviour)."),
     Setting("migration-policy", _choice("bidirectional", "upgrade", "downgrade", "disabled"),
             "upgrade",
             "Which moves of a group between the broker's classic coordinator and the proxy's "
@@ -565,6 +574,7 @@ class ProxyConfig:
     classic_translation: bool = True
     classic_quiet_advance: bool = True
     classic_sync_hold_ms: int = 3_000
+    classic_departure_wait_ms: int = 10_000
     migration_policy: str = "upgrade"
     pod_local_liveness: bool = True
     liveness_window_ms: int = 200

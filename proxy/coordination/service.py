@@ -109,6 +109,8 @@ from translation.config import GroupConfig, MigrationPolicy
 from translation.coordinator import GroupCoordinator
 from translation.durable import release_marker
 from translation.effects import (
+    DepartureWaitEnded,
+    DepartureWaitStarted,
     Effect,
     GroupCreated,
     GroupEpochBumped,
@@ -241,6 +243,7 @@ def group_config(config: ProxyConfig) -> GroupConfig:
         empty_group_expiry_ms=config.group_empty_expiry_ms,
         quiet_classic_advance=config.classic_quiet_advance,
         classic_sync_hold_ms=config.classic_sync_hold_ms,
+        classic_departure_wait_ms=config.classic_departure_wait_ms,
         durable_state=config.state_log,
         migration_policy=MigrationPolicy(config.migration_policy),
     )
@@ -1461,6 +1464,15 @@ class CoordinatorService:
             elif isinstance(effect, MemberFenced):
                 metrics.MEMBERS_FENCED.labels(metrics.fence_reason(effect.reason)).inc()
                 log.info("%s", effect)
+            elif isinstance(effect, DepartureWaitStarted):
+                log.info("group %s: member %s left; the group's next assignment waits up to "
+                         "%.1f s for its replacement (eager classic members)", effect.group_id,
+                         effect.member_id, max(0, effect.until_ms - self.now_ms()) / 1000)
+            elif isinstance(effect, DepartureWaitEnded):
+                log.info("group %s: assigning after a departure wait of %.1f s: %d left (%s), "
+                         "%d arrived (%s)", effect.group_id, effect.waited_ms / 1000,
+                         len(effect.departed), ", ".join(effect.departed), len(effect.arrived),
+                         ", ".join(effect.arrived) or "-")
             elif isinstance(effect, GroupCreated | MemberJoined | MemberLeft
                             | TargetAssignmentComputed | TargetAssignmentFailed):
                 log.info("%s", effect)

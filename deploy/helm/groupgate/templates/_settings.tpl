@@ -22,6 +22,7 @@ coordinate-groups
 classic-translation
 classic-quiet-advance
 classic-sync-hold-ms
+classic-departure-wait-ms
 migration-policy
 pod-local-liveness
 liveness-window-ms
