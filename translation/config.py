@@ -131,5 +131,7 @@ class GroupConfig:
             raise ValueError(f"duplicate assignor names: {names}")
         if self.session_timeout_ms <= 0 or self.heartbeat_interval_ms <= 0:
             raise ValueError("timeouts must be positive")
+        if self.classic_departure_wait_ms < 0:
+            raise ValueError("classic_departure_wait_ms must not be negative")
         if self.max_state_record_bytes is not None and self.max_state_record_bytes < 1024:
             raise ValueError("max_state_record_bytes is at least 1 KiB")

@@ -131,3 +131,13 @@ def test_configuration_doc_says_what_each_setting_does() -> None:
         if setting.default is not None:
             assert row.group(1) == str(setting.default), setting.name
         assert row.group(2) == setting.help, setting.name
+
+
+def test_the_departure_wait_reaches_the_engine() -> None:
+    """classic-departure-wait-ms is the engine's departure wait (10 s unless set; 0: off)."""
+    from proxy.coordination.service import group_config
+
+    cfg = config.load(parse(["--upstream", "k:1"]), {})
+    assert group_config(cfg).classic_departure_wait_ms == 10_000
+    cfg = config.load(parse(["--upstream", "k:1"]), {"GROUPGATE_CLASSIC_DEPARTURE_WAIT_MS": "0"})
+    assert group_config(cfg).classic_departure_wait_ms == 0
