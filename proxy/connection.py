@@ -468,11 +468,12 @@ class Connection:
         """Receive the rest of an examined request that holds part of the shared budget: it
         must arrive within ``examined_read_seconds``, or a client sending slowly on purpose
         could keep the budget from everyone else."""
+        size = splitter.incomplete_frame_size  # before the receive takes the frame's tail
         with trio.move_on_at(self._reserved_deadline) as late:
             return await _receive_frames(self.client, receive, splitter)
         assert late.cancelled_caught
-        raise RejectRequest(f"a {splitter.incomplete_frame_size - 4}-byte group request took "
-                            f"longer than {self.examined_read_seconds:g}s to arrive")
+        what = f"a {size - 4}-byte group request" if size > 4 else "a group request"
+        raise RejectRequest(f"{what} took longer than {self.examined_read_seconds:g}s to arrive")
 
     def _release_reservation(self) -> None:
         if self.examined_budget is not None and self._reserved:

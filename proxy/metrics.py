@@ -199,17 +199,18 @@ STATE_LOG_WRITES = Histogram(
     ["outcome"], buckets=STATE_LOG_WRITE_BUCKETS, registry=REGISTRY)
 
 FENCE_REASONS: Final = frozenset({"session-timeout", "rebalance-timeout", "pod-local",
-                                  "join-timeout", "sync-timeout"})
+                                  "let-go", "join-timeout", "sync-timeout"})
 """:class:`translation.effects.MemberFenced` reasons; any other counts as ``other``."""
 MEMBERS_FENCED = Counter(
     "groupgate_members_fenced",
     "Members the engine fenced in the groups this sidecar coordinates, by reason "
-    "(session-timeout, rebalance-timeout, pod-local; classic members also join-timeout, "
-    "sync-timeout)", ["reason"], registry=REGISTRY)
+    "(session-timeout, rebalance-timeout, pod-local, let-go: told to let go when the lease was "
+    "cut off, then loaded again; classic members also join-timeout, sync-timeout)",
+    ["reason"], registry=REGISTRY)
 
 REBALANCE_REASONS: Final = frozenset({
     "group created", "member joined", "subscription changed", "member left",
-    "session timeout", "rebalance timeout", "pod local", "classic join timeout",
+    "session timeout", "rebalance timeout", "pod local", "let go", "classic join timeout",
     "classic sync timeout", "regex resolution changed", "subscribed topic metadata changed",
     "preferred assignor changed", "converted while rebalancing"})
 """The phrases the engine gives for a group epoch bump (several are joined with ``; ``)."""
@@ -217,7 +218,7 @@ REBALANCES = Counter(
     "groupgate_rebalances",
     "Group epoch bumps (a new target assignment: a KIP-848 rebalance) in the groups this "
     "sidecar coordinates, by the first reason the engine gave (group-created, member-joined, "
-    "subscription-changed, member-left, session-timeout, rebalance-timeout, pod-local, "
+    "subscription-changed, member-left, session-timeout, rebalance-timeout, pod-local, let-go, "
     "classic-join-timeout, classic-sync-timeout, regex-resolution-changed, "
     "subscribed-topic-metadata-changed, preferred-assignor-changed, "
     "converted-while-rebalancing, other)", ["reason"], registry=REGISTRY)

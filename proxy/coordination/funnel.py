@@ -142,6 +142,7 @@ class Funnel:
         if not service.hand_off.active and not service.to_let_go(group_id, member_id):
             return False
         service.hand_off.told(group_id, member_id)
+        service.drop_told_members(group_id, (member_id,))
         return True
 
     def lapsed_meanwhile(self, group_id: str, member_id: str) -> ErrorCode | None:
@@ -162,6 +163,7 @@ class Funnel:
         service = self.service
         if service.to_let_go(group_id, member_id):
             service.hand_off.told(group_id, member_id)
+            service.drop_told_members(group_id, (member_id,))
             return ErrorCode.UNKNOWN_MEMBER_ID
         if self.not_coordinating(group_id) or (group_id not in service.memberships
                                                and service.engine.group(group_id) is None):

@@ -17,9 +17,13 @@ moment are told to let go on their next request (:meth:`HandOff.lose_group`; req
 waited for the session's end since the lease ran out are answered then), until each has been
 told or the bound (one member session) has passed; the rest of the proxy carries on.
 
-:class:`HandOff` only keeps the members still to tell; the coordinator service answers the
+:class:`HandOff` keeps the members still to tell; the coordinator service answers the
 requests and marks their members told (``CoordinatorService.let_go``,
-``CoordinatorService._membership_lost``).
+``CoordinatorService._membership_lost``). For a cut-off group it also keeps, for the same
+bound, the members already told (:meth:`HandOff.told_members`): if this sidecar holds the group
+again and loads it from the state log, those members are not kept (they dropped their
+partitions; a classic one rejoins under a new member id, and its old self would pin its
+partitions until its session ran out).
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ class HandOff:
         self.lost: dict[str, LostGroup] = {}
         """Groups whose lease was cut off, with the members still to tell (bounded: at most
         the groups held within the last bound, each with the members it had)."""
+        self.let_go: dict[str, LostGroup] = {}
+        """The same groups with the members told so far (the same bound)."""
 
     def start(self, engine: GroupCoordinator) -> None:
         self.active = True
@@ -64,11 +70,13 @@ class HandOff:
         """The lease of ``group_id`` was cut off: tell ``member_ids`` to let go until
         ``until`` (trio time)."""
         now = trio.current_time()
-        for expired in [g for g, lost in self.lost.items() if lost.until <= now]:
-            del self.lost[expired]
+        for kept in (self.lost, self.let_go):
+            for expired in [g for g, lost in kept.items() if lost.until <= now]:
+                del kept[expired]
         members = set(member_ids)
         if members and until > now:
             self.lost[group_id] = LostGroup(members, until)
+            self.let_go[group_id] = LostGroup(set(), until)
 
     def to_tell(self, group_id: str, member_id: str) -> bool:
         """Whether ``member_id`` is a member of a cut-off group that has not been told yet."""
@@ -88,9 +96,20 @@ class HandOff:
             return False
         return lost is not None
 
+    def told_members(self, group_id: str) -> frozenset[str]:
+        """The members of ``group_id`` (cut off within the bound) told to let go so far."""
+        told = self.let_go.get(group_id)
+        if told is None:
+            return frozenset()
+        if told.until <= trio.current_time():
+            del self.let_go[group_id]
+            return frozenset()
+        return frozenset(told.members)
+
     def release(self, group_id: str) -> None:
         """Tell nobody more of ``group_id``: the sidecar holding it now decides."""
         self.lost.pop(group_id, None)
+        self.let_go.pop(group_id, None)
 
     def told(self, group_id: str, member_id: str) -> None:
         """``member_id`` of ``group_id`` has been answered UNKNOWN_MEMBER_ID (or left)."""
@@ -98,8 +117,11 @@ class HandOff:
         if self.active and not self.pending:
             self._all_told.set()
         lost = self.lost.get(group_id)
-        if lost is not None:
+        if lost is not None and member_id in lost.members:
             lost.members.discard(member_id)
+            told = self.let_go.get(group_id)
+            if told is not None:
+                told.members.add(member_id)
             if not lost.members:
                 del self.lost[group_id]
 

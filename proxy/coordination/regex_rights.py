@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import base64
 import json
-import struct
 from dataclasses import dataclass
 from typing import Any, Final
 
 from proxy.codec import messages
 from proxy.codec.api_keys import ApiKey
+from proxy.coordination import fleet_answers
 from proxy.coordination.handler import Value
 from translation.errors import ErrorCode
 from translation.regex import TopicRights
@@ -45,7 +45,6 @@ HEARTBEAT: Final = "Heartbeat"
 PLAIN_SECONDS: Final = 300.0
 """How long a follower relays heartbeats plainly to a holder that took none in ``FleetControl``."""
 MAX_PLAIN: Final = 64
-_ERROR = struct.Struct(">h")
 _KEY = ApiKey.CONSUMER_GROUP_HEARTBEAT
 
 
@@ -97,31 +96,22 @@ def reply_body(version: int, reply: Reply, response: bytes | None = None) -> byt
     """The answer's body after its correlation id: the error code, then JSON with the
     heartbeat's answer (``response``: its encoded body, base64) or the topics to check."""
     if response is not None:
-        return _ERROR.pack(reply.error) + json.dumps(
-            {"response": base64.b64encode(response).decode()},
-            separators=(",", ":")).encode()
+        return fleet_answers.encode(reply.error,
+                                    {"response": base64.b64encode(response).decode()})
     if reply.check is not None:
-        return _ERROR.pack(reply.error) + json.dumps(
-            {"check": reply.check}, separators=(",", ":")).encode()
-    return _ERROR.pack(reply.error) + b"{}"
+        return fleet_answers.encode(reply.error, {"check": reply.check})
+    return fleet_answers.encode(reply.error, {})
 
 
 def read_reply(version: int, raw: bytes) -> Reply | None:
     """The holder's answer; None when it takes no heartbeats in ``FleetControl``
     (UNSUPPORTED_VERSION or INVALID_REQUEST, no body). ValueError (or a codec error) if it
     cannot be read."""
-    try:
-        (error,) = _ERROR.unpack_from(raw, 0)
-    except struct.error as exc:
-        raise ValueError(f"short answer: {exc}") from exc
-    rest = raw[_ERROR.size:]
-    if not rest:
-        if error in (ErrorCode.INVALID_REQUEST, ErrorCode.UNSUPPORTED_VERSION):
+    error, body = fleet_answers.read(raw, "a heartbeat answer")
+    if body is None:
+        if error in fleet_answers.NOT_TAKEN:
             return None
         return Reply(error or int(ErrorCode.UNKNOWN_SERVER_ERROR))
-    body = json.loads(rest)
-    if not isinstance(body, dict):
-        raise ValueError("not a heartbeat answer")
     if "response" in body:
         encoded = body["response"]
         if not isinstance(encoded, str):

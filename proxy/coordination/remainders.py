@@ -29,19 +29,18 @@ from __future__ import annotations
 
 import base64
 import json
-import struct
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from proxy.codec import messages
 from proxy.codec.api_keys import ApiKey
+from proxy.coordination import fleet_answers
 from proxy.coordination.handler import PASS, Answer, Outcome, Upstream, Value
 from translation.errors import ErrorCode
 
 REMAINDER: Final = "Remainder"
 """The ``FleetControl`` message type a follower asks the holder with."""
-_ERROR = struct.Struct(">h")
 
 APIS: Final = frozenset({ApiKey.OFFSET_FETCH, ApiKey.OFFSET_DELETE, ApiKey.DESCRIBE_GROUPS,
                          ApiKey.DELETE_GROUPS})
@@ -170,34 +169,25 @@ def reply_body(api_key: int, version: int, reply: Reply) -> bytes:
     rest as a request at ``version``, each base64)."""
     split = reply.split
     if split is None:
-        return _ERROR.pack(reply.error) + b"{}"
+        return fleet_answers.encode(reply.error, {})
     indexes = sorted(split.local)
     partial = whole(api_key, Split({i: split.local[i] for i in indexes}))
-    return _ERROR.pack(reply.error) + json.dumps({
+    return fleet_answers.encode(reply.error, {
         "indexes": indexes,
         "local": base64.b64encode(messages.encode_response(api_key, version,
                                                            partial)).decode(),
         "rest": None if split.rest is None else base64.b64encode(
             messages.encode_request(api_key, version, split.rest)).decode(),
-    }, separators=(",", ":")).encode()
+    })
 
 
 def read_reply(api_key: int, version: int, raw: bytes) -> Reply | None:
     """The holder's answer; None when it does not take remainders (UNSUPPORTED_VERSION or
     INVALID_REQUEST, no body: relay the request instead). ValueError (or a codec error) if it
     cannot be read."""
-    try:
-        (error,) = _ERROR.unpack_from(raw, 0)
-    except struct.error as exc:
-        raise ValueError(f"short answer: {exc}") from exc
-    rest = raw[_ERROR.size:]
-    if not rest:
-        if error in (ErrorCode.INVALID_REQUEST, ErrorCode.UNSUPPORTED_VERSION):
-            return None
-        return Reply(error)
-    body = json.loads(rest)
-    if not isinstance(body, dict):
-        raise ValueError("not a remainder")
+    error, body = fleet_answers.read(raw, "a remainder")
+    if body is None:
+        return None if error in fleet_answers.NOT_TAKEN else Reply(error)
     if "local" not in body:
         return Reply(error or int(ErrorCode.UNKNOWN_SERVER_ERROR))
     indexes, local, sent = body.get("indexes"), body.get("local"), body.get("rest")

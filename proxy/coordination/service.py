@@ -860,6 +860,7 @@ class CoordinatorService:
         if self.durability is not None:
             loaded = await self.durability.take_over(group_id)
             self.apply(loaded.effects)
+            self.drop_told_members(group_id, self.hand_off.told_members(group_id))
             group = self.engine.group(group_id)
             if to_load and (group is None or not group.members):
                 self._give_back_unloaded(membership)
@@ -982,6 +983,30 @@ class CoordinatorService:
         self.apply(self.engine.forget(group_id, reason))
         if self.durability is not None:
             self.durability.release(group_id)
+
+    def drop_told_members(self, group_id: str, member_ids: Iterable[str]) -> None:
+        """Members of ``group_id`` told to let go after its lease was cut off whom the
+        engine has again (this sidecar held the group again within the bound and loaded it from
+        the state log, written before the cut): each has dropped its partitions and rejoins (a
+        classic member under a new member id), so the engine fences it now (reason
+        ``let-go``) instead of keeping its partitions for it until its session ends. Static
+        members are kept: they rejoin under their instance id and take their place back."""
+        group = self.engine.group(group_id)
+        if group is None or self.hand_off.active:
+            return
+        for member_id in member_ids:
+            member = group.members.get(member_id)
+            if member is None or member.instance_id is not None:
+                continue
+            meta = member.classic
+            epoch = (meta.generation if meta is not None and meta.generation >= 0
+                     else member.member_epoch)
+            error, effects = self.engine.fence_member(group_id, member_id, epoch, "let-go",
+                                                      self.now_ms())
+            self.apply(effects)
+            if error is ErrorCode.NONE:
+                log.info("group %s: member %s fenced (let-go): told to let go when the lease "
+                         "was cut off, it rejoins afresh", group_id, member_id)
 
     def _tell_to_let_go(self, group_id: str, reason: str) -> None:
         """The members ``group_id`` has now are answered UNKNOWN_MEMBER_ID on their next

@@ -36,7 +36,6 @@ import base64
 import json
 import logging
 import secrets
-import struct
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,7 +45,7 @@ import trio
 from cachetools import TTLCache
 
 from proxy import metrics
-from proxy.coordination import regex_rights
+from proxy.coordination import fleet_answers, regex_rights
 from proxy.coordination.fleet_control import FLEET_CONTROL, FLEET_CONTROL_VERSION
 from proxy.coordination.handler import Value
 from proxy.coordination.membership import DRAIN_SECONDS
@@ -76,7 +75,6 @@ MAX_REPORT_LINKS: Final = 64
 """Holders a follower keeps a link to for its reports."""
 REPORT_SECONDS: Final = 2.0
 MAX_ASK_BYTES: Final = 4 << 20
-_ERROR = struct.Struct(">h")
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,28 +131,19 @@ def reply_body(reply: Reply) -> bytes:
     """The answer's body after its correlation id: the error code, then the ticket (JSON)."""
     ticket = reply.ticket
     if ticket is None:
-        return _ERROR.pack(reply.error) + b"{}"
-    return _ERROR.pack(reply.error) + json.dumps(
-        {"ticket": ticket.ticket_id, "member_id": ticket.member_id,
-         "generation": ticket.generation, "version": ticket.version,
-         "coordinator": ticket.coordinator}, separators=(",", ":")).encode()
+        return fleet_answers.encode(reply.error, {})
+    return fleet_answers.encode(reply.error, {
+        "ticket": ticket.ticket_id, "member_id": ticket.member_id,
+        "generation": ticket.generation, "version": ticket.version,
+        "coordinator": ticket.coordinator})
 
 
 def read_reply(raw: bytes) -> Reply | None:
     """The holder's answer; None when it does not take tickets (INVALID_REQUEST, no body:
     relay the commit instead). ValueError if it cannot be read."""
-    try:
-        (error,) = _ERROR.unpack_from(raw, 0)
-    except struct.error as exc:
-        raise ValueError(f"short answer: {exc}") from exc
-    rest = raw[_ERROR.size:]
-    if not rest:
-        if error in (ErrorCode.INVALID_REQUEST, ErrorCode.UNSUPPORTED_VERSION):
-            return None
-        return Reply(error)
-    body = json.loads(rest)
-    if not isinstance(body, dict):
-        raise ValueError("not a ticket")
+    error, body = fleet_answers.read(raw, "a ticket")
+    if body is None:
+        return None if error in fleet_answers.NOT_TAKEN else Reply(error)
     if "ticket" not in body:
         return Reply(error or int(ErrorCode.UNKNOWN_SERVER_ERROR))
     member_id, version, coordinator = (body.get("member_id"), body.get("version"),

@@ -189,6 +189,9 @@ def test_a_known_gap_still_shows(gap: str) -> None:
 
 OPEN_SEEDS = {
     905_326: "owned by",  # two owners after a kill, a contested election and a cut-off
+    # (cause found, docs/architecture.md: commits held 5 s at a follower that cannot look the
+    # holder up time the heartbeats behind them out; librdkafka's reconnect backoff then
+    # outlasts the cut)
     907_872: "committed offset moved back",  # beyond the unseen-stale-retry gap, after a freeze
 }
 """Seeds of ``--run-slow`` (900150-910149) that fail today, not explained by a known gap and

@@ -165,6 +165,9 @@ class Settings:
     before it is undone."""
     slow_link_ms: float = 200.0
     """``slow-link``: the delay added to everything the pod sends."""
+    broker_down_s: float = 0.0
+    """``broker-restart``: how long the stopped broker stays down before it starts again (on
+    top of its own stop and start; with more than a broker session, every lease lapses)."""
     roll_gap_s: float = 10.0
     """``sidecar-roll``: seconds between one pod's sidecar being ready and the next one's
     stop (a Deployment's ``minReadySeconds``)."""
@@ -668,7 +671,12 @@ class Soak:
                 with pod.slowed(s.slow_link_ms):
                     time.sleep(s.fault_s)
         elif kind == "broker-restart" and isinstance(self.broker, KafkaBroker):
-            self.broker.restart(timeout=120)
+            if s.broker_down_s > 0:
+                self.broker.stop_node()
+                time.sleep(s.broker_down_s)
+                self.broker.start_node()
+            else:
+                self.broker.restart(timeout=120)
         elif (kind in ("broker-kill", "join-broker-kill") and self.broker is not None
               and s.brokers > 1):
             if kind == "join-broker-kill":

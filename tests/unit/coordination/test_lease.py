@@ -463,3 +463,68 @@ async def test_a_relayed_commit_the_broker_never_answers_is_answered_when_the_le
         assert [p["error_code"] for p in topic["partitions"]] == [UNKNOWN_MEMBER_ID]
         assert trio.current_time() == session and membership.cut_off
         nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def _running_durable(broker: Broker
+                           ) -> AsyncIterator[tuple[CoordinatorService, trio.Nursery]]:
+    """:func:`_running` with the state log on (a log in memory)."""
+    from tests.unit.coordination.test_durability import FakeStateLog, Log
+
+    service = make_service(broker.answer, connect_timeout=2, state_log=True)
+    assert service.durability is not None
+    service.durability.log = FakeStateLog(Log())  # type: ignore[assignment]
+    async with trio.open_nursery() as nursery:
+        await _started(service, nursery)
+        await service.durability.started.wait()
+        yield service, nursery
+        nursery.cancel_scope.cancel()
+
+
+async def test_members_told_to_let_go_are_not_kept_when_the_sidecar_loads_the_group_again(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """The lease is cut off and the members are told to let go as they are heard; the broker
+    answers again and this sidecar takes the group back, loading it from the state log
+    (written before the cut). The members already told are fenced at the load (reason
+    ``let-go``), those told later when they are told: each has dropped its partitions and
+    rejoins (a classic one under a new member id), so the engine does not keep partitions for
+    them until their sessions end. A member not told yet keeps its place meanwhile."""
+    broker = Broker()
+    async with _running_durable(broker) as (service, _):
+        fenced: list[tuple[str, str]] = []
+        apply = service.apply
+
+        def watching(effects: Any) -> None:
+            fenced.extend((e.member_id, e.reason) for e in effects
+                          if type(e).__name__ == "MemberFenced")
+            apply(effects)
+
+        service.apply = watching  # type: ignore[method-assign]
+        epochs = {m: (await service.heartbeat(_hb(m, 0))).member_epoch
+                  for m in ("m1", "m2", "m3")}
+        for member in epochs:  # each reconciled to the same group epoch: all in the log
+            for _ in range(4):
+                answer = await service.heartbeat(_hb(member, epochs[member]))
+                epochs[member] = answer.member_epoch
+        membership = service.memberships["g"]
+        session = await _lease_ran_out(broker, membership)
+        await trio.sleep_until(session + 0.01)
+        assert membership.cut_off and "g" not in service.engine.groups
+        told = await service.heartbeat(_hb("m1", epochs["m1"]))
+        assert told.error_code == UNKNOWN_MEMBER_ID
+        broker.silent = False
+        for _ in range(20):  # m1 rejoins; its heartbeat starts the takeover and the load
+            rejoined = await service.heartbeat(_hb("m1", 0))
+            if rejoined.error_code != COORDINATOR_LOAD_IN_PROGRESS:
+                break
+        assert rejoined.error_code == 0 and service.memberships["g"] is not membership
+        assert ("m1", "let-go") in fenced, fenced
+        group = service.engine.groups["g"]
+        assert {"m2", "m3"} <= set(group.members), set(group.members)  # not told yet
+        assert group.members["m1"].member_epoch == rejoined.member_epoch  # afresh
+        # m2 is told now, and the engine lets it go at once
+        assert (await service.heartbeat(_hb("m2", epochs["m2"]))).error_code == \
+            UNKNOWN_MEMBER_ID
+        assert ("m2", "let-go") in fenced and "m2" not in group.members
+        assert "m3" in group.members and ("m3", "let-go") not in fenced
+        assert all(reason == "let-go" for _m, reason in fenced), fenced

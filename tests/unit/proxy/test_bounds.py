@@ -184,6 +184,9 @@ async def test_a_slow_sender_cannot_keep_the_shared_budget(
     with caplog.at_level("WARNING"):
         await run(router, script, examined_budget=budget, examined_read_seconds=0.5)
     assert "took longer than 0.5s to arrive" in caplog.text
+    # the request's own size, not the frame buffer's state once its tail was moved in
+    assert f"a {len(request(OFFSET_COMMIT, 2, 5, b'x' * (600 << 10))) - 4}-byte group " \
+        "request took" in caplog.text, caplog.text
 
 
 async def test_examined_requests_wait_for_the_shared_budget() -> None:
