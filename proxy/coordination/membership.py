@@ -74,8 +74,10 @@ from proxy.fleet_core.lease import LEASE_FRACTION, Lease, LeaseState
 from proxy.kafka_client.links import Address, BrokerLink, LinkPool
 from proxy.kafka_client.metadata import (
     FIND_COORDINATOR_VERSION,
+    FIND_COORDINATORS_VERSION,
     GROUP_KEY,
     find_coordinator_request,
+    find_coordinators_request,
 )
 from proxy.upstream import UpstreamError
 from translation.errors import ErrorCode
@@ -163,6 +165,41 @@ async def find_coordinator(pool: LinkPool, bootstrap: Sequence[Address], group_i
         if trio.current_time() + RETRY_SECONDS > deadline:
             raise CoordinatorUnavailable(f"group {group_id}: {last}")
         await trio.sleep(RETRY_SECONDS)
+
+
+async def find_coordinators(pool: LinkPool, bootstrap: Sequence[Address],
+                            group_ids: Sequence[str], deadline: float
+                            ) -> tuple[dict[str, tuple[int, Address]], dict[str, str]]:
+    """The broker coordinating each of ``group_ids``, asked in one FindCoordinator (v4) per
+    attempt: (node id, address) by group, and why for the groups still without one at
+    ``deadline`` (those whose answer was an error are asked again until then)."""
+    found: dict[str, tuple[int, Address]] = {}
+    last = dict.fromkeys(group_ids, "no bootstrap server")
+    pending = list(last)
+    while pending:
+        for address in bootstrap:
+            try:
+                response = await pool.link(address).request(
+                    ApiKey.FIND_COORDINATOR, FIND_COORDINATORS_VERSION,
+                    find_coordinators_request(pending, GROUP_KEY))
+            except UpstreamError as exc:
+                for group_id in pending:
+                    last[group_id] = str(exc)
+                continue
+            for answer in response.get("coordinators") or []:
+                key = answer["key"]
+                if key not in last or key in found:
+                    continue
+                if answer["error_code"] == ErrorCode.NONE:
+                    found[key] = answer["node_id"], (answer["host"], answer["port"])
+                else:
+                    last[key] = f"FindCoordinator error {answer['error_code']}"
+            break
+        pending = [g for g in pending if g not in found]
+        if not pending or trio.current_time() + RETRY_SECONDS > deadline:
+            break
+        await trio.sleep(RETRY_SECONDS)
+    return found, {g: f"group {g}: {last[g]}" for g in pending}
 
 
 class BrokerMembership:

@@ -2,7 +2,9 @@
 
 :class:`Directory` answers "who holds group G at the broker" (:class:`~.fleet.Holder`) from a
 DescribeGroups at the group's broker coordinator, cached for :data:`~.fleet.VIEW_SECONDS`;
-concurrent lookups of one group share one request. :class:`ConnectionLinks` belongs to one client
+concurrent lookups of one group share one request, and the groups of one request (a describe
+of many groups) are looked up together: one FindCoordinator (v4, an array of keys) and one
+DescribeGroups per coordinating broker. :class:`ConnectionLinks` belongs to one client
 connection and keeps one connection per coordinating sidecar it relays to (and, on the fleet
 listener, per broker it sends relayed commits to), so that a client's group requests reach the
 coordinator in the order the client sent them (the router lets no later request of the
@@ -33,7 +35,7 @@ from proxy.coordination.fleet import (
     Holder,
     read_holder,
 )
-from proxy.coordination.membership import CoordinatorUnavailable, find_coordinator
+from proxy.coordination.membership import find_coordinators
 from proxy.kafka_client.links import BrokerLink, LinkPool
 from proxy.upstream import UpstreamAuthenticationError, UpstreamConnectError, UpstreamError
 
@@ -42,6 +44,9 @@ log = logging.getLogger("groupgate.coordination")
 DESCRIBE_VERSION = 3
 LOOKUP_SECONDS = 5.0
 """Longest a lookup waits for the broker before the group's holder counts as unknown."""
+LOOKUP_BATCH = 250
+"""Most groups looked up in one FindCoordinator and one DescribeGroups (a request naming more,
+a describe of many groups, is looked up in batches of this many, one after another)."""
 SETTLE_SECONDS = 0.25
 """How long a lookup waits before asking again about a group the broker is rebalancing."""
 REMEMBERED_MAX = 10_000
@@ -117,47 +122,91 @@ class Directory:
     async def lookup(self, group_id: str, own_member_ids: frozenset[str] = frozenset()
                      ) -> Holder:
         """Ask the broker (once for all who ask at the same time)."""
-        pending = self._lookups.get(group_id)
-        if pending is not None:
-            await pending.wait()
-            return self._views.get(group_id) or Holder("unknown", detail="lookup failed")
-        self._lookups[group_id] = done = trio.Event()
-        try:
-            holder = await self._describe(group_id, own_member_ids)
-            if holder.kind != "unknown":
-                self._views[group_id] = holder
-                if holder.kind not in ("free", "unused"):
-                    self._last_kind[group_id] = holder.kind
-            return holder
-        finally:
-            del self._lookups[group_id]
-            done.set()
+        return (await self.lookup_many((group_id,), own_member_ids))[group_id]
 
-    async def _describe(self, group_id: str, own_member_ids: frozenset[str]) -> Holder:
+    async def lookup_many(self, group_ids: Sequence[str],
+                          own_member_ids: frozenset[str] = frozenset()) -> dict[str, Holder]:
+        """Ask the broker about every group of ``group_ids`` at once (one FindCoordinator and
+        one DescribeGroups per coordinating broker for up to :data:`LOOKUP_BATCH` groups); a
+        group someone is already asking about is not asked again but waited for."""
+        wanted = list(dict.fromkeys(group_ids))
+        waiting = [(g, self._lookups[g]) for g in wanted if g in self._lookups]
+        mine = [g for g in wanted if g not in self._lookups]
+        done = trio.Event()
+        for group_id in mine:
+            self._lookups[group_id] = done
+        found: dict[str, Holder] = {}
+        try:
+            for i in range(0, len(mine), LOOKUP_BATCH):
+                batch = mine[i:i + LOOKUP_BATCH]
+                for group_id, holder in (await self._describe(batch, own_member_ids)).items():
+                    found[group_id] = holder
+                    if holder.kind != "unknown":
+                        self._views[group_id] = holder
+                        if holder.kind not in ("free", "unused"):
+                            self._last_kind[group_id] = holder.kind
+        finally:
+            for group_id in mine:
+                del self._lookups[group_id]
+            done.set()
+        for group_id, pending in waiting:
+            await pending.wait()
+            found[group_id] = (self._views.get(group_id)
+                               or Holder("unknown", detail="lookup failed"))
+        return found
+
+    async def _describe(self, group_ids: list[str], own_member_ids: frozenset[str]
+                        ) -> dict[str, Holder]:
         deadline = trio.current_time() + LOOKUP_SECONDS
+        found: dict[str, Holder] = {}
+        asking = group_ids
         while True:
-            holder = await self._describe_once(group_id, own_member_ids, deadline)
-            if not holder.settling or trio.current_time() + SETTLE_SECONDS >= deadline:
-                return holder
+            answers = await self._describe_once(asking, own_member_ids, deadline)
+            found.update(answers)
+            asking = [g for g in asking if answers[g].settling]
+            if not asking or trio.current_time() + SETTLE_SECONDS >= deadline:
+                return found
             await trio.sleep(SETTLE_SECONDS)  # the broker's group is rebalancing: look again
 
-    async def _describe_once(self, group_id: str, own_member_ids: frozenset[str],
-                             deadline: float) -> Holder:
-        try:
-            pool = self._pool()
-            node, address = await find_coordinator(pool, self._bootstrap, group_id, deadline)
-            with trio.fail_after(max(deadline - trio.current_time(), 0.5)):
-                response = await pool.link(address).request(
-                    ApiKey.DESCRIBE_GROUPS, DESCRIBE_VERSION,
-                    {"groups": [group_id], "include_authorized_operations": False})
-        except (CoordinatorUnavailable, UpstreamError, trio.TooSlowError) as exc:
-            log.info("group %s: could not ask the broker who holds it: %s", group_id, exc)
-            return Holder("unknown", detail=str(exc))
-        groups = response.get("groups") or []
-        if len(groups) != 1:
-            return Holder("unknown", detail="DescribeGroups answered no group")
-        return dataclasses.replace(read_holder(groups[0], own_member_ids),
-                                   coordinator=(node, address))
+    async def _describe_once(self, group_ids: list[str], own_member_ids: frozenset[str],
+                             deadline: float) -> dict[str, Holder]:
+        """Each group's holder as its broker coordinator describes it now."""
+        found: dict[str, Holder] = {}
+        pool = self._pool()
+        coordinators, missing = await find_coordinators(pool, self._bootstrap, group_ids,
+                                                        deadline)
+        for group_id, why in missing.items():
+            log.info("group %s: could not ask the broker who holds it: %s", group_id, why)
+            found[group_id] = Holder("unknown", detail=why)
+        by_broker: dict[tuple[int, Address], list[str]] = {}
+        for group_id, coordinator in coordinators.items():
+            by_broker.setdefault(coordinator, []).append(group_id)
+
+        async def describe(coordinator: tuple[int, Address], groups: list[str]) -> None:
+            try:
+                with trio.fail_after(max(deadline - trio.current_time(), 0.5)):
+                    response = await pool.link(coordinator[1]).request(
+                        ApiKey.DESCRIBE_GROUPS, DESCRIBE_VERSION,
+                        {"groups": groups, "include_authorized_operations": False})
+            except (UpstreamError, trio.TooSlowError) as exc:
+                for group_id in groups:
+                    log.info("group %s: could not ask the broker who holds it: %s",
+                             group_id, exc)
+                    found[group_id] = Holder("unknown", detail=str(exc))
+                return
+            described = {g.get("group_id"): g for g in response.get("groups") or []}
+            for group_id in groups:
+                group = described.get(group_id)
+                found[group_id] = (
+                    Holder("unknown", detail="DescribeGroups answered no group")
+                    if group is None else
+                    dataclasses.replace(read_holder(group, own_member_ids),
+                                        coordinator=coordinator))
+
+        async with trio.open_nursery() as nursery:
+            for coordinator, groups in by_broker.items():
+                nursery.start_soon(describe, coordinator, groups)
+        return found
 
 
 PROBLEM_SECONDS = 60.0
@@ -405,11 +454,12 @@ class Routes:
 
     async def lookup(self, group_ids: Sequence[str]) -> Route:
         """Ask the broker about every group not known yet, then route."""
-        for group_id in group_ids:
-            if self._route_one(group_id) == LOOKUP_ROUTE:
-                holder = await self.directory.lookup(group_id)
-                if holder.kind == "unknown":
-                    return self.route_for(holder)
+        unknown = [g for g in group_ids if self._route_one(g) == LOOKUP_ROUTE]
+        if unknown:
+            holders = await self.directory.lookup_many(unknown)
+            for group_id in unknown:
+                if holders[group_id].kind == "unknown":
+                    return self.route_for(holders[group_id])
         route = self.route(group_ids)
         return route if route.kind != LOOKUP else Route(REFUSE, reason="lookup failed")
 

@@ -33,6 +33,9 @@ METADATA_VERSION = 12
 BROKERS_VERSION = 4
 """Metadata version of :func:`fetch_brokers`."""
 FIND_COORDINATOR_VERSION = 3
+FIND_COORDINATORS_VERSION = 4
+"""FindCoordinator with an array of keys (KIP-699, Kafka 3.0): every broker that answers
+Metadata v12 (Kafka 3.1) answers it."""
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
 """FindCoordinator key types: a group id, a transactional id."""
@@ -77,6 +80,11 @@ def find_coordinator_request(key: str, key_type: int) -> dict[str, Any]:
     """A FindCoordinator request (v3) for ``key`` (:data:`GROUP_KEY` or
     :data:`TRANSACTION_KEY`)."""
     return {"key": key, "key_type": key_type}
+
+
+def find_coordinators_request(keys: Iterable[str], key_type: int) -> dict[str, Any]:
+    """A FindCoordinator request (v4) for every key of ``keys`` at once."""
+    return {"key_type": key_type, "coordinator_keys": list(keys)}
 
 
 async def fetch_brokers(address: Address, *, timeout: float, max_frame_bytes: int,

@@ -37,7 +37,6 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,9 +46,8 @@ import pytest
 from proxy.report.compute import POD_LOCAL_END
 from proxy.report.job import Options, Source, run_report
 from tests.benchmarks.rebalance import scenarios, timeline
-from tests.integration.conftest import StartProxy
+from tests.integration.conftest import SparkSessions, StartProxy
 from tests.testbed.broker import KafkaBroker
-from tests.testbed.spark import local_session, stop_session
 
 HEARTBEAT_S = 1.0
 SESSION_S = 6.0
@@ -131,13 +129,9 @@ def client_view(events: list[timeline.Event], since: float
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = local_session("groupgate-report-real-groups", master="local[2]",
-                            conf={"spark.sql.shuffle.partitions": "4"})
-    try:
-        yield session
-    finally:
-        stop_session(session)
+def spark(spark_sessions: SparkSessions) -> Any:
+    """The Spark session the report modules share."""
+    return spark_sessions.shared()
 
 
 class Fleet:

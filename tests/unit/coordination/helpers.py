@@ -38,6 +38,18 @@ COORDINATOR = ("10.0.0.1", 9092)
 Answer = Callable[[int, int, dict[str, Any]], dict[str, Any]]
 
 
+def coordinator_found(version: int, value: dict[str, Any], host: str, port: int,
+                      node_id: int = 1, error_code: int = 0) -> dict[str, Any]:
+    """A FindCoordinator answer naming one broker for the key asked (v3) or for every key
+    asked (v4+, ``coordinator_keys``)."""
+    found = {"error_code": error_code, "error_message": None, "node_id": node_id,
+             "host": host, "port": port}
+    if version < 4:
+        return {"throttle_time_ms": 0, **found}
+    return {"throttle_time_ms": 0,
+            "coordinators": [{"key": key, **found} for key in value["coordinator_keys"]]}
+
+
 class FakeMembership(BrokerMembership):
     """Established at once (member ``proxy-member``, generation 7); records leaving."""
 

@@ -26,6 +26,7 @@ from .helpers import (
     TOPIC_ID,
     FakeMembership,
     consumer_heartbeat,
+    coordinator_found,
     exchange,
     make_service,
     request,
@@ -55,10 +56,8 @@ class Broker:
         self.sent.append((key, value))
         if key == ApiKey.FIND_COORDINATOR:
             if self.coordinator_error:
-                return {"error_code": self.coordinator_error, "node_id": -1, "host": "",
-                        "port": -1}
-            return {"error_code": 0, "node_id": 1, "host": COORDINATOR[0],
-                    "port": COORDINATOR[1]}
+                return coordinator_found(version, value, "", -1, -1, self.coordinator_error)
+            return coordinator_found(version, value, *COORDINATOR)
         if key == ApiKey.DESCRIBE_GROUPS:
             return {"groups": [{"error_code": 0, "group_id": GROUP, "group_state": "Stable",
                                 "protocol_type": "consumer", "protocol_data": self.protocol,

@@ -650,6 +650,80 @@ async def test_a_lookup_asks_again_while_the_broker_s_group_rebalances(
     assert route.kind == RELAY and route.address == PEER and answers == []
 
 
+async def test_the_groups_of_one_request_are_looked_up_together(
+        autojump_clock: trio.abc.Clock) -> None:
+    """A describe of many groups none of which is known: one FindCoordinator (v4, every key)
+    and one DescribeGroups per coordinating broker, not two requests per group; a group whose
+    coordinator is not known yet (COORDINATOR_NOT_AVAILABLE) is asked for again alone, and a
+    group the broker is rebalancing is looked up again alone."""
+    card = subscription_metadata(["t"], Card(PEER, "0.2.0"))
+    groups = [f"g{i}" for i in range(300)]
+    unavailable = {"g7"}
+    rebalancing = {"g9": 1}
+
+    def broker(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
+        if key == ApiKey.FIND_COORDINATOR:
+            assert version >= 4
+            found = [{"key": k, "error_code": COORDINATOR_NOT_AVAILABLE if k in unavailable
+                      else 0, "error_message": None, "node_id": int(k[1:]) % 2,
+                      "host": "b", "port": int(k[1:]) % 2} for k in value["coordinator_keys"]]
+            unavailable.clear()
+            return {"throttle_time_ms": 0, "coordinators": found}
+        if key == ApiKey.DESCRIBE_GROUPS:
+            answers = []
+            for g in value["groups"]:
+                if rebalancing.get(g):
+                    rebalancing[g] -= 1
+                    answers.append(dict(described(dict(member("m1", b""), member_metadata=b"")),
+                                        group_id=g, group_state="PreparingRebalance",
+                                        protocol_data=""))
+                elif g in ("g1", "g9"):
+                    answers.append(dict(described(member("m1", card)), group_id=g))
+                else:
+                    answers.append(dict(described(), group_id=g))
+            return {"throttle_time_ms": 0, "groups": answers}
+        return stub_broker(key, version, value)
+
+    pool = FakePool(broker)
+    table = Routes(lambda _g: False, Directory(lambda: pool, [("b", 1)]), SELF)
+    assert (await table.lookup(groups)).kind == LOCAL  # held in different places
+    assert table.route(["g1"]).address == PEER and table.route(["g9"]).address == PEER
+    assert all(table.route([g]).kind == LOCAL for g in groups if g not in ("g1", "g9"))
+    asked = [(k, v) for k, _, v in pool.fake.requests]
+    finds = [v["coordinator_keys"] for k, v in asked if k == ApiKey.FIND_COORDINATOR]
+    describes = sorted(v["groups"] for k, v in asked if k == ApiKey.DESCRIBE_GROUPS)
+    # 250 at a time (LOOKUP_BATCH): g7's coordinator asked for again alone before the first
+    # batch is described, on its two brokers; g9 looked up again alone
+    assert finds == [groups[:250], ["g7"], ["g9"], groups[250:]]
+    assert sorted(map(len, describes)) == [1, 25, 25, 125, 125]
+    assert ["g9"] in describes
+
+
+async def test_concurrent_lookups_of_overlapping_groups_ask_once_for_each(
+        autojump_clock: trio.abc.Clock) -> None:
+    asked: list[str] = []
+
+    def broker(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
+        if key == ApiKey.DESCRIBE_GROUPS:
+            asked.extend(value["groups"])
+            return {"throttle_time_ms": 0,
+                    "groups": [dict(described(), group_id=g) for g in value["groups"]]}
+        return stub_broker(key, version, value)
+
+    directory = Directory(lambda: FakePool(broker), [("b", 1)])
+    seen: list[dict[str, Holder]] = []
+
+    async def look(groups: list[str]) -> None:
+        seen.append(await directory.lookup_many(groups))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(look, ["a", "b", "c"])
+        nursery.start_soon(look, ["b", "c", "d"])
+    assert sorted(asked) == ["a", "b", "c", "d"]
+    assert sorted(sorted(s) for s in seen) == [["a", "b", "c"], ["b", "c", "d"]]
+    assert all(h.kind == "free" for s in seen for h in s.values())
+
+
 async def test_a_membership_whose_broker_died_finds_the_new_coordinator_and_keeps_its_member(
         autojump_clock: trio.abc.Clock) -> None:
     """The broker coordinating the group is killed: the proxy asks FindCoordinator again

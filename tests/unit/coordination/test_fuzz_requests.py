@@ -26,7 +26,7 @@ from proxy.coordination import offsets
 from proxy.coordination.routing import handler_table
 from tests.unit.codec.strategies import examples, message_values, versions
 
-from .helpers import TOPIC, exchange, make_service, request, router
+from .helpers import TOPIC, coordinator_found, exchange, make_service, request, router
 
 EXAMINED = sorted(k for k in handler_table(make_service()) if k not in (28,))
 """The group APIs the proxy examines (TxnOffsetCommit needs a transaction: left out)."""
@@ -46,8 +46,7 @@ HOSTILE = {
 def stub_broker(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
     """A healthy single broker, for the proxy's own requests (its broker memberships)."""
     if key == 10:  # FindCoordinator
-        return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "node_id": 1,
-                "host": "127.0.0.1", "port": 9092}
+        return coordinator_found(version, value, "127.0.0.1", 9092)
     if key == 11:  # JoinGroup
         member = value.get("member_id") or "proxy-member-1"
         protocol = value["protocols"][0]

@@ -28,7 +28,7 @@ from proxy.coordination.release import (
 from translation.errors import ErrorCode
 from translation.heartbeat import ConsumerGroupHeartbeatRequest
 
-from .helpers import TOPIC_ID, coordinate, make_service
+from .helpers import TOPIC_ID, coordinate, coordinator_found, make_service
 from .helpers import joining_heartbeat as _hb
 
 
@@ -44,7 +44,7 @@ class Broker4:
 
     def __call__(self, key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
         if key == ApiKey.FIND_COORDINATOR:
-            return {"error_code": 0, "node_id": 1, "host": "10.0.0.1", "port": 9092}
+            return coordinator_found(version, value, "10.0.0.1", 9092)
         if key == ApiKey.CONSUMER_GROUP_HEARTBEAT:
             self.heartbeats.append(value)
             if value["member_epoch"] == -1:

@@ -17,7 +17,7 @@ from proxy.coordination.service import CoordinatorService
 from translation.errors import ErrorCode
 from translation.heartbeat import ConsumerGroupHeartbeatRequest
 
-from .helpers import TOPIC_ID, coordinate, make_service
+from .helpers import TOPIC_ID, coordinate, coordinator_found, make_service
 from .helpers import joining_heartbeat as _hb
 
 HOLDER = "10.0.0.1:9094"
@@ -113,7 +113,7 @@ async def test_a_follower_that_cannot_be_told_keeps_the_group_in_the_engine(
 def _emptied(api_key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
     """The broker's group after the lock left: Empty, once held by consumers."""
     if api_key == 10:
-        return {"error_code": 0, "node_id": 1, "host": "10.0.0.1", "port": 9092}
+        return coordinator_found(version, value, "10.0.0.1", 9092)
     if api_key == 15:
         return {"groups": [{"error_code": 0, "group_id": "g", "group_state": "Empty",
                             "protocol_type": "consumer", "protocol_data": "", "members": []}]}
