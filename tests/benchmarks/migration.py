@@ -76,7 +76,15 @@ def one_run(target: str, assignor: str, workdir: Path) -> dict[str, Any]:
         raise RuntimeError(f"the pod test bed is not available here: {why}")
 
     def show(step: Step) -> None:
-        print(f"  {step.name}: worst downtime {step.worst_downtime_s:.2f} s, called back "
+        where = ""
+        if step.worst is not None:
+            gap = step.worst
+            before = "nobody" if gap.before is None else (
+                f"{gap.before.owner} ({gap.before.ended_by})")
+            where = (f" [partition {gap.partition[1]}, {gap.begin - step.begin:.2f}-"
+                     f"{gap.end - step.begin:.2f} s: from {before} to "
+                     f"{'nobody' if gap.after is None else gap.after.owner}]")
+        print(f"  {step.name}: worst downtime {step.worst_downtime_s:.2f} s{where}, called back "
               f"{len(step.called_back)} ({sum(step.called_back.values())} callbacks)",
               flush=True)
 

@@ -4,7 +4,9 @@
 cluster and stops it after the test; a failing test gets the proxy's log copied next to the
 broker logs in ``test-logs/``. ``members``: a list the test appends the group members it
 starts to (``tests/integration/members.py``), each stopped after the test.
-``kubernetes_cluster``: the test bed's real Kubernetes (slow tests only).
+``kubernetes_cluster``: the test bed's real Kubernetes (slow tests only). ``spark_sessions``:
+the one local Spark session a process may run (:class:`SparkSessions`): the report modules
+share one, a module that must have a JVM of its own asks for its own.
 """
 
 from __future__ import annotations
@@ -82,3 +84,50 @@ def kubernetes_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any
         pytest.skip(f"no Kubernetes test bed: {why}")
     with kubernetes.running(tmp_path_factory.mktemp("kubernetes")) as cluster:
         yield cluster
+
+
+class SparkSessions:
+    """The local Spark session of this test process (pyspark runs one per process).
+
+    :meth:`shared` is one session (``local[2]``, UTC) that the modules running ``groupgate
+    report`` share, so that its JVM starts and warms up once; :meth:`own` stops it and
+    starts a fresh one (a module that watches the JVM's own sockets, or wants a clean one);
+    :meth:`close` stops whichever runs (the next :meth:`shared` starts one again)."""
+
+    SHARED = "shared"
+
+    def __init__(self) -> None:
+        self.key: str | None = None
+        self.session: Any = None
+
+    def shared(self) -> Any:
+        return self._get(self.SHARED, "groupgate-tests", {"spark.sql.session.timeZone": "UTC"})
+
+    def own(self, app_name: str, conf: dict[str, str] | None = None) -> Any:
+        self.close()
+        return self._get(app_name, app_name, conf or {})
+
+    def _get(self, key: str, app_name: str, conf: dict[str, str]) -> Any:
+        from tests.testbed.spark import local_session
+
+        if self.key != key:
+            self.close()
+            self.session = local_session(app_name, master="local[2]", conf=conf)
+            self.key = key
+        return self.session
+
+    def close(self) -> None:
+        from tests.testbed.spark import stop_session
+
+        if self.session is not None:
+            session, self.session, self.key = self.session, None, None
+            stop_session(session)
+
+
+@pytest.fixture(scope="session")
+def spark_sessions() -> Iterator[SparkSessions]:
+    sessions = SparkSessions()
+    try:
+        yield sessions
+    finally:
+        sessions.close()

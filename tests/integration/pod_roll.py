@@ -77,23 +77,48 @@ class Step:
     """Members not restarted in the step -> revocations and losses they saw in it."""
     lost: dict[str, int] = field(default_factory=dict)
     """Of those, the losses (partitions taken, not given back)."""
+    worst: Gap | None = None
+    """Where the worst downtime was: the partition, who had it before and who next."""
+    timeline: dict[str, dict[str, float]] = field(default_factory=dict)
+    """The restarted members' events in the step (closed, started, first assigned), in
+    seconds from its begin."""
 
     def as_json(self) -> dict[str, Any]:
+        def at(t: float) -> float:
+            return round(t - self.begin, 3)
+
+        worst = None
+        if self.worst is not None:
+            gap = self.worst
+            worst = {"partition": gap.partition[1], "from_s": at(gap.begin), "to_s": at(gap.end),
+                     "before": None if gap.before is None else {
+                         "owner": gap.before.owner, "ended_by": gap.before.ended_by},
+                     "after": None if gap.after is None else {"owner": gap.after.owner}}
         return {"step": self.name, "seconds": round(self.end - self.begin, 3),
                 "worst_downtime_s": round(self.worst_downtime_s, 3),
                 "members_called_back": len(self.called_back),
                 "callbacks": sum(self.called_back.values()), "lost": sum(self.lost.values()),
-                "restarted": self.restarted, "called_back": self.called_back}
+                "restarted": self.restarted, "called_back": self.called_back,
+                "worst": worst, "timeline": self.timeline}
 
 
-def ownership(members: Iterable[Member]) -> dict[tuple[str, int], list[tuple[float, float]]]:
-    """Per partition, the spans some member owned it (assignment callback to revocation or
-    loss, else to its close, else to now)."""
-    spans: dict[tuple[str, int], list[tuple[float, float]]] = {}
+@dataclass
+class Span:
+    """One member's ownership of one partition: from its assignment callback to its revocation
+    or loss (``ended_by``), else to its close (``closed``), else to now (``owning``)."""
+    begin: float
+    end: float
+    owner: str
+    ended_by: str
+
+
+def spans(members: Iterable[Member]) -> dict[tuple[str, int], list[Span]]:
+    """Per partition, the spans some member owned it."""
+    found: dict[tuple[str, int], list[Span]] = {}
     now = time.time()
     for m in members:
         events = m.snapshot()
-        end = next((e["t"] for e in events if e["name"] == "closed"), now)
+        closed = next((e["t"] for e in events if e["name"] == "closed"), None)
         held: dict[tuple[str, int], float] = {}
         for e in events:
             if e["name"] == "partitions_assigned":
@@ -102,30 +127,75 @@ def ownership(members: Iterable[Member]) -> dict[tuple[str, int], list[tuple[flo
             elif e["name"] in CALLED_BACK:
                 for p in partitions_of(e):
                     if p in held:
-                        spans.setdefault(p, []).append((held.pop(p), e["t"]))
+                        found.setdefault(p, []).append(Span(held.pop(p), e["t"], m.name,
+                                                            e["name"]))
         for p, since in held.items():
-            spans.setdefault(p, []).append((since, end))
-    return spans
+            found.setdefault(p, []).append(Span(since, now if closed is None else closed,
+                                                m.name, "owning" if closed is None else "closed"))
+    return found
+
+
+def ownership(members: Iterable[Member]) -> dict[tuple[str, int], list[tuple[float, float]]]:
+    """Per partition, the spans some member owned it (assignment callback to revocation or
+    loss, else to its close, else to now)."""
+    return {p: [(s.begin, s.end) for s in found] for p, found in spans(members).items()}
+
+
+@dataclass
+class Gap:
+    """The longest time within a step that one partition had no owner: who had it before and
+    how that ended (None: nobody within the step), who had it next (None: nobody by the
+    step's end)."""
+    partition: tuple[str, int]
+    begin: float
+    end: float
+    before: Span | None
+    after: Span | None
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.begin
+
+
+def worst_gap(members: Iterable[Member], partitions: set[tuple[str, int]], begin: float,
+              end: float) -> Gap | None:
+    """The longest time within [begin, end] that one of ``partitions`` had no owner (None:
+    none was ever without one)."""
+    found = spans(members)
+    worst: Gap | None = None
+
+    def consider(gap: Gap) -> None:
+        nonlocal worst
+        if gap.seconds > 0 and (worst is None or gap.seconds > worst.seconds):
+            worst = gap
+
+    for p in sorted(partitions):
+        owned = sorted(found.get(p, []), key=lambda s: (s.begin, s.end))
+
+        def before(t: float, owned: list[Span] = owned) -> Span | None:
+            ended = [s for s in owned if s.end <= t]
+            return max(ended, key=lambda s: s.end) if ended else None
+
+        cursor = begin
+        for s in owned:
+            if s.end <= cursor:
+                continue
+            if s.begin > cursor:
+                consider(Gap(p, cursor, min(s.begin, end), before(cursor),
+                             s if s.begin < end else None))
+            cursor = max(cursor, s.end)
+            if cursor >= end:
+                break
+        if cursor < end:
+            consider(Gap(p, cursor, end, before(cursor), None))
+    return worst
 
 
 def worst_downtime(members: Iterable[Member], partitions: set[tuple[str, int]], begin: float,
                    end: float) -> float:
     """The longest time within [begin, end] that one of ``partitions`` had no owner."""
-    spans = ownership(members)
-    worst = 0.0
-    for p in partitions:
-        cursor = begin
-        for s, e in sorted(spans.get(p, [])):
-            if e <= cursor:
-                continue
-            if s > cursor:
-                worst = max(worst, min(s, end) - cursor)
-            cursor = max(cursor, e)
-            if cursor >= end:
-                break
-        if cursor < end:
-            worst = max(worst, end - cursor)
-    return worst
+    gap = worst_gap(members, partitions, begin, end)
+    return 0.0 if gap is None else gap.seconds
 
 
 class PodRoll:
@@ -212,10 +282,22 @@ class PodRoll:
     def record(self, name: str, begin: float, restarted: list[str]) -> Step:
         """The step from ``begin`` to now: its worst downtime and who was called back."""
         end = time.time()
-        step = Step(name, begin, end, restarted,
-                    worst_downtime(self.everyone, self.everything, begin, end))
+        gap = worst_gap(self.everyone, self.everything, begin, end)
+        step = Step(name, begin, end, restarted, 0.0 if gap is None else gap.seconds,
+                    worst=gap)
         for m in self.everyone:
             if m.name in restarted:
+                events = [e for e in m.snapshot() if begin <= e["t"] <= end]
+                times: dict[str, float] = {}
+                for what in ("closed", "started"):
+                    t = next((e["t"] for e in events if e["name"] == what), None)
+                    if t is not None:
+                        times[what] = round(t - begin, 3)
+                t = next((e["t"] for e in events
+                          if e["name"] == "partitions_assigned" and partitions_of(e)), None)
+                if t is not None:
+                    times["first_assigned"] = round(t - begin, 3)
+                step.timeline[m.name] = times
                 continue
             seen = [e for e in m.callbacks_after(begin)
                     if e["name"] in CALLED_BACK and e["t"] <= end and partitions_of(e)]

@@ -1,23 +1,27 @@
 """Requests with member ids nobody issued, for group ids the broker never saw, through a
-sidecar with the state log and a fleet listener: they are answered as the broker would answer
-them, and the sidecar holds none of those broker groups afterwards (before, each one took the
-broker's group over to load a state the log never had, and kept it: clients straight at the
-broker were refused, and ``max-groups`` filled up). As many as ``max-groups`` (1,000) of them
-leave room: a new KIP-848 group through the sidecar is served at once."""
+sidecar in the pod test bed (two pods, a sidecar each, state log and fleet listeners): they are
+answered as the broker would answer them, and no sidecar holds any of those broker groups
+afterwards (before, each one took the broker's group over to load a state the log never had,
+and kept it: clients straight at the broker were refused, and ``max-groups`` filled up). As
+many as ``max-groups`` (1,000) of them leave room: a new KIP-848 group through a sidecar is
+served at once."""
 
 from __future__ import annotations
 
 import re
 import urllib.request
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
 from proxy.codec.api_keys import ApiKey
+from proxy.process import ProxyProcess
 from proxy.upstream import UpstreamClient
-from tests.integration.conftest import StartProxy
+from tests.benchmarks.soak.run import FLEET_PORT
+from tests.testbed import pods
 from tests.testbed.broker import KafkaBroker
 
 pytestmark = pytest.mark.broker
@@ -101,31 +105,65 @@ async def _new_kip848_member(address: tuple[str, int], group_id: str, topic: str
         await client.aclose()
 
 
-def test_made_up_heartbeats_hold_no_broker_group(broker: KafkaBroker, topic: Any,
-                                                 start_proxy: StartProxy) -> None:
-    sidecar = start_proxy(broker, "--fleet-listen", "127.0.0.1:0",
-                          "--fleet-address", "127.0.0.1:1", "--metrics-listen", "127.0.0.1:0",
-                          "--group-heartbeat-interval-ms", "1000")
-    found = re.search(r"metrics and health on (http://\S+)/metrics", sidecar.log())
-    assert found, sidecar.log()
-    group_ids = [f"made-up-{uuid.uuid4().hex}" for _ in range(REQUESTS)]
-    errors = trio.run(_heartbeats, (sidecar.host, sidecar.port), group_ids)
-    assert errors == [UNKNOWN_MEMBER_ID] * REQUESTS  # answered, as the broker answers them
-    with urllib.request.urlopen(f"{found.group(1)}/metrics", timeout=5) as response:
-        metrics = response.read().decode()
-    assert _metric(metrics, "groupgate_broker_group_joins_total") == 0, metrics
-    assert _metric(metrics, "groupgate_groups_held") == 0, metrics
-    host, _, port = broker.bootstrap.partition(":")
-    # a classic consumer straight at the broker is not refused as INCONSISTENT_GROUP_PROTOCOL
-    for group_id in (group_ids[0], group_ids[-1]):
-        assert trio.run(_join_straight, (host, int(port)), group_id) == 0
-    assert "holding the broker's group" not in sidecar.log()
-    # and a new KIP-848 group through the sidecar is served at once
-    name = topic(broker, partitions=3)
-    group_id = f"served-{uuid.uuid4().hex}"
-    answers = trio.run(_new_kip848_member, (sidecar.host, sidecar.port), group_id, name)
-    assigned = (answers[-1]["assignment"] or {}).get("topic_partitions") or []
-    assert answers[-1]["error_code"] == 0 and sorted(
-        p for t in assigned for p in t["partitions"]) == [0, 1, 2], answers
-    print(f"a new KIP-848 group assigned its 3 partitions in heartbeat {len(answers)}")
-    assert re.search(rf"group {group_id}: holding the broker's group", sidecar.log())
+def _metrics(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return str(response.read().decode())
+
+
+def test_made_up_heartbeats_hold_no_broker_group(tmp_path: Path) -> None:
+    """Two pods with a sidecar each (fleet listeners, state log on): 1,000 made-up classic
+    heartbeats reach pod a's sidecar; then neither sidecar holds or joined a broker group, the
+    ids are joinable straight at the broker, and a new KIP-848 group through pod b's sidecar
+    gets its partitions at once. (Each sidecar listens on every address of its pod, so the
+    test reaches it over the pod network as well as its pod's own clients on 127.0.0.1.)"""
+    ok, why = pods.available()
+    if not ok:
+        pytest.skip(why)
+    with pods.PodNetwork() as network, KafkaBroker.start(
+            "3.9", tmp_path / "kafka", host=network.host_ip) as broker:
+        sidecars = {}
+        try:
+            for name in ("a", "b"):
+                pod = network.pod(name)
+                sidecars[name] = (pod, ProxyProcess.start(
+                    broker.bootstrap, tmp_path / f"groupgate-{name}.log", listen="0.0.0.0:9092",
+                    wrapper=pod.command([]), args=[
+                        "--fleet-listen", f"{pod.ip}:{FLEET_PORT}",
+                        "--metrics-listen", "0.0.0.0:0", "--group-heartbeat-interval-ms",
+                        "1000"]))
+            urls = {}
+            for name, (pod, sidecar) in sidecars.items():
+                found = re.search(r"metrics and health on http://\S+?:(\d+)/metrics",
+                                  sidecar.log())
+                assert found, sidecar.log()
+                urls[name] = f"http://{pod.ip}:{found.group(1)}/metrics"
+            pod_a, pod_b = sidecars["a"][0], sidecars["b"][0]
+            group_ids = [f"made-up-{uuid.uuid4().hex}" for _ in range(REQUESTS)]
+            errors = trio.run(_heartbeats, (pod_a.ip, 9092), group_ids)
+            assert errors == [UNKNOWN_MEMBER_ID] * REQUESTS  # answered as the broker would
+            for name, url in urls.items():
+                metrics = _metrics(url)
+                assert _metric(metrics, "groupgate_broker_group_joins_total") == 0, \
+                    (name, metrics)
+                assert _metric(metrics, "groupgate_groups_held") == 0, (name, metrics)
+            host, _, port = broker.bootstrap.partition(":")
+            # a classic consumer straight at the broker is not refused
+            # (INCONSISTENT_GROUP_PROTOCOL: a sidecar holding the broker's group)
+            for group_id in (group_ids[0], group_ids[-1]):
+                assert trio.run(_join_straight, (host, int(port)), group_id) == 0
+            for _pod, sidecar in sidecars.values():
+                assert "holding the broker's group" not in sidecar.log()
+            # and a new KIP-848 group through the other pod's sidecar is served at once
+            name = f"made-up-topic-{uuid.uuid4().hex[:8]}"
+            broker.create_topic(name, 3)
+            group_id = f"served-{uuid.uuid4().hex}"
+            answers = trio.run(_new_kip848_member, (pod_b.ip, 9092), group_id, name)
+            assigned = (answers[-1]["assignment"] or {}).get("topic_partitions") or []
+            assert answers[-1]["error_code"] == 0 and sorted(
+                p for t in assigned for p in t["partitions"]) == [0, 1, 2], answers
+            print(f"a new KIP-848 group assigned its 3 partitions in heartbeat {len(answers)}")
+            assert re.search(rf"group {group_id}: holding the broker's group",
+                             sidecars["b"][1].log())
+        finally:
+            for _pod, sidecar in sidecars.values():
+                sidecar.stop()

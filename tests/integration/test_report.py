@@ -48,7 +48,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +57,8 @@ import pytest
 from proxy.journal.schema import Event, EventType, check
 from proxy.report.job import Options, Source, run_report
 from proxy.report.session import ReportError
+from tests.integration.conftest import SparkSessions
 from tests.testbed.broker import KafkaBroker, KafkaCluster
-from tests.testbed.spark import local_session, stop_session
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_700_000_000_000
@@ -156,13 +156,9 @@ def write_jsonl(path: Path, events: list[Event]) -> Path:
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = local_session("groupgate-report-tests", master="local[2]",
-                            conf={"spark.sql.session.timeZone": "UTC"})
-    try:
-        yield session
-    finally:
-        stop_session(session)
+def spark(spark_sessions: SparkSessions) -> Any:
+    """The Spark session the report modules share (UTC)."""
+    return spark_sessions.shared()
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,7 @@ import pytest
 
 from proxy.report.job import Options, Source, run_report
 from tests.benchmarks.report_diff import differences
+from tests.integration.conftest import SparkSessions
 from tests.integration.test_report import journal, write_journal_topic
 from tests.testbed.spark import local_session, standalone_cluster, stop_session
 
@@ -68,7 +69,9 @@ def completed(cluster: Any, app_id: str, timeout: float = 60.0) -> dict[str, Any
 
 
 def test_report_on_a_standalone_cluster_equals_the_local_one(kafka_factory: Any,
+                                                              spark_sessions: SparkSessions,
                                                               tmp_path: Path) -> None:
+    spark_sessions.close()  # its sessions are its own (pyspark runs one per process)
     kafka = kafka_factory("3.9", properties=FAST_RETENTION_CHECKS)
     topic = f"journal-{uuid.uuid4().hex[:8]}"
     write_journal_topic(kafka, topic)

@@ -29,10 +29,10 @@ from typing import Any
 import pytest
 
 from proxy.process import ProxyProcess
-from tests.integration.conftest import StartProxy
+from tests.integration.conftest import SparkSessions, StartProxy
 from tests.integration.observe import PortWatcher
 from tests.testbed.broker import KafkaBroker
-from tests.testbed.spark import jvm_pid, local_session, stop_session
+from tests.testbed.spark import jvm_pid
 
 PARTITIONS = 3
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
@@ -44,12 +44,13 @@ Record = tuple[int, int, str, str]  # partition, offset, key, value
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = local_session("groupgate-spark-tests", master="local[2]")
+def spark(spark_sessions: SparkSessions) -> Iterator[Any]:
+    """A JVM of the module's own: the checks read its sockets, which must be this module's
+    Kafka connections only (Spark keeps a job's Kafka consumers open for minutes)."""
     try:
-        yield session
+        yield spark_sessions.own("groupgate-spark-tests")
     finally:
-        stop_session(session)
+        spark_sessions.close()
 
 
 @pytest.fixture

@@ -59,6 +59,8 @@ class Settings:
     settle_s: float = 5.0
     quiet_before_s: float = 3.0
     max_wait_s: float = 120.0
+    slow_s: float = SLOW_SECONDS
+    """How long the stuck member of the ``slow`` scenario stays in its callback."""
 
     @property
     def partitions(self) -> int:
@@ -417,7 +419,7 @@ def run_scenario(target: Target, s: Settings, workdir: Path,
             rec.add_event(timeline.Event(trigger, victim, "crash"))
             live.discard(victim)
         elif s.scenario == "slow":
-            pool.slow(slowpoke, SLOW_SECONDS)
+            pool.slow(slowpoke, s.slow_s)
             trigger = time.monotonic()
             pool.start(joiner)
             live.add(joiner)
@@ -430,7 +432,7 @@ def run_scenario(target: Target, s: Settings, workdir: Path,
                 pool.start(name)
                 _wait_converged(rec, s, live, 0.5, s.max_wait_s, f"the group after {name}")
                 steps.append({"member": name, "seconds": time.monotonic() - t_step})
-        limit = s.max_wait_s + (SLOW_SECONDS if s.scenario == "slow" else 0.0)
+        limit = s.max_wait_s + (s.slow_s if s.scenario == "slow" else 0.0)
         timed_out = False
         try:
             _wait_converged(rec, s, live, s.settle_s, limit, "convergence")

@@ -6,7 +6,7 @@ from typing import Any
 
 from tests.benchmarks.migration import summarize, table
 from tests.integration.members import Member
-from tests.integration.pod_roll import worst_downtime
+from tests.integration.pod_roll import worst_downtime, worst_gap
 
 
 def member(name: str, *events: tuple[float, str, list[int]]) -> Member:
@@ -25,6 +25,22 @@ def test_the_worst_downtime_is_the_longest_time_a_partition_had_no_owner() -> No
     closed = member("c", (0.0, "partitions_assigned", [2]), (3.0, "closed", []))
     assert worst_downtime([closed], {("t", 2)}, 0.0, 10.0) == 7.0
     assert worst_downtime([], {("t", 3)}, 1.0, 4.0) == 3.0  # never owned in the step
+
+
+def test_the_worst_gap_names_the_partition_and_its_owners_before_and_after() -> None:
+    a = member("a", (0.0, "partitions_assigned", [0, 1]), (10.0, "partitions_revoked", [1]),
+               (11.0, "partitions_lost", [0]))
+    b = member("b", (12.5, "partitions_assigned", [1]), (12.0, "partitions_assigned", [0]))
+    gap = worst_gap([a, b], {("t", 0), ("t", 1)}, 5.0, 20.0)
+    assert gap is not None and gap.partition == ("t", 1) and gap.seconds == 2.5
+    assert gap.before is not None and (gap.before.owner, gap.before.ended_by) == (
+        "a", "partitions_revoked")
+    assert gap.after is not None and gap.after.owner == "b"
+    closed = member("c", (0.0, "partitions_assigned", [2]), (3.0, "closed", []))
+    gap = worst_gap([closed], {("t", 2)}, 0.0, 10.0)
+    assert gap is not None and gap.before is not None and gap.before.ended_by == "closed"
+    assert gap.after is None
+    assert worst_gap([a, b], {("t", 0), ("t", 1)}, 0.0, 9.0) is None
 
 
 def _run(target: str, downtimes: list[float], error: str | None = None) -> dict[str, Any]:
