@@ -216,8 +216,9 @@ def plot(summary: dict[str, Any], machine_info: dict[str, Any] | None, path: Pat
                 continue
             xs.append(j + (i - 0.5) * width)
             ys.append(c["worst_downtime_median_s"])
-            low.append(c["worst_downtime_median_s"] - c["worst_downtime_min_s"])
-            high.append(c["worst_downtime_max_s"] - c["worst_downtime_median_s"])
+            # (the median is rounded: a whisker of a few milliseconds below zero is none)
+            low.append(max(0.0, c["worst_downtime_median_s"] - c["worst_downtime_min_s"]))
+            high.append(max(0.0, c["worst_downtime_max_s"] - c["worst_downtime_median_s"]))
             called.append(c["called_back_median"])
         label = "groupgate (Kafka 3.9)" if target == "groupgate" else "Kafka 4.4 native"
         bars = axes[0].bar(xs, ys, width, color=colors[target], label=label,
