@@ -470,6 +470,14 @@ class BrokerMembership:
             return
         self.left = True
         self.lease.drop()
+        if not self.settled.is_set():
+            # given up before the first attempt was decided (a takeover under way when the
+            # proxy steps down, or the group given up): whoever waits for the takeover is
+            # answered now (COORDINATOR_NOT_AVAILABLE: a follower relaying to this sidecar
+            # looks the group up again), not when its own wait runs out
+            self.failure = "left the broker's group before holding it"
+            self.failure_kind = "unavailable"
+            self.settled.set()
         self._wake_waiters()
         if self.member_id and self._link is not None:
             with trio.CancelScope(shield=True), trio.move_on_after(5):

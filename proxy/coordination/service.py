@@ -1494,6 +1494,9 @@ class CoordinatorService:
                          "%.1f s for its replacement (eager classic members)", effect.group_id,
                          effect.member_id, max(0, effect.until_ms - self.now_ms()) / 1000)
             elif isinstance(effect, DepartureWaitEnded):
+                replaced = len(effect.arrived) >= len(effect.departed)
+                metrics.DEPARTURE_WAITS.labels(
+                    "replaced" if replaced else "not-replaced").inc()
                 log.info("group %s: assigning after a departure wait of %.1f s: %d left (%s), "
                          "%d arrived (%s)", effect.group_id, effect.waited_ms / 1000,
                          len(effect.departed), ", ".join(effect.departed), len(effect.arrived),

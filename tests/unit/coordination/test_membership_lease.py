@@ -107,6 +107,34 @@ async def test_commits_waiting_for_a_membership_that_ends_are_told_at_once(
     assert all(at < 2 for _, at in woken)
 
 
+async def test_requests_waiting_for_a_takeover_are_answered_when_it_is_given_up(
+        autojump_clock: trio.abc.Clock) -> None:
+    """A sidecar stopping (SIGTERM) while it takes a group over leaves the broker's group
+    before its first join was decided. The requests waiting for that takeover (a follower's
+    relayed commit ticket or heartbeat) used to wait out their own 10 s takeover wait, their
+    clients' heartbeats queued behind them at the follower, which went on relaying to the
+    stopping sidecar: a classic member behind it timed its session out although another
+    sidecar held the group 6 s before (seen in the 19 s sessions soak, two coordinators
+    killed within a broker session, then a third restarted)."""
+    membership = BrokerMembership("g", FakePool(broker(6000, [])), [("b", 1)],
+                                  connect_timeout=5, session_timeout_ms=6000)
+    start = trio.current_time()
+    woken: list[tuple[str | None, float]] = []
+
+    async def waiting_for_the_takeover() -> None:
+        await membership.settled.wait()
+        woken.append((membership.failure_kind, trio.current_time() - start))
+
+    with trio.move_on_after(30):  # the takeover wait of the waiting requests, and more
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(waiting_for_the_takeover)
+            nursery.start_soon(waiting_for_the_takeover)
+            await trio.sleep(1)
+            await membership.leave()
+    assert woken == [("unavailable", 1.0), ("unavailable", 1.0)]
+    assert not membership.established and membership.failure is not None
+
+
 async def test_the_lock_assigns_itself_its_card_as_user_data(
         autojump_clock: trio.abc.Clock) -> None:
     """Kafka 4.x will not convert a group whose assignments carry user data, so a direct
