@@ -536,6 +536,10 @@ class CoordinatorService:
         for group_id in groups:
             self.durability.release(group_id)
             self.apply(self.engine.forget(group_id, "this proxy is stopping"))
+            # the view named this sidecar: dropped, the members' requests during the drain
+            # look the group up and are relayed to the next coordinator once one holds it
+            # (until then answered COORDINATOR_NOT_AVAILABLE, :mod:`.stages.stepped_down`)
+            self.directory.forget(group_id)
         self.memberships.clear()
         log.info("stepping down: %d group(s) written and left for the next coordinator to "
                  "load", len(groups))

@@ -13,6 +13,8 @@ import trio.testing
 
 from proxy import metrics
 from proxy.codec.api_keys import ApiKey
+from proxy.coordination.fleet import Holder
+from proxy.coordination.peers import LOOKUP
 from proxy.coordination.service import CoordinatorService
 from proxy.records import max_record_bytes
 from proxy.state_log.log import WriteFailed
@@ -260,6 +262,27 @@ async def test_a_stopping_proxy_writes_what_is_pending_leaves_and_disturbs_nobod
         # retriable: the member keeps its partitions and finds the next coordinator
         assert again["error_code"] == COORDINATOR_NOT_AVAILABLE
         assert fake.writers["g"].writes >= 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_stopping_proxy_looks_its_groups_up_again_for_the_members_left_on_it() -> None:
+    """After stepping down, the view of a group this sidecar held named this sidecar, so its
+    members' requests during the drain (up to ``shutdown-grace``) were answered
+    COORDINATOR_NOT_AVAILABLE the whole time, even once another sidecar held the group: a
+    kafka-python member (no session timer of its own) behind a sidecar restarted twice in a
+    row heard nothing else for 10 s, reached no coordinator within its 19 s session, was
+    fenced, and owned a partition with its successor for 6 s (fleet soak, seed 32). The view
+    is dropped: the next request looks the group up, and is relayed once a sidecar holds it."""
+    service, _ = durable_service(Log())
+    async with trio.open_nursery() as nursery:
+        await started(service, nursery)
+        coordinate(service, "g")
+        await service.durability.take_over("g")  # type: ignore[union-attr]
+        await heartbeat(service, JOIN)
+        service.directory._views["g"] = Holder("sidecar", card=service.card)
+        await service.let_go(5.0)
+        assert service.directory.view("g") is None
+        assert service.routes.route(["g"]).kind == LOOKUP
         nursery.cancel_scope.cancel()
 
 
