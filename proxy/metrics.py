@@ -208,6 +208,13 @@ MEMBERS_FENCED = Counter(
     "cut off, then loaded again; classic members also join-timeout, sync-timeout)",
     ["reason"], registry=REGISTRY)
 
+DEPARTURE_WAITS = Counter(
+    "groupgate_departure_waits",
+    "Departure waits (classic-departure-wait-ms) ended in the groups this sidecar coordinates, "
+    "by outcome (replaced: as many members arrived as had left; not-replaced: the wait ran out "
+    "or no eager classic member was left, the departed members' partitions waited for it)",
+    ["outcome"], registry=REGISTRY)
+
 REBALANCE_REASONS: Final = frozenset({
     "group created", "member joined", "subscription changed", "member left",
     "session timeout", "rebalance timeout", "pod local", "let go", "classic join timeout",

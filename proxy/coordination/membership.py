@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
 
 import trio
 
@@ -469,6 +470,14 @@ class BrokerMembership:
             return
         self.left = True
         self.lease.drop()
+        if not self.settled.is_set():
+            # given up before the first attempt was decided (a takeover under way when the
+            # proxy steps down, or the group given up): whoever waits for the takeover is
+            # answered now (COORDINATOR_NOT_AVAILABLE: a follower relaying to this sidecar
+            # looks the group up again), not when its own wait runs out
+            self.failure = "left the broker's group before holding it"
+            self.failure_kind = "unavailable"
+            self.settled.set()
         self._wake_waiters()
         if self.member_id and self._link is not None:
             with trio.CancelScope(shield=True), trio.move_on_after(5):
@@ -745,6 +754,20 @@ class BrokerMembership:
             log.warning("group %s: %d commit(s) still unanswered after %.1f s; rejoining "
                         "anyway", self.group_id, self.commits.count, bound)
 
+    async def _stop_acting_at(self, lease_deadline: float) -> None:
+        """While a heartbeat is unanswered: at ``lease_deadline`` stop acting for the group
+        (the broker may drop the member a fifth of a session later) until it is answered."""
+        await trio.sleep_until(lease_deadline)
+        if trio.current_time() >= self.session_deadline:  # woken past the whole session
+            self._cut_off()
+            return
+        metrics.LEASE_EVENTS.labels("expired").inc()
+        log.warning("group %s: no heartbeat answered within %.1f s of the last; stopping "
+                    "before the broker can give the group to another sidecar", self.group_id,
+                    LEASE_FRACTION * self.session_timeout_ms / 1000)
+        self._lapse()
+        self._set_stable(False)
+
     async def _heartbeat_until_rejoin(self) -> None:
         while True:
             with trio.move_on_after(self.session_timeout_ms / 3000):  # Kafka's ratio
@@ -755,27 +778,44 @@ class BrokerMembership:
                 return
             assert self._link is not None
             sent = trio.current_time()
-            try:
-                with trio.move_on_at(self.lease_deadline):
-                    response = await self._link.request(ApiKey.HEARTBEAT, HEARTBEAT_VERSION, {
-                        "group_id": self.group_id, "generation_id": self.generation,
-                        "member_id": self.member_id, "group_instance_id": None})
-                    error = response["error_code"]
-                if trio.current_time() >= self.lease_deadline:
-                    metrics.LEASE_EVENTS.labels("expired").inc()
-                    log.warning("group %s: no heartbeat answered within %.1f s of the last; "
-                                "stopping before the broker can give the group to another "
-                                "sidecar", self.group_id,
-                                LEASE_FRACTION * self.session_timeout_ms / 1000)
-                    self._set_stable(False)
-                    self.coordinator = None
-                    return
-            except UpstreamError as exc:
-                log.warning("group %s: broker heartbeat failed: %s", self.group_id, exc)
+            if sent >= self.session_deadline:  # frozen or starved past the whole session
+                self._cut_off()
+                return
+            response: dict[str, Any] | None = None
+            failure: UpstreamError | None = None
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._stop_acting_at, self.lease_deadline)
+                # the answer is awaited until the session's end, not the lease's: one that
+                # comes after the lease ran out (the process was frozen or starved past it)
+                # still holds the group; cancelling the request at the lease's end reset the
+                # connection and left a whole rejoin (a new connection, FindCoordinator,
+                # JoinGroup, SyncGroup) for what was left of the session
+                with trio.move_on_at(self.session_deadline):
+                    try:
+                        response = await self._link.request(
+                            ApiKey.HEARTBEAT, HEARTBEAT_VERSION, {
+                                "group_id": self.group_id, "generation_id": self.generation,
+                                "member_id": self.member_id, "group_instance_id": None})
+                    except UpstreamError as exc:
+                        failure = exc
+                nursery.cancel_scope.cancel()
+            if failure is not None:
+                log.warning("group %s: broker heartbeat failed: %s", self.group_id, failure)
                 self.coordinator = None
                 return
+            if response is None:  # a whole session without an answer
+                self._cut_off()
+                return
+            error = response["error_code"]
             if error == ErrorCode.NONE:
                 self._answered(sent)
+                if (self._lapsed and not self._rejoin.is_set()
+                        and self.lease.state(trio.current_time()) is LeaseState.HELD):
+                    self._set_stable(True)
+                    log.info("group %s: heartbeat answered %.1f s after it was sent; holding "
+                             "the broker's group again as member %s, generation %d",
+                             self.group_id, trio.current_time() - sent, self.member_id,
+                             self.generation)
                 continue
             log.info("group %s: broker heartbeat error %d, rejoining", self.group_id, error)
             if error in COORDINATOR_MOVED:

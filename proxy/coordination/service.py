@@ -536,6 +536,11 @@ class CoordinatorService:
         for group_id in groups:
             self.durability.release(group_id)
             self.apply(self.engine.forget(group_id, "this proxy is stopping"))
+            # the view named this sidecar: dropped, so that requests read before the drain
+            # and decided after this look the group up and are relayed to the next
+            # coordinator once one holds it (until then COORDINATOR_NOT_AVAILABLE,
+            # :mod:`.stages.stepped_down`); the drain reads no new request
+            self.directory.forget(group_id)
         self.memberships.clear()
         log.info("stepping down: %d group(s) written and left for the next coordinator to "
                  "load", len(groups))
@@ -1494,6 +1499,9 @@ class CoordinatorService:
                          "%.1f s for its replacement (eager classic members)", effect.group_id,
                          effect.member_id, max(0, effect.until_ms - self.now_ms()) / 1000)
             elif isinstance(effect, DepartureWaitEnded):
+                replaced = len(effect.arrived) >= len(effect.departed)
+                metrics.DEPARTURE_WAITS.labels(
+                    "replaced" if replaced else "not-replaced").inc()
                 log.info("group %s: assigning after a departure wait of %.1f s: %d left (%s), "
                          "%d arrived (%s)", effect.group_id, effect.waited_ms / 1000,
                          len(effect.departed), ", ".join(effect.departed), len(effect.arrived),

@@ -12,7 +12,7 @@ from proxy.coordination.fleet import PROTOCOL_NAME, Card, subscription_metadata
 from proxy.coordination.membership import BrokerMembership
 from tests.unit.coordination.test_fuzz_requests import stub_broker
 
-from .helpers import FakePool
+from .helpers import FakeLink, FakePool
 
 INVALID_SESSION_TIMEOUT = 26
 MEMBER_ID_REQUIRED = 79
@@ -105,6 +105,34 @@ async def test_commits_waiting_for_a_membership_that_ends_are_told_at_once(
         membership.fail("the task ended")
     assert [stable for stable, _ in woken] == [False, False]
     assert all(at < 2 for _, at in woken)
+
+
+async def test_requests_waiting_for_a_takeover_are_answered_when_it_is_given_up(
+        autojump_clock: trio.abc.Clock) -> None:
+    """A sidecar stopping (SIGTERM) while it takes a group over leaves the broker's group
+    before its first join was decided. The requests waiting for that takeover (a follower's
+    relayed commit ticket or heartbeat) used to wait out their own 10 s takeover wait, their
+    clients' heartbeats queued behind them at the follower, which went on relaying to the
+    stopping sidecar: a classic member behind it timed its session out although another
+    sidecar held the group 6 s before (seen in the 19 s sessions soak, two coordinators
+    killed within a broker session, then a third restarted)."""
+    membership = BrokerMembership("g", FakePool(broker(6000, [])), [("b", 1)],
+                                  connect_timeout=5, session_timeout_ms=6000)
+    start = trio.current_time()
+    woken: list[tuple[str | None, float]] = []
+
+    async def waiting_for_the_takeover() -> None:
+        await membership.settled.wait()
+        woken.append((membership.failure_kind, trio.current_time() - start))
+
+    with trio.move_on_after(30):  # the takeover wait of the waiting requests, and more
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(waiting_for_the_takeover)
+            nursery.start_soon(waiting_for_the_takeover)
+            await trio.sleep(1)
+            await membership.leave()
+    assert woken == [("unavailable", 1.0), ("unavailable", 1.0)]
+    assert not membership.established and membership.failure is not None
 
 
 async def test_the_lock_assigns_itself_its_card_as_user_data(
@@ -215,3 +243,83 @@ async def test_a_group_formed_twice_while_taking_it_over_had_no_holder_before(
     await hold(membership, 1)
     assert membership.stable and membership.generation == 2
     assert membership.previous_generation == 0
+
+
+class _SlowLink(FakeLink):
+    """A loaded broker: every request is answered ``delay_s`` after it was sent."""
+
+    def __init__(self, answer: Any, delay_s: float) -> None:
+        super().__init__(answer)
+        self.delay_s = delay_s
+
+    async def request(self, api_key: int, version: int, value: dict[str, Any], *,
+                      timeout: float | None = None, client_id: str | None = None
+                      ) -> dict[str, Any]:
+        await trio.sleep(self.delay_s)
+        return await super().request(api_key, version, value, timeout=timeout,
+                                     client_id=client_id)
+
+
+async def test_a_holder_frozen_past_its_lease_but_not_its_session_holds_the_group_again_at_once(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """The sidecar frozen (SIGSTOP) for half a session right before a heartbeat, on a broker
+    answering in 0.4 s: on waking its lease has run out (80% of a session after the last
+    answered heartbeat was sent) and 0.7 s of the session are left. It stops acting, and the
+    heartbeat it sends on waking holds the group again. It used to cancel that heartbeat at
+    the lease's end (resetting the connection) and rejoin: FindCoordinator and JoinGroup
+    took the rest of the session, so it lost the broker's group, and its members were told
+    to let go (seen in the pod test bed's half-session freeze, under load)."""
+    sent: list[tuple[int, dict[str, Any]]] = []
+    pool = FakePool(broker(6000, sent))
+    pool.fake = _SlowLink(pool.fake.answer, 0.4)
+    membership = BrokerMembership("g", pool, [("b", 1)], connect_timeout=5,
+                                  session_timeout_ms=6000)
+    lost: list[str] = []
+    interrupted: list[tuple[float, bool]] = []
+    membership.on_lost = lost.append
+    membership.on_interrupted = lambda now: interrupted.append((trio.current_time(), now))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(membership.run)
+        await membership.settled.wait()
+        await trio.sleep(5)
+        joins = len([k for k, _v in sent if k == 11])
+        last = membership.lease.last_sent
+        await trio.sleep_until(last + 2.3)  # the next heartbeat goes at last + 2.4
+        autojump_clock.jump(3.0)  # frozen: no task runs meanwhile
+        woke = trio.current_time()
+        assert woke > membership.lease_deadline and woke < membership.session_deadline - 0.6
+        await trio.sleep(0)
+        assert membership.lease_expired() and membership.interrupted  # not acting
+        await trio.sleep(1)
+        assert not lost and not membership.cut_off and not membership.left
+        assert membership.stable and not membership.interrupted
+        assert not membership.lease_expired()
+        assert len([k for k, _v in sent if k == 11]) == joins  # no rejoin
+        assert [now for _t, now in interrupted] == [True, False]
+        assert all(woke <= t < woke + 0.5 for t, _now in interrupted), interrupted
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_heartbeat_unanswered_for_a_whole_session_cuts_the_lease_off(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A broker that takes the heartbeat but never answers it: the sidecar stops acting at
+    the lease's end and loses the group at the session's end, not later."""
+    pool = FakePool(broker(6000, []))
+    slow = pool.fake = _SlowLink(pool.fake.answer, 0.01)
+    membership = BrokerMembership("g", pool, [("b", 1)], connect_timeout=5,
+                                  session_timeout_ms=6000)
+    lost: list[float] = []
+    membership.on_lost = lambda _reason: lost.append(trio.current_time())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(membership.run)
+        await membership.settled.wait()
+        await trio.sleep(3)
+        slow.delay_s = 3600
+        session = membership.session_deadline
+        lease = membership.lease_deadline
+        await trio.sleep_until(lease + 0.01)
+        assert membership.interrupted and not membership.stable and not lost
+        await trio.sleep_until(session + 0.01)
+        assert len(lost) == 1 and abs(lost[0] - session) < 1e-6
+        assert membership.cut_off and membership.left
+        nursery.cancel_scope.cancel()
