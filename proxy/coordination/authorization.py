@@ -177,14 +177,15 @@ class AuthorizationStage:
 
     def decide(self, handler: ApiHandler, request: GroupRequest, known: Known) -> Outcome:
         """The request to go on with, or the whole answer; a fact not known counts as
-        refused (every one was asked)."""
+        refused (every one was asked), except a regex match the image gained meanwhile,
+        which is left unchecked (:meth:`_heartbeat`)."""
 
         def allowed(kind: Kind, name: str, op: int) -> bool:
             return bool(known(kind, name, op))
 
         key = request.api_key
         if key == ApiKey.CONSUMER_GROUP_HEARTBEAT:
-            return self._heartbeat(request, allowed)
+            return self._heartbeat(request, allowed, known)
         if key == ApiKey.CONSUMER_GROUP_DESCRIBE:
             return self._consumer_group_describe(request, allowed)
         if key in (ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP):
@@ -203,8 +204,8 @@ class AuthorizationStage:
             return self._list_groups(request, allowed)
         return request
 
-    def _heartbeat(self, request: GroupRequest, allowed: Callable[[Kind, str, int], bool]
-                   ) -> Outcome:
+    def _heartbeat(self, request: GroupRequest, allowed: Callable[[Kind, str, int], bool],
+                   known: Known) -> Outcome:
         value = request.value
         if not allowed("group", value["group_id"], READ):
             return convert.consumer_group_heartbeat_error(GROUP_AUTHORIZATION_FAILED, None)
@@ -214,8 +215,11 @@ class AuthorizationStage:
         matches = self._regex_matches(value)
         if matches is None:
             return request
+        # only what was asked counts as checked: a topic the image gained while the broker
+        # was asked (a refresh meanwhile) is left to the next heartbeat, not taken as refused
+        checked = frozenset(t for t in matches if known("topic", t, DESCRIBE) is not None)
         return dataclasses.replace(request, topic_rights=TopicRights(
-            matches, frozenset(t for t in matches if allowed("topic", t, DESCRIBE))))
+            checked, frozenset(t for t in checked if allowed("topic", t, DESCRIBE))))
 
     def _regex_matches(self, value: Value) -> frozenset[str] | None:
         """The topics the group's regexes (and the heartbeat's) match, when the engine will

@@ -595,6 +595,37 @@ async def test_a_regex_matching_nothing_yet_is_resolved_under_rights_when_topics
     assert group.resolved_regex == {"x.*": frozenset({"xopen"})}
 
 
+async def test_topics_the_image_gains_while_the_broker_is_asked_are_asked_next_time(
+        ) -> None:
+    """The proxy's metadata gains the regex's topics while the stage asks the broker about the
+    heartbeat's group (another group's refresh): they were not asked, so they are not taken
+    as refused; the member's next heartbeat asks about them and gets the one it may describe
+    (before: resolved as refused and never asked again, so the member stayed unassigned)."""
+    service = make_service()
+    coordinate(service, "g")
+    grown = TopicsImage.of([
+        TopicMetadata(TOPIC_ID, TOPIC, 4), TopicMetadata(uuid.UUID(int=8), "xopen", 1),
+        TopicMetadata(uuid.UUID(int=9), "xsecret", 1)])
+
+    class Growing(Acls):
+        def answer(self, api_key: int, value: dict[str, Any]) -> dict[str, Any]:
+            if service.engine.image is not grown:
+                service.engine.update_topics(grown, 10)
+            return super().answer(api_key, value)
+
+    acls = Growing(groups={"g": {READ}}, topics={TOPIC: {READ}, "xopen": {READ}})
+    r = authorizing_router(service, acls)
+    member = "m-regex"
+    first = await exchange(r, request(68, 1, dict(heartbeat("g", member=member),
+                                                  subscribed_topic_regex="x.*")))
+    assert first.response is not None and first.response["error_code"] == 0
+    group = service.engine.group("g")
+    assert group is not None and group.resolved_regex == {"x.*": frozenset()}
+    beat = await exchange(r, request(68, 1, heartbeat("g", None, 1, member)))
+    assert beat.response is not None and beat.response["error_code"] == 0
+    assert group.resolved_regex == {"x.*": frozenset({"xopen"})}
+
+
 async def test_per_group_probes_are_asked_a_few_at_a_time() -> None:
     """A DeleteGroups naming many groups asks DELETE on each (OffsetDelete), at most
     PROBES_PER_KIND in flight at once, and every group is answered."""
