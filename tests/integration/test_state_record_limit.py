@@ -93,15 +93,19 @@ def live_members(bootstrap: str, state_topic: str, group: str) -> set[str]:
         partitions = reader.list_topics(state_topic, timeout=10).topics[state_topic].partitions
         ends = {p: reader.get_watermark_offsets(TopicPartition(state_topic, p), timeout=10)[1]
                 for p in partitions}
-        reader.assign([TopicPartition(state_topic, p, 0) for p, end in ends.items() if end])
-        records, done = [], {p for p, end in ends.items() if not end}
+        assigned = [TopicPartition(state_topic, p, 0) for p, end in ends.items() if end]
+        reader.assign(assigned)
+        records = []
         deadline = time.monotonic() + WAIT
-        while len(done) < len(ends) and time.monotonic() < deadline:
+        # done when the position has passed each end: the log is transactional, so its last
+        # offset may be a commit marker that is never delivered as a record
+        while any(tp.offset < ends[tp.partition] for tp in reader.position(assigned)):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the state log not read to its ends {ends} in {WAIT} s: "
+                                     f"at {reader.position(assigned)}")
             message = reader.poll(0.5)
             if message is None or message.error():
                 continue
-            if message.offset() + 1 >= ends[message.partition()]:
-                done.add(message.partition())
             record = decode_record(message.key(), message.value())
             if record.key.group_id == group:
                 records.append(record)
