@@ -59,19 +59,19 @@ def test_three_pods_both_protocols_eager_and_cooperative(tmp_path: Path) -> None
     """Three pods, two members in each (one per group), both protocols, eager and cooperative
     classic members; a member joins and one leaves on the way."""
     run_soak(
-        tmp_path, duration_s=50.0, seed=22, pods=3, groups=("eager", "cooperative"),
+        tmp_path, duration_s=36.0, seed=22, pods=3, groups=("eager", "cooperative"),
         initial=("eager:confluent/classic/async@1", "cooperative:confluent/consumer/async@1",
                  "eager:confluent/consumer/auto@2", "cooperative:kafka-python/classic/async@2",
                  "eager:kafka-python/classic/sync@3", "cooperative:confluent/classic/sync@3"),
-        script=("20:join:eager", "32:leave:cooperative"))
+        script=("14:join:eager", "24:leave:cooperative"))
 
 
-STEADY_KILL = "20:coordinator-kill:cooperative"
+STEADY_KILL = "18:coordinator-kill:cooperative"
 JOIN_KILL = "50:join-coordinator-kill:cooperative"
 
 
 @pytest.mark.parametrize(("script", "duration_s"), [
-    pytest.param((STEADY_KILL,), 45.0, id="at-steady-state"),
+    pytest.param((STEADY_KILL,), 40.0, id="at-steady-state"),
     pytest.param((STEADY_KILL, JOIN_KILL), 80.0, id="and-while-a-member-joins",
                  marks=pytest.mark.slow)])
 def test_the_coordinating_sidecar_sigkilled_at_steady_state_and_while_a_member_joins(
@@ -108,7 +108,7 @@ def test_the_coordinating_sidecar_sigkilled_at_steady_state_and_while_a_member_j
 
 def test_a_rollout_restarts_every_sidecar_one_at_a_time(tmp_path: Path) -> None:
     result = run_soak(
-        tmp_path, duration_s=60.0, seed=24, pods=3, groups=("eager",), roll_gap_s=8.0,
+        tmp_path, duration_s=48.0, seed=24, pods=3, groups=("eager",), roll_gap_s=5.0,
         initial=("eager:confluent/consumer/async@1", "eager:confluent/classic/async@2",
                  "eager:kafka-python/classic/auto@3", "eager:confluent/consumer/sync@3"),
         script=("12:sidecar-roll:eager",))

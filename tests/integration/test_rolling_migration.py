@@ -1,6 +1,6 @@
 """A rolling migration classic -> ``group.protocol=consumer`` -> classic, under load, loses nothing.
 
-One group of six members behind groupgate in front of Kafka 3.9 (``--classic-translation on``,
+One group of four members behind groupgate in front of Kafka 3.9 (``--classic-translation on``,
 so classic and new-protocol members share one engine group) is migrated one member at a time:
 each classic member is stopped gracefully and replaced by a ``group.protocol=consumer``
 member, then each of those is replaced by a classic member again (a rollback), while Kafka's
@@ -26,8 +26,8 @@ time of the JVM that printed it; all run on one machine):
   time but the last, consumed in a batch whose synchronous commit failed (or never happened
   because the member stopped), and such batches only occur around membership changes;
 * commits keep working: the last successful commits reach the end of every partition;
-* the engine serves the group throughout: 6 classic members, then 6 consumer-protocol members,
-  then 6 classic members again (ConsumerGroupDescribe through the proxy).
+* the engine serves the group throughout: 4 classic members, then 4 consumer-protocol members,
+  then 4 classic members again (ConsumerGroupDescribe through the proxy).
 
 Each change waits for the group to be at rest again (every member owning 2 of the 12
 partitions, the target) before the next. A broker-free test runs the same accounting on
@@ -57,7 +57,7 @@ from tests.testbed.broker import KafkaBroker
 from tests.testbed.tools import VerifiableConsumer, VerifiableProducer
 
 PARTITIONS = 12
-MEMBERS = 6
+MEMBERS = 4
 THROUGHPUT = 200
 """Records per second, for the whole test."""
 KEYS = 1000
@@ -266,8 +266,8 @@ def test_rolling_migration_to_consumer_protocol_and_back_loses_nothing(
         return "; ".join(f"{m.label}: {sorted(m.owned())}" for m in current)
 
     def settle(what: str) -> None:
-        """Wait until the 6 current members own 2 partitions each, every partition once: the
-        engine's (uniform) target for 12 partitions and 6 members, so the group is at rest."""
+        """Wait until the 4 current members own 3 partitions each, every partition once: the
+        engine's (uniform) target for 12 partitions and 4 members, so the group is at rest."""
         deadline = time.monotonic() + SETTLE_S
         while True:
             owned = [m.owned() for m in current]
@@ -304,10 +304,10 @@ def test_rolling_migration_to_consumer_protocol_and_back_loses_nothing(
         producer.start()
         producer.wait_acked(1, timeout=60)
 
-        # 6 classic members form the group, served by the engine
+        # 4 classic members form the group, served by the engine
         began = now_ms()
         current.extend(start_member("classic") for _ in range(MEMBERS))
-        settle("6 classic members to share the partitions")
+        settle(f"{MEMBERS} classic members to share the partitions")
         windows.append((began, now_ms()))
         assert member_types(proxy.bootstrap, group) == [CLASSIC] * MEMBERS
 
