@@ -89,8 +89,8 @@ def test_sigkilled_members_are_fenced_pod_local_behind_either_sidecar(tmp_path: 
     at least one of each, and at least one behind the sidecar that does not hold the group),
     each while it owned partitions of the formed group: each is fenced pod-local, and the last
     member ends up with every partition."""
-    result, logs = run_soak(tmp_path, duration_s=32.0, seed=5,
-                            script=("8:kill:eager", "15:kill:eager", "22:kill:eager"))
+    result, logs = run_soak(tmp_path, duration_s=27.0, seed=5,
+                            script=("8:kill:eager", "13:kill:eager", "18:kill:eager"))
     killed = [e["member"] for e in result["events"] if e["event"] == "kill"]
     assert len(killed) == 3, result["events"]
     timeline = result["groups"]["eager"]["timeline"]
@@ -201,7 +201,7 @@ def test_members_whose_group_connection_the_client_reaps_are_not_fenced(
     monkeypatch.setenv("GROUPGATE_SOAK_CLIENT_DEBUG", "broker")  # the clients log their reaps
     result, logs = run_soak(
         tmp_path, members=("eager:confluent/consumer/auto@1", "eager:confluent/classic/auto@2"),
-        duration_s=35.0, seed=11, heartbeat_interval_ms=3000,
+        duration_s=28.0, seed=11, heartbeat_interval_ms=3000,
         client_config=(f"connections.max.idle.ms={IDLE_MS}",
                        "topic.metadata.refresh.interval.ms=1000"))
     # the mechanism happened: each client says it closed its idle coordinator connection, and

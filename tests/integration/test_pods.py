@@ -56,7 +56,7 @@ def connect(sock: socket.socket, address: tuple[str, int], timeout: float = 2.0
 CLIENT = r"""
 import json, sys
 from confluent_kafka import Consumer, Producer
-topic, tag = sys.argv[1], sys.argv[2]
+topic, tag, expected = sys.argv[1], sys.argv[2], int(sys.argv[3])
 producer = Producer({"bootstrap.servers": "127.0.0.1:9092"})
 for i in range(10):
     producer.produce(topic, key=tag.encode(), value=f"{tag}-{i}".encode())
@@ -69,7 +69,7 @@ for _ in range(60):
     msg = consumer.poll(0.5)
     if msg is not None and msg.error() is None:
         seen.add(msg.value().decode())
-    if len(seen) >= 20:
+    if len(seen) >= expected:
         break
 for broker in consumer.list_topics(timeout=10).brokers.values():
     brokers.add(f"{broker.host}:{broker.port}")
@@ -92,8 +92,9 @@ def test_each_pod_reaches_the_broker_through_its_own_sidecar(tmp_path: Path) -> 
                         for pod in (a, b)]
             try:
                 results = {}
-                for pod in (a, b):
-                    done = pod.run([sys.executable, "-c", CLIENT, topic, pod.name],
+                for pod, expected in ((a, 10), (b, 20)):  # b's group reads a's ten too
+                    done = pod.run([sys.executable, "-c", CLIENT, topic, pod.name,
+                                    str(expected)],
                                    capture_output=True, text=True, timeout=90)
                     assert done.returncode == 0, done.stderr[-2000:]
                     results[pod.name] = json.loads(done.stdout.strip().splitlines()[-1])
