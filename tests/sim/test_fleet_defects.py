@@ -163,7 +163,7 @@ def test_a_holder_that_ignores_its_lease_is_caught_by_ownership_alone(
 GAP_SEEDS = {
     "unseen-stale-retry": 900_004,
     "stuck-ticketed-commit": 900_081,
-    "stranded-after-lost-answer": 900_110,
+    "stranded-after-lost-answer": 900_224,
     "let-go-told-once": 900_647,
     "commit-relay-outlasts-session": 900_357,
 }
