@@ -578,8 +578,8 @@ class FleetSimulation:
             durable_state=True, member_id_factory=self._member_id)
         self.core_config = CoreConfig(
             session_ms=k.lock_session_ms, lease_fraction=k.lease_fraction, hold_ms=5_000,
-            lookup_ms=3_000, view_ms=30_000, let_go_ms=k.member_session_ms, retry_ms=500,
-            takeover_wait_ms=k.member_session_ms)
+            lookup_ms=3_000, lookup_wait_ms=k.heartbeat_ms // 2, view_ms=30_000,
+            let_go_ms=k.member_session_ms, retry_ms=500, takeover_wait_ms=k.member_session_ms)
         self.sidecars = [Sidecar(f"s{i}", 1 + self.rng.uniform(-k.skew, k.skew))
                          for i in range(k.sidecars)]
         for i, sc in enumerate(self.sidecars):
