@@ -178,7 +178,7 @@ class Directory:
                 if pending is not None:
                     await pending.wait()
         return {g: self._views.get(g) or Holder(
-                    "unknown", detail=f"the broker did not say who holds it within {wait:g} s")
+                    "unknown", detail=f"the lookup failed or is still under way ({wait:g} s)")
                 for g in wanted}
 
     def _begin(self, group_ids: list[str]) -> trio.Event:
