@@ -82,7 +82,9 @@ a fenced or leaving member's target entry is dropped at once (the KIP's case stu
 shows it until the next computation); a member re-sending epoch 0 rejoins in place; the
 response carries only assigned partitions (no pending list); v1 clients bring their own
 member id (KIP-1082); static members leave temporarily with epoch -2; each partition keeps
-the epoch it was assigned at (relaxed commit fencing, Kafka 4.3+).
+the epoch it was assigned at (relaxed commit fencing, Kafka 4.3+). One deliberate widening:
+the lost-response rule also accepts the previous member epoch with null owned partitions when
+the move from it changed nothing but the epoch (:func:`translation.heartbeat.lost_response`).
 
 Safety also needs the clients' cooperation, which the simulator models explicitly: a member
 must give up partitions it is revoking once its rebalance timeout is about to expire, and

@@ -6,26 +6,28 @@ dict with ``ConsumerGroupHeartbeatRequest(**fields)``. Null fields mean "unchang
 the regex. ``client_id``, ``client_host`` and ``api_version`` are not schema fields: they come
 from the request header and connection.
 
-Flow of a regular heartbeat (Kafka's ``GroupMetadataManager.consumerGroupHeartbeat``):
-get or create the group (create only on epoch 0, else GROUP_ID_NOT_FOUND) -> group full and
-member new: GROUP_MAX_SIZE_REACHED -> find or create the member (static members: replacement
-after a -2 leave, UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID) -> member epoch check (with the
-lost-response rule) -> when the member's record changes, it must still fit the state log
-(:func:`translation.limits.check_member_record`) -> apply changed fields -> bump the group
-epoch once if the membership, the subscription, the resolved regex (resolved again under the
-member's rights when it brings them and the regexes are due, as Kafka resolves them under the
-rights of the member whose heartbeat triggers it), the subscribed topics' metadata or the
-group's preferred assignor changed -> recompute the target if the group epoch
+Flow of a regular heartbeat (Kafka's ``GroupMetadataManager.consumerGroupHeartbeat``): get or
+create the group (create only on epoch 0, else GROUP_ID_NOT_FOUND) -> group full and member
+new: GROUP_MAX_SIZE_REACHED -> find or create the member (static members: replacement after a
+-2 leave, UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID) -> member epoch check (with the
+lost-response rule, :func:`lost_response`) -> when the member's record changes, it must still
+fit the state log (:func:`translation.limits.check_member_record`) -> apply changed fields ->
+bump the group epoch once if the membership, the subscription, the resolved regex (resolved
+again under the member's rights when it brings them and the regexes are due, as Kafka resolves
+them under the rights of the member whose heartbeat triggers it), the subscribed topics'
+metadata or the group's preferred assignor changed -> recompute the target if the group epoch
 is ahead (at most once per assignment interval) -> reconcile this member -> re-arm its session
-timer. Everything that can fail is checked before anything is changed,
-so an error response leaves the group as it was.
+timer. Everything that can fail is checked before anything is changed, so an error response
+leaves the group as it was.
 
 A consumer-protocol member joining a live group whose members all use the classic protocol is
 Kafka's online upgrade: GROUP_ID_NOT_FOUND under the migration policies without upgrades
 (``disabled``, ``downgrade``), as Kafka answers; the sidecars refuse it in the broker phase
 alike, except a KIP-848 member a hand-back carried over (decision record 0018).
 
-Differences from Kafka, on purpose: a member joining always bumps the group epoch (Kafka
+Differences from Kafka, on purpose: the lost-response rule also accepts the previous epoch
+with null owned partitions when the move from it changed nothing but the member epoch (see
+:func:`lost_response`); a member joining always bumps the group epoch (Kafka
 skips the bump when a new member subscribes to nothing; the KIP bumps on every join); a
 static member re-sending epoch 0 under its own member id rejoins in place like a dynamic one
 (instead of UNRELEASED_INSTANCE_ID). As in Kafka, a static member joining with the instance id
@@ -173,10 +175,44 @@ def is_subset(owned: OwnedPartitions | None, assigned: PartitionEpochs) -> bool:
     return True
 
 
+def lost_response(member: ConsumerGroupMember, received: int,
+                  owned: OwnedPartitions | None) -> bool:
+    """Whether a heartbeat at an epoch older than the member's is accepted as one whose
+    response (the one that moved the member on) was lost.
+
+    Kafka's rule: the epoch is the member's previous one and the owned partitions are
+    reported, all of them assigned to the member now. The report is what rules out two owners
+    (a member still owning a partition revoked from it, maybe given to another member since,
+    is fenced) and what reconciliation goes on from. Null owned partitions ("unchanged") say
+    nothing of what the member owns, so Kafka fences them. librdkafka sends them after its own
+    request timeout: a heartbeat it gave up on (the coordinator slow, or a follower sidecar's
+    relay to a frozen coordinating sidecar) may still be processed and move the member on, and
+    the next one comes at the previous epoch without owned partitions.
+
+    Here they are accepted when that move changed nothing but the epoch
+    (:attr:`~translation.member.ConsumerGroupMember.epoch_bump_only`: the same assigned
+    partitions before and after, none pending revocation): the member can own only what it
+    was assigned at the previous epoch, which is what it is assigned now, so a null report
+    means what it means at the current epoch (still owning every assigned partition) and
+    nobody else has been or can be given any of them until the member reports them released.
+    A move that revoked partitions is fenced as in Kafka: the member may still own them. So is
+    a move that added partitions: the member has not heard of them, and counting a null report
+    as owning them would leave the coordinator waiting for the member to revoke them, should
+    its target take them back before the member learns of them, until the rebalance timeout
+    fences it while it still consumes the partitions it has (a partition owned twice: found
+    by the fleet simulation, seed 900653, while such moves were accepted)."""
+    if received != member.previous_member_epoch:
+        return False
+    if owned is None:
+        return member.epoch_bump_only
+    return is_subset(owned, member.assigned)
+
+
 def check_member_epoch(
     member: ConsumerGroupMember, received: int, owned: OwnedPartitions | None
 ) -> None:
-    """FENCED_MEMBER_EPOCH unless the epoch matches or the lost-response rule applies."""
+    """FENCED_MEMBER_EPOCH unless the epoch matches or the lost-response rule
+    (:func:`lost_response`) applies."""
     if received > member.member_epoch:
         raise GroupError(
             ErrorCode.FENCED_MEMBER_EPOCH,
@@ -184,9 +220,7 @@ def check_member_epoch(
             f"known by the group coordinator ({member.member_epoch}). The member must abandon "
             "all its partitions and rejoin.",
         )
-    if received < member.member_epoch and (
-        received != member.previous_member_epoch or not is_subset(owned, member.assigned)
-    ):
+    if received < member.member_epoch and not lost_response(member, received, owned):
         raise GroupError(
             ErrorCode.FENCED_MEMBER_EPOCH,
             f"The consumer group member has a smaller member epoch ({received}) than the one "

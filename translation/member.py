@@ -63,6 +63,7 @@ class ConsumerGroupMember:
         "classic",
         "client_host",
         "client_id",
+        "epoch_bump_only",
         "instance_id",
         "member_epoch",
         "member_id",
@@ -108,6 +109,13 @@ class ConsumerGroupMember:
         self.previous_member_epoch = previous_member_epoch
         self.state = state
         self.protocol = protocol
+        self.epoch_bump_only = False
+        """Whether the move from the previous member epoch to the current one changed nothing
+        but the epoch: the same partitions are assigned, none was pending revocation, none
+        revoked or added. It lets the lost-response rule accept the previous epoch without
+        owned partitions (:func:`translation.heartbeat.lost_response`). Kept in memory only:
+        False (Kafka's rule alone) for a member created, loaded from the state log or moved by
+        anything but reconciliation."""
         self.session_timeout_ms: int | None = None
         """Per-member session timeout (classic members bring theirs); None: the group's."""
         self.assigned: PartitionEpochs = {}

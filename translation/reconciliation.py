@@ -15,7 +15,10 @@ UNRELEASED_PARTITIONS while something in its target is still held by others. Par
 handed out as soon as their former owner releases them; assignments are never acknowledged.
 
 The previous member epoch is set to the epoch before each transition, as Kafka does
-(``updateMemberEpoch``); it backs the lost-response rule of the heartbeat.
+(``updateMemberEpoch``); it backs the lost-response rule of the heartbeat. A transition that
+moves the member to a new epoch also notes whether it changed nothing but the epoch (the same
+assigned partitions before and after, none pending revocation): the rule then accepts the
+previous epoch without owned partitions too (``translation/heartbeat.py``).
 
 :func:`reconcile` mutates the member and keeps the group's :class:`PartitionOwners` in step,
 touching only the topics of this member.
@@ -151,12 +154,23 @@ def _next_assignment(
     if not changed:
         return False
     _update_owners(member_id, current, old_revoking, new_assigned, new_revoking, owners)
+    member.epoch_bump_only = (new_epoch != member.member_epoch
+                              and not any(old_revoking.values())
+                              and _same_partitions(current, new_assigned))
     member.previous_member_epoch = member.member_epoch
     member.member_epoch = new_epoch
     member.state = new_state
     member.assigned = new_assigned
     member.pending_revocation = new_revoking
     return True
+
+
+def _same_partitions(a: PartitionEpochs, b: PartitionEpochs) -> bool:
+    """Whether ``a`` and ``b`` hold the same partitions (whatever their assignment epochs)."""
+    topics = {t for t, ps in a.items() if ps}
+    if topics != {t for t, ps in b.items() if ps}:
+        return False
+    return all(a[t].keys() == b[t].keys() for t in topics)
 
 
 def _update_owners(

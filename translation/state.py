@@ -329,6 +329,7 @@ class CoordinatorState:
         member.assigned = {t: dict.fromkeys(ps, 0) for t, ps in assigned_before.items()}
         member.previous_member_epoch = member.member_epoch
         member.member_epoch = LEAVE_GROUP_STATIC_MEMBER_EPOCH
+        member.epoch_bump_only = False
         group.track(member)
         group.mark_assignment(member.member_id)
         self.cancel_timer(TimerKey(TimerKind.REBALANCE, group.group_id, member.member_id),

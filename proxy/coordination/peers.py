@@ -44,6 +44,9 @@ log = logging.getLogger("groupgate.coordination")
 DESCRIBE_VERSION = 3
 LOOKUP_SECONDS = 5.0
 """Longest a lookup waits for the broker before the group's holder counts as unknown."""
+LOOKUP_WAIT_SHARE = 0.5
+"""The share of the members' heartbeat interval a request waits for its group's lookup
+(:func:`lookup_wait`)."""
 LOOKUP_BATCH = 250
 """Most groups looked up in one FindCoordinator and one DescribeGroups (a request naming more,
 a describe of many groups, is looked up in batches of this many, one after another)."""
@@ -77,6 +80,17 @@ def relay_timeout(api_key: int) -> float:
     return RELAY_OTHER_SECONDS
 
 
+def lookup_wait(heartbeat_interval_ms: int) -> float:
+    """How long after a group's lookup began a request waits for it (:attr:`Routes.lookup_wait`):
+    :data:`LOOKUP_WAIT_SHARE` of the members' heartbeat interval, at most
+    :data:`LOOKUP_SECONDS`. librdkafka times a heartbeat out after one interval, and the
+    requests queued behind a waiting one on its connection (a heartbeat behind a commit) are
+    decided only once it is answered: a lookup that takes longer (the broker out of reach)
+    goes on, and every request of its group is answered COORDINATOR_NOT_AVAILABLE meanwhile,
+    at once, so the clients retry on their own backoff with their connections up."""
+    return min(LOOKUP_SECONDS, LOOKUP_WAIT_SHARE * heartbeat_interval_ms / 1000)
+
+
 def _view_expiry(_group_id: str, holder: Holder, now: float) -> float:
     """A free or unused group is looked at again soon (acting on a stale view of one means
     joining the broker's group, which disturbs the holder), and so is one an old groupgate
@@ -100,6 +114,11 @@ class Directory:
         self._views: TLRUCache[str, Holder] = TLRUCache(
             maxsize=REMEMBERED_MAX, ttu=_view_expiry, timer=trio.current_time)
         self._lookups: dict[str, trio.Event] = {}
+        self._began: dict[str, float] = {}
+        """When the lookup under way of each group of ``_lookups`` began."""
+        self.background: trio.Nursery | None = None
+        """Where a lookup the requests stopped waiting for goes on (the service's nursery,
+        while it runs: :meth:`lookup_within`); None: each lookup runs in the task asking."""
         self._last_kind: TTLCache[str, str] = TTLCache(
             maxsize=REMEMBERED_MAX, ttl=HISTORY_SECONDS, timer=trio.current_time)
 
@@ -132,13 +151,52 @@ class Directory:
         wanted = list(dict.fromkeys(group_ids))
         waiting = [(g, self._lookups[g]) for g in wanted if g in self._lookups]
         mine = [g for g in wanted if g not in self._lookups]
+        found = await self._run(mine, self._begin(mine), own_member_ids) if mine else {}
+        for group_id, pending in waiting:
+            await pending.wait()
+            found[group_id] = (self._views.get(group_id)
+                               or Holder("unknown", detail="lookup failed"))
+        return found
+
+    async def lookup_within(self, group_ids: Sequence[str], wait: float
+                            ) -> dict[str, Holder]:
+        """Every group of ``group_ids`` as :meth:`lookup_many` finds it, waited for until
+        ``wait`` after the earliest lookup of them under way began (a request coming while
+        one has gone on longer waits for nothing). A group not found by then counts as
+        unknown, while its lookup goes on in :attr:`background` and what it finds is
+        remembered for the next request. Without :attr:`background`, :meth:`lookup_many`."""
+        nursery = self.background
+        if nursery is None:
+            return await self.lookup_many(group_ids)
+        wanted = list(dict.fromkeys(group_ids))
+        mine = [g for g in wanted if g not in self._lookups]
+        if mine:
+            nursery.start_soon(self._in_background, mine, self._begin(mine))
+        with trio.move_on_at(min(self._began[g] for g in wanted) + wait):
+            for group_id in wanted:
+                pending = self._lookups.get(group_id)
+                if pending is not None:
+                    await pending.wait()
+        return {g: self._views.get(g) or Holder(
+                    "unknown", detail=f"the lookup failed or is still under way ({wait:g} s)")
+                for g in wanted}
+
+    def _begin(self, group_ids: list[str]) -> trio.Event:
+        """Note the lookup of ``group_ids`` under way: set once it ended."""
         done = trio.Event()
-        for group_id in mine:
+        now = trio.current_time()
+        for group_id in group_ids:
             self._lookups[group_id] = done
+            self._began[group_id] = now
+        return done
+
+    async def _run(self, group_ids: list[str], done: trio.Event,
+                   own_member_ids: frozenset[str]) -> dict[str, Holder]:
+        """Look ``group_ids`` up (:meth:`_begin` noted them) and remember what was found."""
         found: dict[str, Holder] = {}
         try:
-            for i in range(0, len(mine), LOOKUP_BATCH):
-                batch = mine[i:i + LOOKUP_BATCH]
+            for i in range(0, len(group_ids), LOOKUP_BATCH):
+                batch = group_ids[i:i + LOOKUP_BATCH]
                 for group_id, holder in (await self._describe(batch, own_member_ids)).items():
                     found[group_id] = holder
                     if holder.kind != "unknown":
@@ -146,14 +204,17 @@ class Directory:
                         if holder.kind not in ("free", "unused"):
                             self._last_kind[group_id] = holder.kind
         finally:
-            for group_id in mine:
+            for group_id in group_ids:
                 del self._lookups[group_id]
+                del self._began[group_id]
             done.set()
-        for group_id, pending in waiting:
-            await pending.wait()
-            found[group_id] = (self._views.get(group_id)
-                               or Holder("unknown", detail="lookup failed"))
         return found
+
+    async def _in_background(self, group_ids: list[str], done: trio.Event) -> None:
+        try:
+            await self._run(group_ids, done, frozenset())
+        except Exception:  # the next request looks the groups up again
+            log.exception("looking up who holds %s failed", ",".join(group_ids))
 
     async def _describe(self, group_ids: list[str], own_member_ids: frozenset[str]
                         ) -> dict[str, Holder]:
@@ -365,7 +426,8 @@ class Routes:
     :class:`Directory` saw."""
 
     def __init__(self, claims: Callable[[str], bool], directory: Directory,
-                 own_address: Address | None, own_card: Card | None = None) -> None:
+                 own_address: Address | None, own_card: Card | None = None,
+                 lookup_wait: float | None = None) -> None:
         self.claims = claims
         self.directory = directory
         self.own_address = own_address
@@ -374,6 +436,9 @@ class Routes:
         """``own_address`` as relay marks carry it (:func:`~.fleet.mark_forwarded`)."""
         self.own_card = own_card
         """This sidecar's card (its state-log settings are compared with holders')."""
+        self.lookup_wait = lookup_wait
+        """How long after a group's lookup began a request waits for it (:func:`lookup_wait`;
+        :meth:`Directory.lookup_within`); None: until the lookup ends."""
         self.decided_here: Callable[[str], bool] = lambda _group_id: False
         """Groups whose requests this sidecar decides itself without asking the broker who
         holds them: groups handed back to the broker (:mod:`.release`), whose requests go
@@ -453,10 +518,12 @@ class Routes:
                     ", ".join(differences))
 
     async def lookup(self, group_ids: Sequence[str]) -> Route:
-        """Ask the broker about every group not known yet, then route."""
+        """Ask the broker about every group not known yet (waiting :attr:`lookup_wait` at
+        most), then route: a group the broker did not name a holder of by then is refused."""
         unknown = [g for g in group_ids if self._route_one(g) == LOOKUP_ROUTE]
         if unknown:
-            holders = await self.directory.lookup_many(unknown)
+            holders = (await self.directory.lookup_many(unknown) if self.lookup_wait is None
+                       else await self.directory.lookup_within(unknown, self.lookup_wait))
             for group_id in unknown:
                 if holders[group_id].kind == "unknown":
                     return self.route_for(holders[group_id])

@@ -69,7 +69,7 @@ from proxy.coordination.funnel import Funnel
 from proxy.coordination.handoff import HandOff
 from proxy.coordination.membership import BrokerMembership
 from proxy.coordination.native_exit import NativeExits
-from proxy.coordination.peers import Directory, Routes
+from proxy.coordination.peers import Directory, Routes, lookup_wait
 from proxy.coordination.release import (
     NOT_HELD,
     DurableReleases,
@@ -330,7 +330,7 @@ class CoordinatorService:
         self.tickets = Tickets(lambda: self.pool)
         """Commit tickets (:mod:`.tickets`): given out as a holder, reported as a follower."""
         self.routes = Routes(self.claims, self.directory, config.advertised_fleet_address,
-                             self.card)
+                             self.card, lookup_wait(config.group_heartbeat_interval_ms))
         self.durability: Durability | None = None
         """The group state log (``state-log``): what the engine changes is written there
         before the answers depending on it leave, and loaded when a group is taken over."""
@@ -415,26 +415,30 @@ class CoordinatorService:
     async def run(self, *, watch_topics: bool = True,
                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the timer task and (unless ``watch_topics`` is off) the topic watcher."""
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            await nursery.start(self.bridges.run)
-            nursery.start_soon(self._supervised, "timer task", self._timers)
-            nursery.start_soon(self._supervised, "commit tickets", self.tickets.run)
-            if watch_topics:
-                nursery.start_soon(self._supervised, "topic watcher", self.topics.run)
-            if self.engine.config.migration_policy.upgrade_enabled:
-                nursery.start_soon(self._supervised, "online upgrade",
-                                   lambda: self.upgrades.run(self))
-            if self.durability is not None:
-                nursery.start_soon(self._supervised, "state log", self.durability.run)
-            nursery.start_soon(self._ask_broker_features)
-            if self.journal is not None and self.observer is not None:
-                nursery.start_soon(self._supervised, "journal writer", self.journal.run)
-                interval = self.config.journal.snapshot_interval_ms / 1000
-                observer, journal = self.observer, self.journal
-                nursery.start_soon(self._supervised, "journal snapshots",
-                                   lambda: run_snapshots(observer, journal, interval))
-            task_status.started()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self.directory.background = nursery
+                await nursery.start(self.bridges.run)
+                nursery.start_soon(self._supervised, "timer task", self._timers)
+                nursery.start_soon(self._supervised, "commit tickets", self.tickets.run)
+                if watch_topics:
+                    nursery.start_soon(self._supervised, "topic watcher", self.topics.run)
+                if self.engine.config.migration_policy.upgrade_enabled:
+                    nursery.start_soon(self._supervised, "online upgrade",
+                                       lambda: self.upgrades.run(self))
+                if self.durability is not None:
+                    nursery.start_soon(self._supervised, "state log", self.durability.run)
+                nursery.start_soon(self._ask_broker_features)
+                if self.journal is not None and self.observer is not None:
+                    nursery.start_soon(self._supervised, "journal writer", self.journal.run)
+                    interval = self.config.journal.snapshot_interval_ms / 1000
+                    observer, journal = self.observer, self.journal
+                    nursery.start_soon(self._supervised, "journal snapshots",
+                                       lambda: run_snapshots(observer, journal, interval))
+                task_status.started()
+        finally:
+            self.directory.background = None  # (a lookup asked now runs in its task)
 
     async def _ask_broker_features(self) -> None:
         """Whether the broker has a KIP-848 coordinator, asked at the start (:mod:`.native_exit`)

@@ -65,11 +65,12 @@ sidecar's own member from before a restart.
 What a member's request gets in each role (:meth:`GroupCore._request`): ``absent`` starts a
 lookup and holds it; ``looking``, ``electing`` and ``loading`` hold it (bounded by
 ``hold_ms``, or the request's own shorter ``hold_ms``, then answered its ``hold_error``, and by
-``max_held``; an inbound request, relayed here by a follower, is answered
-NOT_COORDINATOR unless this sidecar is ``loading``); ``following`` relays it; ``coordinating``
-runs the engine (RunEngine) after checking the lease (within ``takeover_wait_ms`` of a
-``loaded-nothing``, a request that may start the group is answered
-COORDINATOR_LOAD_IN_PROGRESS instead); ``interrupted`` answers
+``max_held``; in ``looking`` also by ``lookup_wait_ms`` after the lookup began, then answered
+COORDINATOR_NOT_AVAILABLE, as is every request while that lookup goes on; an inbound
+request, relayed here by a follower, is answered NOT_COORDINATOR unless this sidecar is
+``loading``); ``following`` relays it; ``coordinating`` runs the engine (RunEngine) after
+checking the lease (within ``takeover_wait_ms`` of a ``loaded-nothing``, a request that may
+start the group is answered COORDINATOR_LOAD_IN_PROGRESS instead); ``interrupted`` answers
 COORDINATOR_NOT_AVAILABLE; ``letting-go`` answers the first request of each member the
 engine's group had at the loss (the driver names them with :class:`Forgotten` when it forgets
 the group) UNKNOWN_MEMBER_ID (it drops its partitions and rejoins), and everything else
@@ -249,6 +250,12 @@ class CoreConfig:
     max_held: int = 1_000
     lookup_ms: int = 3_000
     """Longest a lookup may take before the broker counts as unreachable."""
+    lookup_wait_ms: int | None = None
+    """Longest after a lookup of ``looking`` began that the requests held for it wait: then
+    they are answered COORDINATOR_NOT_AVAILABLE while the lookup goes on, and a request that
+    comes later is answered so at once, so that the requests queued behind one on its
+    connection are not held for it in turn (the fleet route's bounded lookups,
+    ``proxy/coordination/peers.py``; half a heartbeat interval). None: ``hold_ms``."""
     view_ms: int = 30_000
     """How long a view of another holder (or of the broker's own group) is followed."""
     let_go_ms: int = 45_000
@@ -339,6 +346,8 @@ class GroupCore:
         """rid -> inbound, for requests given to the engine and not reported back yet."""
         self._stale_takeover = False
         """``Defects.keep_failed_takeover`` only: a lost election kept registered."""
+        self._look_until = INF
+        """``looking``: when the requests held for the lookup stop waiting for it."""
 
     # -- what the driver calls ---------------------------------------------------------------
 
@@ -413,6 +422,8 @@ class GroupCore:
             times.append(self.session_deadline)
         if self._held:
             times.append(min(h.until for h in self._held.values()))
+            if self.role is Role.LOOKING:
+                times.append(self._look_until)
         return min(times)
 
     @property
@@ -488,6 +499,8 @@ class GroupCore:
                 del self._heartbeats[attempt]
             out.append(SendHeartbeat(self._attempt, self.member_id, self.generation))
             self._next_heartbeat = now + self.config.session_ms / 3
+        if self.role is Role.LOOKING and now >= self._look_until:
+            self._fail_held(out, ErrorCode.COORDINATOR_NOT_AVAILABLE)
         expired = [rid for rid, h in self._held.items() if now >= h.until]
         for rid in expired:
             held = self._held.pop(rid)
@@ -518,6 +531,8 @@ class GroupCore:
                        else Relay(rid, self.holder or ""))
         elif request.inbound and role is not Role.LOADING:
             out.append(Fail(rid, ErrorCode.NOT_COORDINATOR))
+        elif role is Role.LOOKING and now >= self._look_until:
+            out.append(Fail(rid, ErrorCode.COORDINATOR_NOT_AVAILABLE))  # the lookup is late
         elif role in (Role.ABSENT, Role.LOOKING, Role.ELECTING, Role.LOADING):
             if len(self._held) >= self.config.max_held:
                 out.append(Fail(rid, ErrorCode.COORDINATOR_NOT_AVAILABLE))
@@ -564,6 +579,10 @@ class GroupCore:
         self._attempt += 1
         self._call = self._attempt
         self._call_until = now + self.config.lookup_ms
+        wait = self.config.lookup_wait_ms
+        self._look_until = INF if (
+            self.role is not Role.LOOKING or wait is None
+            or self.defects.lookup_waits_unbounded) else now + wait
         out.append(Lookup(self._attempt))
 
     def _looked_up(self, event: LookedUp, now: float, out: list[Action]) -> None:

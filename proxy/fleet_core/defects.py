@@ -29,6 +29,14 @@ class Defects:
     """92f580e (``BrokerMembership._not_held_elsewhere``): the JoinGroup that joins follows the
     one that asked for a member id at once, without looking the group up in between, so a
     sidecar joins (and rebalances) a group another sidecar formed since its lookup."""
+    lookup_waits_unbounded: bool = False
+    """88d465e (``proxy/coordination/peers.py``, ``lookup_wait``): a request at a sidecar
+    looking its group's holder up (a follower whose relay failed) waits for the whole lookup
+    (up to ``LOOKUP_SECONDS``, 5 s, asked again while the broker cannot be reached; in the
+    core, the lookup's ``lookup_ms`` or the request's ``hold_ms``), and the requests behind it
+    on its connection wait with it: at a follower cut off from the broker, a heartbeat queued
+    behind a commit times out, and librdkafka backs its reconnects off up to 10 s, past the
+    cut."""
     cut_off_holder_keeps_claiming: bool = False
     """49192ea: a holder whose broker has not answered for a whole session stays interrupted
     (COORDINATOR_NOT_AVAILABLE) instead of telling its members to let go, until the broker

@@ -144,18 +144,6 @@ FOUR_MEMBERS = ("cooperative:confluent/consumer/async@1", "cooperative:confluent
 scale-out's member joins)."""
 
 
-class StaleRelayedHeartbeat(AssertionError):
-    """A KIP-848 member behind a follower sidecar was fenced as the frozen holder woke, and
-    rejoined; every other check of the test held."""
-
-
-@pytest.mark.xfail(raises=StaleRelayedHeartbeat, strict=False, reason=(
-    "librdkafka times a ConsumerGroupHeartbeat out after about 1 s and sends the next one at "
-    "the same epoch without its owned partitions; the follower has relayed the abandoned one "
-    "to the frozen holder, which on waking may move the member to the joiner's new epoch with "
-    "it (an answer nobody reads): the next heartbeat then fails the lost-response rule, which "
-    "needs the owned partitions as Kafka's does, and is answered FENCED_MEMBER_EPOCH (seen in "
-    "1 of 6 runs: partitions lost and given back 0.1 s later)"))
 def test_coordinator_frozen_for_half_a_broker_session_while_a_member_joins(
         tmp_path: Path) -> None:
     """The coordinating sidecar frozen for 3 s (half of ``broker-session-timeout-ms``); a
@@ -164,9 +152,13 @@ def test_coordinator_frozen_for_half_a_broker_session_while_a_member_joins(
     holder still holds the broker's group (its lease is 80% of a session after its last
     answered heartbeat was sent, and heartbeats go every third of a session: the lease may run
     out just before the wake, then it holds the group again at once): nobody loses a
-    partition or rejoins; the joiner gets its share. The known exception, a KIP-848 member
-    behind a follower fenced by its own abandoned heartbeat (:class:`StaleRelayedHeartbeat`,
-    the expected failure), is told apart from any other loss, which fails the test."""
+    partition or rejoins; the joiner gets its share. A KIP-848 member behind a follower is
+    not fenced by its own abandoned heartbeat either: librdkafka gives a heartbeat up after
+    about a second and sends the next one at the same epoch without its owned partitions,
+    while the follower has relayed the first to the frozen holder, which on waking moves the
+    member on with it; the next one is a lost response the engine accepts when that move
+    changed nothing but the member epoch (``translation.heartbeat.lost_response``; it was
+    fenced in 1 of 6 runs before)."""
     result = run_soak(
         tmp_path, duration_s=45.0, seed=31, pods=3, groups=("cooperative",), fault_s=3.0,
         initial=FOUR_MEMBERS, join_kind="confluent/consumer/async",
@@ -191,9 +183,10 @@ def test_coordinator_frozen_for_half_a_broker_session_while_a_member_joins(
     # another member revoked went to the joiner
     window = [e for e in timeline if freeze["t"] <= e[0] <= freeze["t"] + served["window_s"]]
     disturbed = [e for e in window if e[2] == "lost" or (e[2] == "join" and e[1] != joiner)]
-    behind_followers = {e[1] for e in disturbed if e[2] == "lost" and "-consumer-" in e[1]
-                        and not e[1].endswith(f"@{holder}")}
-    assert not [e for e in disturbed if e[1] not in behind_followers], window
+    fenced = sorted({e[1] for e in disturbed})
+    assert not disturbed, (f"{fenced} lost partitions or rejoined as the holder woke (a "
+                           f"KIP-848 member behind a follower fenced by its own abandoned "
+                           f"heartbeat, or another cause): {window}")
     revoked = {p for e in window if e[2] == "revoke" and e[1] != joiner for p in e[3]}
     given = {p for e in window if e[2] == "assign" and e[1] == joiner for p in e[3]}
     assert revoked <= given, window
@@ -205,9 +198,6 @@ def test_coordinator_frozen_for_half_a_broker_session_while_a_member_joins(
         assert pod == holder and t >= woke - 0.5, line
     print(f"holder {holder}; lease lapsed on waking: {bool(lapses)}; joiner {joiner} served "
           f"{served['served_again_s']} s after the freeze began")
-    if behind_followers:
-        raise StaleRelayedHeartbeat(f"{sorted(behind_followers)} fenced on the holder's "
-                                    f"waking: {window}")
 
 
 class NotTakenOver(AssertionError):

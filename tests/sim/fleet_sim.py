@@ -363,8 +363,10 @@ class Broker:
             member.topics = topics
 
     def commit(self, member_id: str, generation: int, offsets: tuple[tuple[TP, int], ...],
-               who: str, unseen_retry: bool = False) -> ErrorCode:
-        """An OffsetCommit stamped with a lock member's id and generation."""
+               who: str, unseen: frozenset[TP] = frozenset()) -> ErrorCode:
+        """An OffsetCommit stamped with a lock member's id and generation; ``unseen``: the
+        partitions it carries as a client's retry the stale-retry guard could not know to be
+        stale."""
         self.expire()
         member = self.members.get(member_id)
         if member is None:
@@ -374,7 +376,7 @@ class Broker:
         if self.state == "Preparing":
             return ErrorCode.REBALANCE_IN_PROGRESS
         for tp, offset in offsets:
-            self.offsets.store(tp, offset, who, unseen_retry)
+            self.offsets.store(tp, offset, who, tp in unseen)
             self.last_commit[tp] = self.sim.now
         return ErrorCode.NONE
 
@@ -477,9 +479,9 @@ class Pending:
     dispatched: bool = False
     carried: int = 0
     """The member epoch the client's heartbeat carried (before a catch-up)."""
-    guarded: bool = False
-    """The stale-retry guard found partitions of this commit stale (whether or not it is on:
-    with ``Defects.no_stale_retry_guard`` they are written anyway)."""
+    guarded: frozenset[TP] = frozenset()
+    """The partitions of this commit the stale-retry guard found stale (whether or not it is
+    on: with ``Defects.no_stale_retry_guard`` they are written anyway)."""
     cut_at_broker: bool = False
     """Its commit went to the broker while this sidecar was cut off from it."""
     gone: bool = False
@@ -578,8 +580,8 @@ class FleetSimulation:
             durable_state=True, member_id_factory=self._member_id)
         self.core_config = CoreConfig(
             session_ms=k.lock_session_ms, lease_fraction=k.lease_fraction, hold_ms=5_000,
-            lookup_ms=3_000, view_ms=30_000, let_go_ms=k.member_session_ms, retry_ms=500,
-            takeover_wait_ms=k.member_session_ms)
+            lookup_ms=3_000, lookup_wait_ms=k.heartbeat_ms // 2, view_ms=30_000,
+            let_go_ms=k.member_session_ms, retry_ms=500, takeover_wait_ms=k.member_session_ms)
         self.sidecars = [Sidecar(f"s{i}", 1 + self.rng.uniform(-k.skew, k.skew))
                          for i in range(k.sidecars)]
         for i, sc in enumerate(self.sidecars):
@@ -1148,9 +1150,11 @@ class FleetSimulation:
             pending.cut_at_broker = True
             self.stats["commits-cut"] += 1
             return
-        # A client's retry the guard did not take for stale can only be one it could not see
-        # (with the guard on, the ones it saw are acknowledged and never sent).
-        unseen = pending.sent.attempt > 0 and not pending.guarded
+        # A client's retry of a partition the guard did not take for stale can only be one it
+        # could not see (with the guard on, the ones it saw are acknowledged and never sent:
+        # a retry it found partly stale still carries the other partitions unseen).
+        unseen = frozenset(tp for tp, _ in what.offsets if tp not in pending.guarded) \
+            if pending.sent.attempt > 0 else frozenset()
         # On the client connection's own broker socket: the broker handles one request of a
         # connection at a time, in order (a slow broker takes longer for each, so a
         # connection with a backlog is carried out late while a new one starts at once).
@@ -1162,7 +1166,7 @@ class FleetSimulation:
         self.at(at, self._commit_arrives, sc, inc, rid, channel, stamp, what, unseen)
 
     def _commit_arrives(self, sc: Sidecar, inc: int, rid: int, channel: Connection,
-                        stamp: Ticket, what: Commit, unseen: bool) -> None:
+                        stamp: Ticket, what: Commit, unseen: frozenset[TP]) -> None:
         if sc.incarnation == inc and channel in sc.reset_links:
             self.stats["commits-dropped-with-connection"] += 1
             return  # the broker connection was reset: unread requests are dropped
@@ -1170,7 +1174,7 @@ class FleetSimulation:
             # From a connection the proxy knew closed: not a retry the guard could not see,
             # but a commit it should have dropped with the connection (902abd8).
             self.stats["commits-landed-after-close"] += 1
-            unseen = False
+            unseen = frozenset()
         code = self.broker.commit(stamp.member_id, stamp.generation, what.offsets,
                                   f"{channel[0]} via {sc.name}", unseen)
         self.stats[f"broker-commit-{code.name}"] += 1
@@ -1332,7 +1336,7 @@ class FleetSimulation:
         fresh = tuple((tp, o) for tp, o in what.offsets
                       if not sc.guard.stale(GROUP, what.member_id, (str(tp[0]), tp[1]), o,
                                             epoch))
-        pending.guarded = len(fresh) < len(what.offsets)
+        pending.guarded = frozenset(tp for tp, _ in what.offsets) - {tp for tp, _ in fresh}
         if not pending.guarded or sc.defects.no_stale_retry_guard:
             return False
         self.stats["stale-retries-acknowledged"] += len(what.offsets) - len(fresh)

@@ -20,11 +20,29 @@ from proxy.coordination.fleet import (
     unmark,
 )
 from proxy.coordination.membership import LEASE_FRACTION, BrokerMembership
-from proxy.coordination.peers import LOCAL, LOOKUP, REFUSE, RELAY, Directory, Routes
+from proxy.coordination.peers import (
+    LOCAL,
+    LOOKUP,
+    LOOKUP_SECONDS,
+    REFUSE,
+    RELAY,
+    Directory,
+    Routes,
+    lookup_wait,
+)
 from proxy.security.session import Session
 from tests.unit.coordination.test_fuzz_requests import stub_broker
 
-from .helpers import COORDINATOR, FakePool, coordinate, exchange, make_service, request, router
+from .helpers import (
+    COORDINATOR,
+    FakeLink,
+    FakePool,
+    coordinate,
+    exchange,
+    make_service,
+    request,
+    router,
+)
 
 PEER = ("10.233.0.3", 9191)
 SELF = ("10.233.0.2", 9191)
@@ -192,6 +210,60 @@ async def test_a_free_group_is_looked_at_again_soon(autojump_clock: trio.abc.Clo
     await trio.sleep(5)
     assert table.route(["g"]).kind == LOOKUP
 
+
+
+class _OutOfReach(FakeLink):
+    """A broker link whose answers wait until ``reachable`` is set (the sidecar cut off from
+    the broker)."""
+
+    def __init__(self, answer: Any) -> None:
+        super().__init__(answer)
+        self.reachable = trio.Event()
+
+    async def request(self, api_key: int, version: int, value: dict[str, Any], *,
+                      timeout: float | None = None, client_id: str | None = None
+                      ) -> dict[str, Any]:
+        self.requests.append((api_key, version, value))
+        await self.reachable.wait()
+        return self.answer(api_key, version, value)
+
+
+async def test_a_request_waits_for_a_lookup_half_a_heartbeat_interval_at_most(
+        autojump_clock: trio.abc.Clock) -> None:
+    """A follower that cannot reach the broker: the request that starts the lookup is refused
+    (COORDINATOR_NOT_AVAILABLE) half a heartbeat interval after it began, and one coming
+    while the lookup goes on at once (a heartbeat queued behind a commit on its connection is
+    not held in turn), without asking again; the lookup goes on, and the holder it finds
+    once the broker answers is followed."""
+    assert lookup_wait(5_000) == 2.5 and lookup_wait(60_000) == LOOKUP_SECONDS
+    card = subscription_metadata(["t"], Card(PEER, "0.2.0"))
+
+    def broker(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
+        if key == ApiKey.DESCRIBE_GROUPS:
+            return {"throttle_time_ms": 0, "groups": [described(member("m1", card))]}
+        return stub_broker(key, version, value)
+
+    pool = FakePool(broker)
+    link = pool.fake = _OutOfReach(broker)
+    directory = Directory(lambda: pool, [("b", 1)])
+    table = Routes(lambda _g: False, directory, SELF, lookup_wait=lookup_wait(1_000))
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            directory.background = nursery
+            began = trio.current_time()
+            route = await table.lookup(["g"])
+            assert route.kind == REFUSE and trio.current_time() - began == 0.5
+            await trio.sleep(1.0)
+            later = trio.current_time()
+            assert (await table.lookup(["g"])).kind == REFUSE
+            assert trio.current_time() == later and len(link.requests) == 1
+            link.reachable.set()
+            await trio.sleep(0.1)
+    assert table.route(["g"]).kind == RELAY and table.route(["g"]).address == PEER
+    # without a place for lookups to go on in, the request waits for the whole lookup
+    inline = Routes(lambda _g: False, Directory(lambda: FakePool(broker), [("b", 1)]), SELF,
+                    lookup_wait=lookup_wait(1_000))
+    assert (await inline.lookup(["g"])).kind == RELAY
 
 # -- the router ------------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ import pytest
 from translation.errors import ErrorCode, GroupError
 from translation.member import ConsumerGroupMember, MemberState
 from translation.ownership import PartitionOwners
-from translation.reconciliation import reconcile
+from translation.reconciliation import OwnedPartitions, reconcile
 
 from .helpers import FOO
 
@@ -149,3 +149,35 @@ def test_a_member_in_unknown_state_is_fenced_by_the_heartbeat_without_side_effec
     # Rejoining with nothing owned reconciles it from scratch.
     resp, _ = engine.heartbeat(join("g", "m"), 2)
     assert (resp.error_code, resp.member_epoch, group.members["m"].state) == (0, 1, S.STABLE)
+
+
+@pytest.mark.parametrize(
+    ("start", "target_epoch", "target", "reported", "bump_only"),
+    [
+        pytest.param((5, [0, 1], S.STABLE, None), 6, (0, 1), None, True, id="epoch-only"),
+        pytest.param((5, [0], S.UNRELEASED_PARTITIONS, None), 6, (0,), owned(0), True,
+                     id="unreleased-to-stable"),
+        pytest.param((5, [0], S.STABLE, None), 6, (0, 1), None, False, id="added"),
+        pytest.param((5, [0, 1], S.STABLE, None), 6, (0,), owned(0), False,
+                     id="revoked-at-once"),
+        pytest.param((5, [0], S.UNREVOKED_PARTITIONS, [1]), 6, (0,), owned(0), False,
+                     id="revocation-acknowledged"),
+        pytest.param((5, [0], S.UNREVOKED_PARTITIONS, [1]), 6, (0, 1), owned(0), False,
+                     id="revoked-then-given-back"),
+        pytest.param((5, [0, 1], S.STABLE, None), 6, (0,), None, False,
+                     id="revoking-at-the-same-epoch"),
+    ],
+)
+def test_whether_the_move_to_the_new_epoch_changed_only_the_epoch(
+    start: tuple[int, list[int], MemberState, list[int] | None],
+    target_epoch: int,
+    target: tuple[int, ...],
+    reported: OwnedPartitions | None,
+    bump_only: bool,
+) -> None:
+    """What lets the lost-response rule accept the previous epoch without owned partitions."""
+    epoch, assigned, state, revoking = start
+    m, owners = member(epoch, assigned, state, revoking=revoking)
+    m.epoch_bump_only = not bump_only
+    assert reconcile(m, target_epoch, tgt(*target), owners, reported)
+    assert m.epoch_bump_only is bump_only
