@@ -51,7 +51,9 @@ member is gone, without calling anybody back:
 The conversion needs ``classic-translation`` (the engine serves the members afterwards) and a
 ``migration-policy`` that allows upgrades (``bidirectional`` or ``upgrade``). A refused or
 failed attempt is journalled (``conversion_aborted``) and tried again after
-:data:`RETRY_SECONDS`. *Bridged* members (:mod:`.bridged`: the classic members sidecars run
+:data:`RETRY_SECONDS`; none is tried while this sidecar's own bridged members' clients have
+not heartbeated at the generation yet (they do within a heartbeat interval: looked at again
+on each poll). *Bridged* members (:mod:`.bridged`: the classic members sidecars run
 for KIP-848 clients) convert too: a bridged member made leader notes the candidate
 (:meth:`Upgrades.note_leader`); every sidecar with bridged members in the group suspends them
 (nothing more is sent to the broker for them) while the conversion is announced or under way;
@@ -662,6 +664,12 @@ class Upgrades:
             candidate.stable_since = now
             return
         if now - candidate.stable_since < POLL_SECONDS:
+            return
+        waiting = service.bridges.unconvertible(group_id, candidate.generation)
+        if waiting is not None:
+            # this sidecar's own bridged members are not there yet (a client heartbeats once
+            # an interval): looked at again on the next poll, not refused for RETRY_SECONDS
+            log.debug("group %s: not converted yet: %s", group_id, waiting)
             return
         await self.convert(service, group_id, candidate)
 

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
@@ -249,6 +250,27 @@ async def test_a_stable_candidate_moves_to_the_engine_and_nobody_notices(
             assert [(t, tuple(ps)) for t, ps in sync.assignment.partitions] == [
                 (TOPIC, partitions)]
         assert GROUP not in service.upgrades.candidates
+
+
+async def test_bridged_members_not_yet_at_the_generation_are_waited_for_poll_by_poll(
+        autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This sidecar's own bridged members whose clients have not heartbeated at the
+    generation yet (they do once a heartbeat interval): no conversion is tried, none aborted
+    and put off for ``RETRY_SECONDS``; the first poll after they have converts the group."""
+    broker = Broker([A, B])
+    async with _noted(broker) as (service, candidate, _):
+        behind = ["the client of bridged member x has not heartbeated at epoch 1 yet"]
+        monkeypatch.setattr(service.bridges, "unconvertible",
+                            lambda group_id, generation: behind[0] if behind else None)
+        for _ in range(3):
+            await trio.sleep(upgrade.POLL_SECONDS)
+            await service.upgrades.poll(service, GROUP, candidate)
+            assert service.engine.group(GROUP) is None and broker.leaving == []
+            assert candidate.not_before == 0.0  # nothing refused, no retry put off
+        behind.clear()
+        await trio.sleep(upgrade.POLL_SECONDS)
+        await service.upgrades.poll(service, GROUP, candidate)
+        assert service.engine.group(GROUP) is not None and sorted(broker.leaving) == [A, B]
 
 
 async def test_requests_of_the_group_wait_for_the_conversion_and_reach_the_engine(
