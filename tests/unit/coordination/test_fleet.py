@@ -176,15 +176,17 @@ async def test_where_a_group_s_requests_go() -> None:
     assert table.route(["mine", "peer"]).kind == LOCAL  # a describe of both: answered here
 
 
+def _held_by_peer(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
+    """A broker whose group ``g`` a 0.2.0 sidecar at ``PEER`` holds (its lock member m1)."""
+    if key == ApiKey.DESCRIBE_GROUPS:
+        card = subscription_metadata(["t"], Card(PEER, "0.2.0"))
+        return {"throttle_time_ms": 0, "groups": [described(member("m1", card))]}
+    return stub_broker(key, version, value)
+
+
 async def test_a_lookup_asks_the_group_s_broker_coordinator_and_is_remembered(
         autojump_clock: trio.abc.Clock) -> None:
-    card = subscription_metadata(["t"], Card(PEER, "0.2.0"))
-
-    def broker(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
-        if key == ApiKey.DESCRIBE_GROUPS:
-            return {"throttle_time_ms": 0, "groups": [described(member("m1", card))]}
-        return stub_broker(key, version, value)
-
+    broker = _held_by_peer
     pool = FakePool(broker)
     table = Routes(lambda _g: False, Directory(lambda: pool, [("b", 1)]), SELF)
     route = await table.lookup(["g"])
@@ -236,13 +238,7 @@ async def test_a_request_waits_for_a_lookup_half_a_heartbeat_interval_at_most(
     not held in turn), without asking again; the lookup goes on, and the holder it finds
     once the broker answers is followed."""
     assert lookup_wait(5_000) == 2.5 and lookup_wait(60_000) == LOOKUP_SECONDS
-    card = subscription_metadata(["t"], Card(PEER, "0.2.0"))
-
-    def broker(key: int, version: int, value: dict[str, Any]) -> dict[str, Any]:
-        if key == ApiKey.DESCRIBE_GROUPS:
-            return {"throttle_time_ms": 0, "groups": [described(member("m1", card))]}
-        return stub_broker(key, version, value)
-
+    broker = _held_by_peer
     pool = FakePool(broker)
     link = pool.fake = _OutOfReach(broker)
     directory = Directory(lambda: pool, [("b", 1)])
