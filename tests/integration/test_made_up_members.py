@@ -39,14 +39,24 @@ def _metric(text: str, name: str) -> float:
         rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.MULTILINE))
 
 
+COORDINATOR_NOT_AVAILABLE = 15
+
+
 async def _heartbeats(address: tuple[str, int], group_ids: list[str]) -> list[int]:
     client = await UpstreamClient.connect(address, timeout=10, max_frame_bytes=1 << 20)
     try:
         errors = []
         for group_id in group_ids:
-            answer = await client.request(ApiKey.HEARTBEAT, 4, {
-                "group_id": group_id, "generation_id": 1, "member_id": "x",
-                "group_instance_id": None})
+            for _ in range(10):  # a retriable answer is sent again, as clients do
+                answer = await client.request(ApiKey.HEARTBEAT, 4, {
+                    "group_id": group_id, "generation_id": 1, "member_id": "x",
+                    "group_instance_id": None})
+                if answer["error_code"] != COORDINATOR_NOT_AVAILABLE:
+                    break
+                # the sidecar's lookup of who holds the group outlasted the request's wait
+                # (half a heartbeat interval, the bounded lookup wait): retried after a
+                # backoff, as librdkafka does (retry.backoff.ms)
+                await trio.sleep(0.2)
             errors.append(answer["error_code"])
         return errors
     finally:
